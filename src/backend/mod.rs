@@ -1,0 +1,113 @@
+//! The one seam between algorithms and devices. Training, encoding and search see only this
+//! trait; the CPU implementation is the reference every other backend is tested against.
+//!
+//! The trait is shaped around device-resident sessions: a training set is uploaded once into a
+//! [`KmeansSession`], every iteration runs where the data lives, and only O(anchors) statistics
+//! (counts, energy, spreads) come back per iteration.
+
+mod cpu;
+mod unavailable;
+
+pub use cpu::CpuBackend;
+
+use crate::error::Result;
+
+/// Which backend a context runs on. Every build has every variant; a backend that is not
+/// compiled in answers `Error::BackendUnavailable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The best available: CUDA, then WGPU, then the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+    Wgpu,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(BackendKind::Auto),
+            "cpu" => Ok(BackendKind::Cpu),
+            "cuda" => Ok(BackendKind::Cuda),
+            "wgpu" => Ok(BackendKind::Wgpu),
+            _ => Err(crate::Error::InvalidArgument(format!("unknown backend {s:?} (auto, cpu, cuda, wgpu)"))),
+        }
+    }
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Wgpu => "wgpu",
+        }
+    }
+}
+
+/// Bytes moved between host and device, for reports (`h2d_bytes`, `d2h_bytes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Transfers {
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+}
+
+/// What one assignment pass reports: O(anchors) values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssignStats {
+    /// Points per centroid.
+    pub counts: Vec<u32>,
+    /// Sum over points of the squared distance to the assigned centroid (bias excluded).
+    pub energy: f64,
+}
+
+/// A training set resident on a device, with centroids that live there too.
+pub trait KmeansSession {
+    /// Number of resident points.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Replace the centroids (k x d).
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
+    /// Assign every point to `argmin_c |x - c|^2 + bias[c]` (ties to the smaller index).
+    fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats>;
+    /// Move every non-empty centroid to the trimmed mean of its points: the `trim` fraction
+    /// farthest from it is dropped. Returns each centroid's spread (mean squared distance of the
+    /// kept points; 0 for empty ones). Uses the last assignment.
+    fn update(&mut self, trim: f32) -> Result<Vec<f32>>;
+    /// Download the centroids (k x d): used by maintenance, not every iteration.
+    fn centroids(&mut self) -> Result<Vec<f32>>;
+    /// Download the last assignment (n values): once, at the end, when the caller needs it.
+    fn assignment(&mut self) -> Result<Vec<u32>>;
+}
+
+/// A compute device.
+pub trait Backend: Send + Sync {
+    fn kind(&self) -> BackendKind;
+    /// Human-readable device description.
+    fn describe(&self) -> String;
+    /// Upload `x` (n x d) once and return a session that runs k-means steps on it.
+    fn kmeans_session<'a>(&'a self, x: &'a [f32], d: usize) -> Result<Box<dyn KmeansSession + 'a>>;
+    /// For each row of `x`, the nearest row of `centroids` (squared L2) and its distance.
+    fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)>;
+    /// Host<->device traffic so far.
+    fn transfers(&self) -> Transfers {
+        Transfers::default()
+    }
+}
+
+/// Opens a backend. `Auto` falls back to the CPU when no GPU backend can start.
+pub fn open(kind: BackendKind, device: usize) -> Result<Box<dyn Backend>> {
+    match kind {
+        BackendKind::Cpu => Ok(Box::new(CpuBackend)),
+        BackendKind::Cuda => unavailable::cuda(device),
+        BackendKind::Wgpu => unavailable::wgpu(device),
+        BackendKind::Auto => unavailable::cuda(device)
+            .or_else(|_| unavailable::wgpu(device))
+            .or_else(|_| Ok(Box::new(CpuBackend) as Box<dyn Backend>)),
+    }
+}

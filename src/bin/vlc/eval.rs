@@ -1,0 +1,219 @@
+//! `vlc eval` and `vlc demo`: train, build, search, and score against exact ground truth.
+
+use super::{AnyResult, RunOpts, TrainOpts};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Instant;
+use vlc_compress::{vecio, Compressor, DenseRaw, Progress, RawVectors, SearchParams};
+
+#[derive(Args)]
+pub(crate) struct EvalArgs {
+    /// Base vectors (ids are row numbers).
+    #[arg(long)]
+    base: PathBuf,
+    #[arg(long)]
+    query: PathBuf,
+    /// Ground truth .ivecs, nearest first.
+    #[arg(long)]
+    gt: PathBuf,
+    /// Comma-separated nprobe values.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    nprobe: Vec<usize>,
+    /// Re-rank this many candidates exactly against the base vectors (0 = off).
+    #[arg(long, default_value_t = 0)]
+    rerank: usize,
+    #[command(flatten)]
+    train: TrainOpts,
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+/// An indicatif bar fed by the library's progress reports; hidden for --json and non-terminals.
+pub(crate) struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    pub fn new(quiet: bool) -> Bar {
+        let b = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(1) };
+        b.set_style(indicatif::ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} {elapsed}").unwrap());
+        Bar(b)
+    }
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+impl Progress for Bar {
+    fn report(&self, stage: &str, done: usize, total: usize) {
+        self.0.set_message(stage.to_string());
+        self.0.set_length(total as u64);
+        self.0.set_position(done as u64);
+    }
+}
+
+pub(crate) fn print_object(v: &serde_json::Value, json: bool) {
+    if json {
+        println!("{v}");
+        return;
+    }
+    if let Some(o) = v.as_object() {
+        for (k, v) in o {
+            println!("{k:>20}  {}", v.to_string().trim_matches('"'));
+        }
+    }
+}
+
+/// Fraction of each query's true top-`at` found in its returned top-`at`.
+pub(crate) fn recall(ids: &[u64], k: usize, gt: &vecio::Matrix<i32>, at: usize) -> f64 {
+    let nq = ids.len() / k;
+    let mut hit = 0usize;
+    for q in 0..nq {
+        let truth = &gt.data[q * gt.cols..q * gt.cols + at];
+        let found = &ids[q * k..q * k + at];
+        hit += found.iter().filter(|&&f| truth.iter().any(|&t| t as i64 as u64 == f)).count();
+    }
+    hit as f64 / (nq * at) as f64
+}
+
+struct Data {
+    base: vecio::Matrix<f32>,
+    query: vecio::Matrix<f32>,
+    gt: vecio::Matrix<i32>,
+}
+
+fn run_eval(
+    data: &Data,
+    train: &TrainOpts,
+    run: &RunOpts,
+    probes: &[(usize, usize)],
+) -> AnyResult<Vec<serde_json::Value>> {
+    let (base, query, gt) = (&data.base, &data.query, &data.gt);
+    if base.cols != query.cols {
+        return Err(format!("base is {}-d, queries {}-d", base.cols, query.cols).into());
+    }
+    if gt.rows != query.rows || gt.cols < 10 {
+        return Err(format!("ground truth is {} x {}, need {} rows of >= 10", gt.rows, gt.cols, query.rows).into());
+    }
+    let ctx = run.context()?;
+    let mut c = Compressor::new(ctx.clone(), train.params());
+    let bar = Bar::new(run.json);
+    let t = Instant::now();
+    let rep = c.train_with_progress(&base.data, base.cols, &bar)?.clone();
+    let train_seconds = t.elapsed().as_secs_f64();
+    bar.finish();
+    let mut index = c.new_index()?;
+    let ids: Vec<u64> = (0..base.rows as u64).collect();
+    let t = Instant::now();
+    ctx.run(|b| index.add(b, base.data[..].into(), &ids))?;
+    let encode_seconds = t.elapsed().as_secs_f64();
+    let stats = index.stats();
+    let raw = DenseRaw { data: &base.data, d: base.cols };
+    let mut rows = Vec::new();
+    for &(nprobe, rerank) in probes {
+        let p = SearchParams { k: 10, nprobe, rerank };
+        let t = Instant::now();
+        let res = ctx.run(|_| index.search(&query.data, &p, Some(&raw as &dyn RawVectors)))?;
+        let secs = t.elapsed().as_secs_f64();
+        let tr = ctx.backend().transfers();
+        rows.push(serde_json::json!({
+            "backend": ctx.backend().kind().name(),
+            "n": base.rows, "d": base.cols, "metric": train.metric.name(),
+            "anchors": train.anchors, "bytes_per_vector": stats.code_size,
+            "compression_ratio": (base.cols * 4) as f64 / stats.code_size as f64,
+            "train_seconds": train_seconds, "encode_seconds": encode_seconds,
+            "nprobe": nprobe, "rerank": rerank,
+            "recall_at_1": recall(&res.ids, 10, gt, 1), "recall_at_10": recall(&res.ids, 10, gt, 10),
+            "qps": query.rows as f64 / secs, "threads": ctx.threads(),
+            "energy": rep.energy, "max_list_over_mean": stats.max_list_over_mean,
+            "h2d_bytes": tr.h2d_bytes, "d2h_bytes": tr.d2h_bytes,
+        }));
+    }
+    Ok(rows)
+}
+
+fn print_rows(rows: &[serde_json::Value], json: bool) {
+    if json {
+        for r in rows {
+            println!("{r}");
+        }
+        return;
+    }
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(0.0);
+    if let Some(r) = rows.first() {
+        println!(
+            "{} x {}-d, {} anchors, {} B/vector ({:.1}x smaller than float32), backend {}, {} threads",
+            r["n"],
+            r["d"],
+            r["anchors"],
+            r["bytes_per_vector"],
+            f(r, "compression_ratio"),
+            r["backend"].as_str().unwrap_or(""),
+            r["threads"]
+        );
+        println!(
+            "train {:.2} s (energy {:.4}, max list / mean {:.2}), encode {:.2} s",
+            f(r, "train_seconds"),
+            f(r, "energy"),
+            f(r, "max_list_over_mean"),
+            f(r, "encode_seconds")
+        );
+    }
+    println!("{:>7} {:>7} {:>10} {:>11} {:>10}", "nprobe", "rerank", "recall@1", "recall@10", "QPS");
+    for r in rows {
+        println!(
+            "{:>7} {:>7} {:>10.4} {:>11.4} {:>10.0}",
+            f(r, "nprobe"),
+            f(r, "rerank"),
+            f(r, "recall_at_1"),
+            f(r, "recall_at_10"),
+            f(r, "qps")
+        );
+    }
+}
+
+pub(crate) fn eval(a: &EvalArgs) -> AnyResult {
+    let data = Data {
+        base: vecio::read_vectors(&a.base)?,
+        query: vecio::read_vectors(&a.query)?,
+        gt: vecio::read_ivecs(&a.gt)?,
+    };
+    let probes: Vec<(usize, usize)> = a.nprobe.iter().map(|&p| (p, a.rerank)).collect();
+    let rows = run_eval(&data, &a.train, &a.run, &probes)?;
+    print_rows(&rows, a.run.json);
+    Ok(())
+}
+
+/// A GloVe subset shipped with the library (tests/data/glove-demo, PDDL-1.0 vectors).
+const DEMO_BASE: &[u8] = include_bytes!("../../../tests/data/glove-demo/base.fvecs");
+const DEMO_QUERY: &[u8] = include_bytes!("../../../tests/data/glove-demo/query.fvecs");
+const DEMO_GT: &[u8] = include_bytes!("../../../tests/data/glove-demo/gt_l2.ivecs");
+
+pub(crate) fn demo(run: &RunOpts) -> AnyResult {
+    let data = Data {
+        base: vecio::parse_fvecs(DEMO_BASE)?,
+        query: vecio::parse_fvecs(DEMO_QUERY)?,
+        gt: vecio::parse_ivecs(DEMO_GT)?,
+    };
+    if !run.json {
+        println!(
+            "vlc demo: GloVe 6B word vectors (50-d), {} base, {} queries, exact L2 ground truth\n",
+            data.base.rows, data.query.rows
+        );
+    }
+    let train = TrainOpts {
+        anchors: 256,
+        bytes: 16,
+        bits: 8,
+        metric: vlc_compress::Metric::L2,
+        rotation: vlc_compress::Rotation::None,
+        iters: 20,
+        pq_iters: 20,
+        seed: 0x5eed,
+        initial_temp: None,
+        trim: None,
+        balance: None,
+        maintenance_interval: None,
+    };
+    let rows = run_eval(&data, &train, run, &[(4, 0), (16, 0), (64, 0), (16, 100)])?;
+    print_rows(&rows, run.json);
+    Ok(())
+}

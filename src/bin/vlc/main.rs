@@ -1,0 +1,333 @@
+//! `vlc`: train, encode, decode, build, search and evaluate from the command line.
+
+mod eval;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use vlc_compress::{
+    format, vecio, BackendKind, Compressor, Context, DenseRaw, Metric, Rotation, SearchParams, TrainParams,
+};
+
+#[derive(Parser)]
+#[command(name = "vlc", version, about = "Compact codes for float embeddings: train, encode, search, evaluate")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs on a small real dataset shipped with the library and prints what it achieves.
+    Demo(DemoArgs),
+    /// Trains a codebook on vectors and saves it.
+    Train(TrainArgs),
+    /// Encodes vectors with a codebook (codec mode) into a .npy of bytes.
+    Encode(EncodeArgs),
+    /// Decodes codes back to approximate vectors.
+    Decode(DecodeArgs),
+    /// Builds an index (training a codebook unless one is given); ids are row numbers.
+    Build(BuildArgs),
+    /// Searches an index.
+    Search(SearchArgs),
+    /// Trains, builds and measures recall and speed against ground truth.
+    Eval(eval::EvalArgs),
+}
+
+/// Options shared by commands that run work.
+#[derive(Args, Clone)]
+pub(crate) struct RunOpts {
+    /// cpu, cuda, wgpu or auto.
+    #[arg(long, default_value = "cpu")]
+    backend: BackendKind,
+    /// GPU index.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// CPU threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl RunOpts {
+    fn context(&self) -> vlc_compress::Result<Arc<Context>> {
+        Ok(Arc::new(Context::new(self.backend, self.device, self.threads)?))
+    }
+}
+
+/// Training parameters (defaults are the library's).
+#[derive(Args, Clone)]
+pub(crate) struct TrainOpts {
+    /// Anchors (inverted lists).
+    #[arg(long, default_value_t = 1024)]
+    anchors: usize,
+    /// Bytes of residual code per vector.
+    #[arg(long, default_value_t = 16)]
+    bytes: usize,
+    /// Bits per sub-code (8 or 4).
+    #[arg(long, default_value_t = 8)]
+    bits: u32,
+    /// l2, ip or cosine.
+    #[arg(long, default_value = "l2")]
+    metric: Metric,
+    /// none, random or learned.
+    #[arg(long, default_value = "none")]
+    rotation: Rotation,
+    /// Anchor training iterations.
+    #[arg(long, default_value_t = 25)]
+    iters: usize,
+    /// Lloyd iterations per PQ sub-codebook.
+    #[arg(long, default_value_t = 20)]
+    pq_iters: usize,
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Starting temperature (0 = no annealing).
+    #[arg(long)]
+    initial_temp: Option<f32>,
+    /// Trimmed fraction at the starting temperature.
+    #[arg(long)]
+    trim: Option<f32>,
+    /// Load-balancing strength at the starting temperature.
+    #[arg(long)]
+    balance: Option<f32>,
+    /// Merge/split every this many iterations (0 = never).
+    #[arg(long)]
+    maintenance_interval: Option<usize>,
+}
+
+impl TrainOpts {
+    pub(crate) fn params(&self) -> TrainParams {
+        let mut p = TrainParams {
+            metric: self.metric,
+            bytes_per_vector: self.bytes,
+            bits: self.bits,
+            rotation: self.rotation,
+            pq_iters: self.pq_iters,
+            ..TrainParams::default()
+        };
+        let a = &mut p.anchor;
+        a.anchors = self.anchors;
+        a.max_iters = self.iters;
+        a.seed = self.seed;
+        if let Some(v) = self.initial_temp {
+            a.initial_temp = v;
+        }
+        if let Some(v) = self.trim {
+            a.trim = v;
+        }
+        if let Some(v) = self.balance {
+            a.balance = v;
+        }
+        if let Some(v) = self.maintenance_interval {
+            a.maintenance_interval = v;
+        }
+        p
+    }
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// Training vectors (.fvecs or .npy, f32 or f16).
+    #[arg(long)]
+    input: PathBuf,
+    /// Codebook file to write.
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    train: TrainOpts,
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+#[derive(Args)]
+struct EncodeArgs {
+    #[arg(long)]
+    codebook: PathBuf,
+    #[arg(long)]
+    input: PathBuf,
+    /// Output .npy (uint8, n x code bytes).
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+#[derive(Args)]
+struct DecodeArgs {
+    #[arg(long)]
+    codebook: PathBuf,
+    /// Codes written by `vlc encode`.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output .fvecs or .npy.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct BuildArgs {
+    /// Vectors to index (ids are their row numbers).
+    #[arg(long)]
+    input: PathBuf,
+    /// Index file to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// Use this codebook instead of training one on the input.
+    #[arg(long)]
+    codebook: Option<PathBuf>,
+    #[command(flatten)]
+    train: TrainOpts,
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+#[derive(Args)]
+struct SearchArgs {
+    #[arg(long)]
+    index: PathBuf,
+    #[arg(long)]
+    query: PathBuf,
+    #[arg(long, default_value_t = 10)]
+    k: usize,
+    #[arg(long, default_value_t = 16)]
+    nprobe: usize,
+    /// Re-rank this many candidates exactly (needs --raw).
+    #[arg(long, default_value_t = 0)]
+    rerank: usize,
+    /// Raw vectors of the index (row number = id), for --rerank.
+    #[arg(long)]
+    raw: Option<PathBuf>,
+    /// Output: .ivecs (ids, -1 = none) or .npy (int64 ids).
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Demo(a) => eval::demo(&a.run),
+        Cmd::Train(a) => train(a),
+        Cmd::Encode(a) => encode(a),
+        Cmd::Decode(a) => decode(a),
+        Cmd::Build(a) => build(a),
+        Cmd::Search(a) => search(a),
+        Cmd::Eval(a) => eval::eval(&a),
+    };
+    if let Err(e) = res {
+        eprintln!("vlc: {e}");
+        std::process::exit(1);
+    }
+}
+
+pub(crate) type AnyResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+fn train(a: TrainArgs) -> AnyResult {
+    let x = vecio::read_vectors(&a.input)?;
+    let ctx = a.run.context()?;
+    let mut c = Compressor::new(ctx, a.train.params());
+    let bar = eval::Bar::new(a.run.json);
+    let rep = c.train_with_progress(&x.data, x.cols, &bar)?.clone();
+    bar.finish();
+    let cb = c.codebook()?;
+    format::save_codebook(cb, &a.out)?;
+    let out = serde_json::json!({
+        "n": x.rows, "d": x.cols, "anchors": cb.anchors(), "code_bytes": cb.code_size(),
+        "codec_bytes": cb.codec_size(), "fingerprint": format!("{:016x}", cb.fingerprint()),
+        "energy": rep.energy, "max_list_over_mean": rep.max_list_over_mean, "iterations": rep.iterations,
+        "train_seconds": rep.anchor_seconds + rep.pq_seconds, "out": a.out.display().to_string(),
+    });
+    eval::print_object(&out, a.run.json);
+    Ok(())
+}
+
+fn load_compressor(path: &Path, ctx: Arc<Context>) -> AnyResult<Compressor> {
+    Ok(Compressor::with_codebook(ctx, Arc::new(format::load_codebook(path)?)))
+}
+
+fn encode(a: EncodeArgs) -> AnyResult {
+    let c = load_compressor(&a.codebook, a.run.context()?)?;
+    let t = std::time::Instant::now();
+    let (rows, codes) = match vecio::read_floats(&a.input)? {
+        vecio::Floats::F32(m) => (m.rows, c.encode(m.data[..].into())?),
+        vecio::Floats::F16(m) => (m.rows, c.encode(m.data[..].into())?),
+    };
+    let secs = t.elapsed().as_secs_f64();
+    let cs = c.codebook()?.codec_size();
+    vecio::write_npy(&a.out, &codes, rows, cs, "|u1")?;
+    let out = serde_json::json!({"n": rows, "bytes_per_vector": cs, "encode_seconds": secs, "out": a.out.display().to_string()});
+    eval::print_object(&out, a.run.json);
+    Ok(())
+}
+
+fn decode(a: DecodeArgs) -> AnyResult {
+    let cb = format::load_codebook(&a.codebook)?;
+    let codes = match vecio::read_npy(&a.input)? {
+        vecio::NpyData::U8(m) => m,
+        _ => return Err("codes must be a uint8 .npy written by `vlc encode`".into()),
+    };
+    if codes.cols != cb.codec_size() {
+        return Err(
+            format!("codes have {} bytes per vector, the codebook expects {}", codes.cols, cb.codec_size()).into()
+        );
+    }
+    let x = cb.decode(&codes.data)?;
+    vecio::write_vectors(&a.out, &x, cb.dim())?;
+    Ok(())
+}
+
+fn build(a: BuildArgs) -> AnyResult {
+    let x = vecio::read_vectors(&a.input)?;
+    let ctx = a.run.context()?;
+    let c = match &a.codebook {
+        Some(p) => load_compressor(p, ctx.clone())?,
+        None => {
+            let mut c = Compressor::new(ctx.clone(), a.train.params());
+            let bar = eval::Bar::new(a.run.json);
+            c.train_with_progress(&x.data, x.cols, &bar)?;
+            bar.finish();
+            c
+        }
+    };
+    let mut index = c.new_index()?;
+    let ids: Vec<u64> = (0..x.rows as u64).collect();
+    ctx.run(|b| index.add(b, x.data[..].into(), &ids))?;
+    format::save_index(&index, &a.out)?;
+    eval::print_object(&serde_json::to_value(index.stats())?, a.run.json);
+    Ok(())
+}
+
+fn search(a: SearchArgs) -> AnyResult {
+    let ctx = a.run.context()?;
+    let index = format::load_index(&a.index, true)?;
+    let q = vecio::read_vectors(&a.query)?;
+    let raw = a.raw.as_deref().map(vecio::read_vectors).transpose()?;
+    let dense = raw.as_ref().map(|r| DenseRaw { data: &r.data, d: r.cols });
+    let p = SearchParams { k: a.k, nprobe: a.nprobe, rerank: a.rerank };
+    let t = std::time::Instant::now();
+    let res = ctx.run(|_| index.search(&q.data, &p, dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors)))?;
+    let secs = t.elapsed().as_secs_f64();
+    match a.out.extension().and_then(|e| e.to_str()) {
+        Some("ivecs") => {
+            let ids: Vec<i32> = res.ids.iter().map(|&i| i32::try_from(i).unwrap_or(-1)).collect();
+            vecio::write_ivecs(&a.out, &ids, a.k)?
+        }
+        Some("npy") => {
+            let ids: Vec<i64> = res.ids.iter().map(|&i| i64::try_from(i).unwrap_or(-1)).collect();
+            vecio::write_npy(&a.out, &ids, q.rows, a.k, "<i8")?
+        }
+        _ => return Err("--out must end in .ivecs or .npy".into()),
+    }
+    let out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs});
+    eval::print_object(&out, a.run.json);
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! Deserialization of untrusted bytes: every size, offset and checksum is checked before use;
+//! anything wrong is `Error::Corrupt`, never a panic.
+
+use super::*;
+use crate::error::{Error, Result};
+use crate::index::{Index, Lists};
+use crate::params::{Metric, Rotation};
+use crate::quant::{Codebook, ProductQuantizer};
+use std::ops::Range;
+use std::sync::Arc;
+
+fn corrupt<T>(msg: impl Into<String>) -> Result<T> {
+    Err(Error::Corrupt(msg.into()))
+}
+
+/// Validated layout of a file: where each section lies.
+struct Layout {
+    kind: u32,
+    sections: Vec<(u32, Range<usize>)>,
+}
+
+impl Layout {
+    fn get(&self, id: u32) -> Option<Range<usize>> {
+        self.sections.iter().find(|s| s.0 == id).map(|s| s.1.clone())
+    }
+    fn need(&self, id: u32, name: &str) -> Result<Range<usize>> {
+        self.get(id).map_or_else(|| corrupt(format!("missing {name} section")), Ok)
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn layout(b: &[u8]) -> Result<Layout> {
+    if b.len() < HEADER {
+        return corrupt(format!("{} bytes is shorter than the {HEADER}-byte header", b.len()));
+    }
+    if b[..8] != MAGIC {
+        return corrupt("not a vlc_compress file (bad magic)");
+    }
+    if checksum(&b[..56]) != u64_at(b, 56) {
+        return corrupt("header checksum mismatch");
+    }
+    let version = u32_at(b, 8);
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion { found: version, supported: VERSION });
+    }
+    let kind = u32_at(b, 12);
+    let count = u32_at(b, 16) as usize;
+    if count == 0 || count > MAX_SECTIONS {
+        return corrupt(format!("bad section count {count}"));
+    }
+    if u64_at(b, 24) != b.len() as u64 {
+        return corrupt(format!("file is {} bytes, header says {} (truncated?)", b.len(), u64_at(b, 24)));
+    }
+    let table = HEADER..HEADER + count * ENTRY;
+    if table.end > b.len() {
+        return corrupt("section table runs past the end");
+    }
+    if checksum(&b[table.clone()]) != u64_at(b, 40) {
+        return corrupt("section table checksum mismatch");
+    }
+    let mut sections = Vec::with_capacity(count);
+    for e in b[table.clone()].chunks_exact(ENTRY) {
+        let id = u32_at(e, 0);
+        let off = u64_at(e, 8);
+        let len = u64_at(e, 16);
+        let end = off.checked_add(len).filter(|&x| x <= b.len() as u64);
+        let Some(end) = end else { return corrupt(format!("section {id} runs past the end")) };
+        if off % ALIGN as u64 != 0 || (off as usize) < table.end {
+            return corrupt(format!("section {id} is misplaced"));
+        }
+        if sections.iter().any(|s: &(u32, Range<usize>)| s.0 == id) {
+            return corrupt(format!("section {id} appears twice"));
+        }
+        let r = off as usize..end as usize;
+        if checksum(&b[r.clone()]) != u64_at(e, 24) {
+            return corrupt(format!("section {id} checksum mismatch"));
+        }
+        sections.push((id, r));
+    }
+    Ok(Layout { kind, sections })
+}
+
+fn floats(b: &[u8], r: Range<usize>, count: usize, name: &str) -> Result<Vec<f32>> {
+    if Some(r.len()) != count.checked_mul(4) {
+        return corrupt(format!("{name}: {} bytes, expected {count} floats", r.len()));
+    }
+    Ok(bytemuck::pod_collect_to_vec(&b[r]))
+}
+
+struct Meta {
+    ntotal: u64,
+}
+
+fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
+    let m = l.need(sec::META, "meta")?;
+    if m.len() != META_LEN {
+        return corrupt("meta section has the wrong size");
+    }
+    let mb = &b[m];
+    let f = |i: usize| u32_at(mb, i * 4) as usize;
+    let (d, metric, nlist, nsub, bits, dsub, rotation) = (f(0), f(1), f(2), f(3), f(4) as u32, f(5), f(6));
+    let ntotal = u64_at(mb, 32);
+    let fingerprint = u64_at(mb, 40);
+    let metric = Metric::from_code(metric as u32).map_or_else(|| corrupt(format!("unknown metric {metric}")), Ok)?;
+    let rotation =
+        Rotation::from_code(rotation as u32).map_or_else(|| corrupt(format!("unknown rotation {rotation}")), Ok)?;
+    if d == 0 || nlist == 0 || nsub == 0 || dsub == 0 || (bits != 4 && bits != 8) {
+        return corrupt(format!("bad shape d={d} lists={nlist} M={nsub} dsub={dsub} bits={bits}"));
+    }
+    let dp = nsub.checked_mul(dsub).filter(|&v| v >= d && v <= 1 << 20);
+    let Some(dp) = dp else { return corrupt("bad quantizer dimension") };
+    let anchors = floats(b, l.need(sec::ANCHORS, "anchors")?, nlist.saturating_mul(d), "anchors")?;
+    let rot = match l.get(sec::ROTATION) {
+        Some(r) => floats(b, r, dp * dp, "rotation")?,
+        None => Vec::new(),
+    };
+    let pq_len = nsub.checked_mul(1 << bits).and_then(|v| v.checked_mul(dsub)).unwrap_or(usize::MAX);
+    let centroids = floats(b, l.need(sec::PQ, "quantizer")?, pq_len, "quantizer")?;
+    let pq = ProductQuantizer { nsub, bits, dsub, centroids };
+    let cb = Codebook::from_parts(d, metric, anchors, rotation, rot, pq)?;
+    if cb.fingerprint != fingerprint || u64_at(b, 32) != fingerprint {
+        return corrupt("codebook fingerprint does not match its contents");
+    }
+    Ok((cb, Meta { ntotal }))
+}
+
+/// Where the lists of an index lie inside its bytes; validated once.
+struct ListLayout {
+    offsets: Vec<u64>,
+    ids: Range<usize>,
+    codes: Range<usize>,
+    code_size: usize,
+}
+
+fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout> {
+    let nl = cb.anchors();
+    let off = l.need(sec::LIST_OFFSETS, "list offsets")?;
+    if off.len() != (nl + 1) * 8 {
+        return corrupt("list offsets section has the wrong size");
+    }
+    let offsets: Vec<u64> = bytemuck::pod_collect_to_vec(&b[off]);
+    if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) || offsets[nl] != meta.ntotal {
+        return corrupt("list offsets are not increasing from 0 to the vector count");
+    }
+    let n = usize::try_from(meta.ntotal).map_err(|_| Error::Corrupt("vector count too large".into()))?;
+    let ids = l.need(sec::IDS, "ids")?;
+    let codes = l.need(sec::CODES, "codes")?;
+    let cs = cb.code_size();
+    if Some(ids.len()) != n.checked_mul(8) || Some(codes.len()) != n.checked_mul(cs) {
+        return corrupt("ids or codes section size does not match the vector count");
+    }
+    Ok(ListLayout { offsets, ids, codes, code_size: cs })
+}
+
+/// Lists read in place from a memory map.
+#[derive(Debug)]
+pub(crate) struct MappedLists {
+    map: memmap2::Mmap,
+    offsets: Vec<u64>,
+    ids: Range<usize>,
+    codes: Range<usize>,
+    code_size: usize,
+}
+
+impl MappedLists {
+    pub fn list(&self, j: usize) -> (&[u64], &[u8]) {
+        let (a, b) = (self.offsets[j] as usize, self.offsets[j + 1] as usize);
+        // Sections are 64-byte aligned and the map is page aligned, so the cast cannot fail.
+        let ids: &[u64] = bytemuck::cast_slice(&self.map[self.ids.clone()]);
+        (&ids[a..b], &self.map[self.codes.start + a * self.code_size..self.codes.start + b * self.code_size])
+    }
+}
+
+fn kind_check(l: &Layout, want: Kind) -> Result<()> {
+    if l.kind != want as u32 {
+        return corrupt(format!("file holds kind {}, expected {:?}", l.kind, want));
+    }
+    Ok(())
+}
+
+fn owned_index(b: &[u8], l: &Layout, cb: Codebook, meta: &Meta) -> Result<Index> {
+    let ll = lists(b, l, &cb, meta)?;
+    let ids_all: Vec<u64> = bytemuck::pod_collect_to_vec(&b[ll.ids.clone()]);
+    let codes_all = &b[ll.codes.clone()];
+    let nl = cb.anchors();
+    let (mut ids, mut codes) = (Vec::with_capacity(nl), Vec::with_capacity(nl));
+    for j in 0..nl {
+        let (s, e) = (ll.offsets[j] as usize, ll.offsets[j + 1] as usize);
+        ids.push(ids_all[s..e].to_vec());
+        codes.push(codes_all[s * ll.code_size..e * ll.code_size].to_vec());
+    }
+    Ok(Index::with_lists(Arc::new(cb), Lists::Owned { ids, codes }))
+}
+
+/// Parses a codebook from bytes (a codebook or an index file).
+pub fn read_codebook_bytes(b: &[u8]) -> Result<Codebook> {
+    let l = layout(b)?;
+    Ok(codebook(b, &l)?.0)
+}
+
+/// Parses an index from bytes (copied into memory).
+pub fn read_index_bytes(b: &[u8]) -> Result<Index> {
+    let l = layout(b)?;
+    kind_check(&l, Kind::Index)?;
+    let (cb, meta) = codebook(b, &l)?;
+    owned_index(b, &l, cb, &meta)
+}
+
+fn open_map(path: &Path) -> Result<memmap2::Mmap> {
+    let file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    // SAFETY: the map is read-only. Like every memory-mapped reader, we rely on the file not
+    // being truncated or rewritten in place while mapped; the library itself only ever replaces
+    // files by rename, which leaves existing maps intact.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(format!("mapping {}", path.display()), e))
+}
+
+/// Loads a codebook from a codebook or index file.
+pub fn load_codebook(path: &Path) -> Result<Codebook> {
+    read_codebook_bytes(&open_map(path)?)
+}
+
+/// Loads an index. With `mmap`, ids and codes stay in the file's memory map and are used in
+/// place (the first `add`/`remove` copies them into memory); otherwise they are read in.
+pub fn load_index(path: &Path, mmap: bool) -> Result<Index> {
+    let map = open_map(path)?;
+    let l = layout(&map)?;
+    kind_check(&l, Kind::Index)?;
+    let (cb, meta) = codebook(&map, &l)?;
+    if !mmap {
+        return owned_index(&map, &l, cb, &meta);
+    }
+    let ll = lists(&map, &l, &cb, &meta)?;
+    if bytemuck::try_cast_slice::<u8, u64>(&map[ll.ids.clone()]).is_err() {
+        return corrupt("ids section is not 8-byte aligned");
+    }
+    let mapped = MappedLists { map, offsets: ll.offsets, ids: ll.ids, codes: ll.codes, code_size: ll.code_size };
+    Ok(Index::with_lists(Arc::new(cb), Lists::Mapped(mapped)))
+}

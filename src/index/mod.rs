@@ -1,0 +1,207 @@
+//! The Index: a Codebook plus inverted lists (ids and residual codes per anchor).
+//! `search(&self)` is safe from many threads at once; `add`/`remove` take `&mut self`.
+
+mod search;
+
+pub use search::{DenseRaw, RawVectors, SearchResults};
+
+use crate::backend::Backend;
+use crate::error::{try_vec, Error, Result};
+use crate::quant::{Codebook, Vectors};
+use std::sync::Arc;
+
+/// Inverted lists, either owned or used in place from a memory-mapped file.
+#[derive(Debug)]
+pub(crate) enum Lists {
+    Owned { ids: Vec<Vec<u64>>, codes: Vec<Vec<u8>> },
+    Mapped(crate::format::MappedLists),
+}
+
+type OwnedLists<'a> = (&'a mut Vec<Vec<u64>>, &'a mut Vec<Vec<u8>>);
+
+/// Sizes and balance of an index.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct IndexStats {
+    pub vectors: usize,
+    pub lists: usize,
+    pub dim: usize,
+    pub code_size: usize,
+    pub largest_list: usize,
+    pub empty_lists: usize,
+    /// Largest list over the mean list size.
+    pub max_list_over_mean: f64,
+    /// Bytes of codes and ids held.
+    pub payload_bytes: usize,
+    pub memory_mapped: bool,
+}
+
+/// A searchable compressed index.
+#[derive(Debug)]
+pub struct Index {
+    pub(crate) cb: Arc<Codebook>,
+    pub(crate) lists: Lists,
+    /// Lookup-table terms derived from the codebook (never stored in files).
+    pub(crate) tables: search::Tables,
+}
+
+/// Precomputed L2 tables above this size are skipped (tables are then built per probed list).
+const MAX_TERM_BYTES: usize = 512 << 20;
+
+impl Index {
+    /// An empty index on a trained codebook.
+    pub fn new(cb: Arc<Codebook>) -> Index {
+        let m = cb.anchors();
+        Index::with_lists(cb, Lists::Owned { ids: vec![Vec::new(); m], codes: vec![Vec::new(); m] })
+    }
+
+    pub(crate) fn with_lists(cb: Arc<Codebook>, lists: Lists) -> Index {
+        let tables = search::Tables::new(&cb, MAX_TERM_BYTES);
+        Index { cb, lists, tables }
+    }
+
+    pub fn codebook(&self) -> &Arc<Codebook> {
+        &self.cb
+    }
+
+    /// Number of lists (anchors).
+    pub fn nlist(&self) -> usize {
+        self.cb.anchors()
+    }
+
+    /// Ids and codes of list `j`.
+    pub(crate) fn list(&self, j: usize) -> (&[u64], &[u8]) {
+        match &self.lists {
+            Lists::Owned { ids, codes } => (&ids[j], &codes[j]),
+            Lists::Mapped(m) => m.list(j),
+        }
+    }
+
+    /// Number of vectors held.
+    pub fn len(&self) -> usize {
+        (0..self.nlist()).map(|j| self.list(j).0.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn stats(&self) -> IndexStats {
+        let sizes: Vec<usize> = (0..self.nlist()).map(|j| self.list(j).0.len()).collect();
+        let n: usize = sizes.iter().sum();
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        let mean = n as f64 / sizes.len().max(1) as f64;
+        IndexStats {
+            vectors: n,
+            lists: sizes.len(),
+            dim: self.cb.dim(),
+            code_size: self.cb.code_size(),
+            largest_list: largest,
+            empty_lists: sizes.iter().filter(|&&s| s == 0).count(),
+            max_list_over_mean: if mean > 0.0 { largest as f64 / mean } else { 0.0 },
+            payload_bytes: n * (self.cb.code_size() + 8),
+            memory_mapped: matches!(self.lists, Lists::Mapped(_)),
+        }
+    }
+
+    /// Mapped lists are copied into memory before the first change.
+    fn owned_lists(&mut self) -> Result<OwnedLists<'_>> {
+        if let Lists::Mapped(_) = &self.lists {
+            let m = self.nlist();
+            let mut ids = Vec::with_capacity(m);
+            let mut codes = Vec::with_capacity(m);
+            for j in 0..m {
+                let (i, c) = self.list(j);
+                ids.push(i.to_vec());
+                codes.push(c.to_vec());
+            }
+            self.lists = Lists::Owned { ids, codes };
+        }
+        match &mut self.lists {
+            Lists::Owned { ids, codes } => Ok((ids, codes)),
+            Lists::Mapped(_) => Err(Error::InvalidState("index lists are still mapped".into())),
+        }
+    }
+
+    /// Encodes `x` (n x d) and appends it with the caller's `ids` (one per vector). Ids need not
+    /// be unique; `remove` drops every vector with a given id. On error nothing is added.
+    pub fn add(&mut self, backend: &dyn Backend, x: Vectors<'_>, ids: &[u64]) -> Result<()> {
+        let d = self.cb.dim();
+        if x.len() != ids.len() * d {
+            return Err(Error::InvalidArgument(format!(
+                "{} values for {} ids of dimension {d} (expected {})",
+                x.len(),
+                ids.len(),
+                ids.len() * d
+            )));
+        }
+        let (anchor, codes) = self.cb.encode_parts(backend, x)?;
+        let cs = self.cb.code_size();
+        let (lids, lcodes) = self.owned_lists()?;
+        for (i, (&a, &id)) in anchor.iter().zip(ids).enumerate() {
+            lids[a as usize].push(id);
+            lcodes[a as usize].extend_from_slice(&codes[i * cs..(i + 1) * cs]);
+        }
+        Ok(())
+    }
+
+    /// Removes every vector whose id is in `ids`; returns how many were removed.
+    pub fn remove(&mut self, ids: &[u64]) -> Result<usize> {
+        let set: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        let cs = self.cb.code_size();
+        let (lids, lcodes) = self.owned_lists()?;
+        let mut removed = 0;
+        for (li, lc) in lids.iter_mut().zip(lcodes.iter_mut()) {
+            let mut w = 0;
+            for r in 0..li.len() {
+                if set.contains(&li[r]) {
+                    removed += 1;
+                    continue;
+                }
+                if w != r {
+                    li[w] = li[r];
+                    lc.copy_within(r * cs..(r + 1) * cs, w * cs);
+                }
+                w += 1;
+            }
+            li.truncate(w);
+            lc.truncate(w * cs);
+        }
+        Ok(removed)
+    }
+
+    /// Appends every vector of `other`, which must share this index's codebook.
+    pub fn merge_from(&mut self, other: &Index) -> Result<()> {
+        if other.cb.fingerprint() != self.cb.fingerprint() {
+            return Err(Error::CodebookMismatch(format!(
+                "fingerprints {:016x} and {:016x} differ",
+                self.cb.fingerprint(),
+                other.cb.fingerprint()
+            )));
+        }
+        let m = self.nlist();
+        let theirs: Vec<(Vec<u64>, Vec<u8>)> =
+            (0..m).map(|j| (other.list(j).0.to_vec(), other.list(j).1.to_vec())).collect();
+        let (lids, lcodes) = self.owned_lists()?;
+        for (j, (i, c)) in theirs.into_iter().enumerate() {
+            lids[j].extend(i);
+            lcodes[j].extend(c);
+        }
+        Ok(())
+    }
+
+    /// Approximate vectors of every stored vector with its id, list by list.
+    pub fn reconstruct_all(&self) -> Result<(Vec<u64>, Vec<f32>)> {
+        let n = self.len();
+        let mut ids = try_vec(0, 0u64, "ids")?;
+        ids.reserve(n);
+        let mut anchors = Vec::with_capacity(n);
+        let mut codes = Vec::with_capacity(n * self.cb.code_size());
+        for j in 0..self.nlist() {
+            let (i, c) = self.list(j);
+            ids.extend_from_slice(i);
+            anchors.extend(std::iter::repeat_n(j as u32, i.len()));
+            codes.extend_from_slice(c);
+        }
+        Ok((ids, self.cb.decode_parts(&anchors, &codes)?))
+    }
+}

@@ -1,0 +1,310 @@
+//! Search: coarse probe (one GEMM per query block), a lookup table per probed list, a scan of
+//! the list's codes summing table entries, a bounded heap of candidates, optional exact re-rank.
+//!
+//! L2 tables use the decomposition `|q - a - R^T y|^2 = |q - a|^2 + (|y|^2 + 2<Ra, y>) - 2<Rq, y>`:
+//! the middle term depends only on the list and is precomputed per (anchor, sub-space,
+//! centroid), the last only on the query, so a list's table is one add per entry.
+//! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
+
+use super::Index;
+use crate::error::{check_finite, Error, Result};
+use crate::linalg;
+use crate::params::{Metric, SearchParams};
+use crate::quant::{pq::extract_sub, prepare, rotation, Codebook};
+use rayon::prelude::*;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Raw (uncompressed) vectors for exact re-ranking, looked up by id.
+pub trait RawVectors: Sync {
+    fn dim(&self) -> usize;
+    /// The vector stored under `id`, if any.
+    fn get(&self, id: u64) -> Option<&[f32]>;
+}
+
+/// Raw vectors in a dense row-major array where id = row number.
+#[derive(Clone, Copy, Debug)]
+pub struct DenseRaw<'a> {
+    pub data: &'a [f32],
+    pub d: usize,
+}
+
+impl RawVectors for DenseRaw<'_> {
+    fn dim(&self) -> usize {
+        self.d
+    }
+    fn get(&self, id: u64) -> Option<&[f32]> {
+        let i = usize::try_from(id).ok()?;
+        self.data.get(i.checked_mul(self.d)?..(i + 1).checked_mul(self.d)?)
+    }
+}
+
+/// `k` results per query, best first. Distances are squared L2 for `Metric::L2` and inner
+/// products (similarities, larger is better) for `InnerProduct` and `Cosine`. Missing results
+/// (fewer than k vectors reachable) have id `u64::MAX` and distance `+inf` / `-inf`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchResults {
+    pub k: usize,
+    pub ids: Vec<u64>,
+    pub distances: Vec<f32>,
+}
+
+/// Tables derived from the codebook once per index.
+#[derive(Debug)]
+pub(crate) struct Tables {
+    /// m x M x ksub: `|c|^2 + 2 <(R a)_j, c>` (None when larger than the cap).
+    l2_terms: Option<Vec<f32>>,
+    /// m x dp: rotated, padded anchors (for tables built on the fly).
+    rot_anchors: Vec<f32>,
+}
+
+impl Tables {
+    pub fn new(cb: &Codebook, cap_bytes: usize) -> Tables {
+        let (d, dp, m) = (cb.d, cb.pq.dim(), cb.anchors());
+        let mut padded = vec![0f32; m * dp];
+        for (p, a) in padded.chunks_exact_mut(dp).zip(cb.anchors.chunks_exact(d)) {
+            p[..d].copy_from_slice(a);
+        }
+        let rot_anchors = if cb.rot.is_empty() { padded } else { rotation::apply(&cb.rot, &padded, dp) };
+        let per = cb.pq.nsub * cb.pq.ksub();
+        let l2_terms = (cb.metric == Metric::L2 && m * per * 4 <= cap_bytes).then(|| {
+            let mut t = vec![0f32; m * per];
+            t.par_chunks_mut(per).zip(rot_anchors.par_chunks(dp)).for_each(|(out, ra)| list_terms(cb, ra, out));
+            t
+        });
+        Tables { l2_terms, rot_anchors }
+    }
+}
+
+/// `|c|^2 + 2 <ra_j, c>` for every sub-space j and centroid c.
+fn list_terms(cb: &Codebook, ra: &[f32], out: &mut [f32]) {
+    let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
+    for j in 0..cb.pq.nsub {
+        let cents = cb.pq.sub(j);
+        let a = &ra[j * ds..(j + 1) * ds];
+        for c in 0..ks {
+            let cv = &cents[c * ds..(c + 1) * ds];
+            out[j * ks + c] = linalg::dot(cv, cv) + 2.0 * linalg::dot(a, cv);
+        }
+    }
+}
+
+/// Candidate ordered by (distance, id): the heap's top is the worst kept.
+#[derive(Clone, Copy, PartialEq)]
+struct Cand(f32, u64);
+impl Eq for Cand {}
+impl PartialOrd for Cand {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Cand {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
+    }
+}
+
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Cand>,
+    worst: f32,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        TopK { k, heap: BinaryHeap::with_capacity(k + 1), worst: f32::INFINITY }
+    }
+    #[inline]
+    fn push(&mut self, d: f32, id: u64) {
+        if d > self.worst {
+            return;
+        }
+        let c = Cand(d, id);
+        if self.heap.len() < self.k {
+            self.heap.push(c);
+        } else if c < *self.heap.peek().unwrap() {
+            self.heap.pop();
+            self.heap.push(c);
+        } else {
+            return;
+        }
+        if self.heap.len() == self.k {
+            self.worst = self.heap.peek().unwrap().0;
+        }
+    }
+    fn sorted(self) -> Vec<Cand> {
+        self.heap.into_sorted_vec()
+    }
+}
+
+/// Queries per parallel task: one coarse GEMM each.
+const QUERY_BLOCK: usize = 16;
+
+impl Index {
+    /// Searches `queries` (nq x d). Safe to call from many threads at once.
+    /// With `p.rerank > 0`, the best `rerank` candidates are re-scored exactly against `raw`.
+    pub fn search(&self, queries: &[f32], p: &SearchParams, raw: Option<&dyn RawVectors>) -> Result<SearchResults> {
+        p.validate()?;
+        let d = self.cb.dim();
+        if queries.len() % d != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} query values are not a whole number of {d}-d vectors",
+                queries.len()
+            )));
+        }
+        check_finite(queries, "queries")?;
+        let raw = match (p.rerank, raw) {
+            (0, _) => None,
+            (_, None) => return Err(Error::InvalidArgument("rerank needs raw vectors".into())),
+            (_, Some(r)) if r.dim() != d => {
+                return Err(Error::InvalidArgument(format!("raw vectors have dimension {}, index {d}", r.dim())))
+            }
+            (_, Some(r)) => Some(r),
+        };
+        let nq = queries.len() / d;
+        let q = prepare(queries, d, self.cb.metric);
+        let k = p.k;
+        let mut ids = vec![u64::MAX; nq * k];
+        let missing = if self.cb.metric == Metric::L2 { f32::INFINITY } else { f32::NEG_INFINITY };
+        let mut dist = vec![missing; nq * k];
+        let blocks: Vec<Result<()>> = q
+            .par_chunks(QUERY_BLOCK * d)
+            .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
+            .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
+            .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
+            .collect();
+        blocks.into_iter().collect::<Result<()>>()?;
+        Ok(SearchResults { k, ids, distances: dist })
+    }
+
+    fn search_block(
+        &self,
+        qb: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        ids: &mut [u64],
+        dist: &mut [f32],
+    ) -> Result<()> {
+        let cb = &*self.cb;
+        let (d, m, dp) = (cb.d, cb.anchors(), cb.pq.dim());
+        let (nsub, ks) = (cb.pq.nsub, cb.pq.ksub());
+        let r = qb.len() / d;
+        let mut dots = vec![0f32; r * m];
+        linalg::dot_block(qb, &cb.anchors, d, &mut dots);
+        let anorm = linalg::row_norms(&cb.anchors, d);
+        let mut qpad = vec![0f32; r * dp];
+        for (p_, qv) in qpad.chunks_exact_mut(dp).zip(qb.chunks_exact(d)) {
+            p_[..d].copy_from_slice(qv);
+        }
+        let qy = if cb.rot.is_empty() { qpad } else { rotation::apply(&cb.rot, &qpad, dp) };
+        // -<Rq_j, c> for every sub-space and centroid: one small GEMM per sub-space.
+        let mut qc = vec![0f32; r * nsub * ks];
+        let mut tmp = vec![0f32; r * ks];
+        for j in 0..nsub {
+            let sub = extract_sub(&qy, dp, j * cb.pq.dsub, cb.pq.dsub);
+            linalg::dot_block(&sub, cb.pq.sub(j), cb.pq.dsub, &mut tmp);
+            for i in 0..r {
+                qc[(i * nsub + j) * ks..(i * nsub + j + 1) * ks].copy_from_slice(&tmp[i * ks..(i + 1) * ks]);
+            }
+        }
+        let l2 = cb.metric == Metric::L2;
+        let want = p.k.max(p.rerank);
+        let mut coarse = vec![0f32; m];
+        let mut probes = Vec::new();
+        let mut lut = vec![0f32; nsub * ks];
+        let mut fly = if self.tables.l2_terms.is_none() && l2 { vec![0f32; nsub * ks] } else { Vec::new() };
+        let mut pair = Vec::new();
+        for i in 0..r {
+            let qv = &qb[i * d..(i + 1) * d];
+            let qn = linalg::dot(qv, qv);
+            for j in 0..m {
+                let dt = dots[i * m + j];
+                coarse[j] = if l2 { qn + anorm[j] - 2.0 * dt } else { -dt };
+            }
+            linalg::smallest_k(&coarse, p.nprobe, &mut probes);
+            let qci = &qc[i * nsub * ks..(i + 1) * nsub * ks];
+            let mut top = TopK::new(want);
+            for &a in &probes {
+                let a = a as usize;
+                let (lids, lcodes) = self.list(a);
+                if lids.is_empty() {
+                    continue;
+                }
+                if l2 {
+                    let terms: &[f32] = match &self.tables.l2_terms {
+                        Some(t) => &t[a * nsub * ks..(a + 1) * nsub * ks],
+                        None => {
+                            list_terms(cb, &self.tables.rot_anchors[a * dp..(a + 1) * dp], &mut fly);
+                            &fly
+                        }
+                    };
+                    for ((l, t), c) in lut.iter_mut().zip(terms).zip(qci) {
+                        *l = t - 2.0 * c;
+                    }
+                } else {
+                    for (l, c) in lut.iter_mut().zip(qci) {
+                        *l = -c;
+                    }
+                }
+                scan(coarse[a], &lut, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top);
+            }
+            let mut cands = top.sorted();
+            if let Some(raw) = raw {
+                for c in cands.iter_mut() {
+                    let v = raw
+                        .get(c.1)
+                        .ok_or_else(|| Error::InvalidArgument(format!("raw vectors have no vector for id {}", c.1)))?;
+                    let v = prepare(v, d, cb.metric);
+                    c.0 = if l2 { linalg::l2_sq(qv, &v) } else { -linalg::dot(qv, &v) };
+                }
+                cands.sort_unstable();
+            }
+            for (t, c) in cands.iter().take(p.k).enumerate() {
+                ids[i * p.k + t] = c.1;
+                dist[i * p.k + t] = if l2 { c.0 } else { -c.0 };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sums table entries over each code of one list and offers the totals to the heap.
+fn scan(
+    base: f32,
+    lut: &[f32],
+    bits: u32,
+    nsub: usize,
+    ids: &[u64],
+    codes: &[u8],
+    pair: &mut Vec<[f32; 256]>,
+    top: &mut TopK,
+) {
+    if bits == 8 {
+        let tabs: Vec<&[f32; 256]> = lut.chunks_exact(256).map(|c| c.try_into().unwrap()).collect();
+        for (code, &id) in codes.chunks_exact(nsub).zip(ids) {
+            let mut s = base;
+            for (t, &c) in tabs.iter().zip(code) {
+                s += t[c as usize];
+            }
+            top.push(s, id);
+        }
+    } else {
+        // Two 16-entry tables folded into one 256-entry table per byte: one lookup per byte.
+        let nbytes = nsub.div_ceil(2);
+        pair.resize(nbytes, [0f32; 256]);
+        for (b, t) in pair.iter_mut().enumerate() {
+            let lo = &lut[2 * b * 16..2 * b * 16 + 16];
+            let hi: &[f32] = if 2 * b + 1 < nsub { &lut[(2 * b + 1) * 16..(2 * b + 2) * 16] } else { &[0f32; 16] };
+            for (v, slot) in t.iter_mut().enumerate() {
+                *slot = lo[v & 15] + hi[v >> 4];
+            }
+        }
+        for (code, &id) in codes.chunks_exact(nbytes).zip(ids) {
+            let mut s = base;
+            for (t, &c) in pair.iter().zip(code) {
+                s += t[c as usize];
+            }
+            top.push(s, id);
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Dense kernels shared by training, encoding and search on the CPU: GEMM through faer,
+//! blocked so that every row block is computed the same way whatever the thread count.
+
+use faer::{linalg::matmul::matmul, Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+/// Rows per block: the unit of parallel work. Fixed, so results never depend on threads.
+pub(crate) const BLOCK: usize = 256;
+
+/// `out (r x m) = x (r x d) * c (m x d)^T`, row-major, single-threaded (callers parallelize).
+pub(crate) fn dot_block(x: &[f32], c: &[f32], d: usize, out: &mut [f32]) {
+    let r = x.len() / d;
+    let m = c.len() / d;
+    debug_assert_eq!(out.len(), r * m);
+    if r == 0 || m == 0 {
+        return;
+    }
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let xa = MatRef::from_row_major_slice(x, r, d);
+    let ca = MatRef::from_row_major_slice(c, m, d);
+    let o = MatMut::from_row_major_slice_mut(out, r, m);
+    matmul(o, Accum::Replace, xa, ca.transpose(), 1.0f32, Par::Seq);
+}
+
+/// Squared norm of each row.
+pub(crate) fn row_norms(x: &[f32], d: usize) -> Vec<f32> {
+    if d == 0 {
+        return vec![0.0; 0];
+    }
+    x.par_chunks(d).map(|r| dot(r, r)).collect()
+}
+
+#[inline]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums so the compiler vectorizes without fast-math.
+    let mut acc = [0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = 0f32;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += x * y;
+    }
+    (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + s
+}
+
+#[inline]
+pub(crate) fn l2_sq(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..8 {
+            let t = x[i] - y[i];
+            acc[i] += t * t;
+        }
+    }
+    let mut s = 0f32;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += (x - y) * (x - y);
+    }
+    (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + s
+}
+
+/// For each row of `x`, the index of the nearest row of `c` by `|x|^2 - 2 x.c + |c|^2 + bias[c]`
+/// and the squared L2 distance (bias excluded, clamped at 0). Ties go to the smaller index.
+pub(crate) fn nearest(
+    x: &[f32],
+    xn: &[f32],
+    c: &[f32],
+    cn: &[f32],
+    bias: Option<&[f32]>,
+    d: usize,
+    assign: &mut [u32],
+    dist: &mut [f32],
+) {
+    let m = cn.len();
+    x.par_chunks(BLOCK * d)
+        .zip(assign.par_chunks_mut(BLOCK))
+        .zip(dist.par_chunks_mut(BLOCK))
+        .enumerate()
+        .for_each_init(Vec::new, |buf, (b, ((xb, ab), db))| {
+            let r = xb.len() / d;
+            buf.resize(r * m, 0.0);
+            dot_block(xb, c, d, buf);
+            for i in 0..r {
+                let row = &buf[i * m..(i + 1) * m];
+                let (bj, bd) = argmin_row(row, cn, bias);
+                ab[i] = bj as u32;
+                db[i] = (xn[b * BLOCK + i] + bd).max(0.0);
+            }
+        });
+}
+
+/// argmin over j of `cn[j] - 2 row[j] + bias[j]`, in eight lanes so it vectorizes; ties go to
+/// the smaller index. Returns the index and `cn[j] - 2 row[j]` there (the bias left out).
+#[inline]
+fn argmin_row(row: &[f32], cn: &[f32], bias: Option<&[f32]>) -> (usize, f32) {
+    const L: usize = 8;
+    let m = row.len();
+    let score = |j: usize| {
+        let v = cn[j] - 2.0 * row[j];
+        match bias {
+            Some(b) => v + b[j],
+            None => v,
+        }
+    };
+    let mut best = [f32::INFINITY; L];
+    let mut arg = [0usize; L];
+    let full = m / L * L;
+    let mut j = 0;
+    while j < full {
+        for l in 0..L {
+            let v = score(j + l);
+            if v < best[l] {
+                best[l] = v;
+                arg[l] = j + l;
+            }
+        }
+        j += L;
+    }
+    let (mut bv, mut bj) = (f32::INFINITY, usize::MAX);
+    for l in 0..L {
+        if best[l] < bv || (best[l] == bv && arg[l] < bj) {
+            bv = best[l];
+            bj = arg[l];
+        }
+    }
+    for j in full..m {
+        let v = score(j);
+        if v < bv || (v == bv && j < bj) {
+            bv = v;
+            bj = j;
+        }
+    }
+    if bj == usize::MAX {
+        bj = 0; // every score NaN or m == 0; inputs are checked finite before this
+    }
+    (bj, cn[bj] - 2.0 * row[bj])
+}
+
+/// The `p` best columns of each row of `scores` (smaller is better), best first.
+pub(crate) fn smallest_k(row: &[f32], p: usize, out: &mut Vec<u32>) {
+    out.clear();
+    let p = p.min(row.len());
+    if p == 0 {
+        return;
+    }
+    let mut idx: Vec<u32> = (0..row.len() as u32).collect();
+    let cmp = |a: &u32, b: &u32| row[*a as usize].total_cmp(&row[*b as usize]).then(a.cmp(b));
+    if p < idx.len() {
+        idx.select_nth_unstable_by(p - 1, cmp);
+        idx.truncate(p);
+    }
+    idx.sort_unstable_by(cmp);
+    out.extend_from_slice(&idx);
+}

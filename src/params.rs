@@ -1,0 +1,285 @@
+//! Parameters: every one has a default and is validated before any work starts.
+
+use crate::error::{invalid, Result};
+
+/// How vectors are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// Squared Euclidean distance (smaller is nearer).
+    L2,
+    /// Inner product (larger is nearer; reported distances are `-ip`).
+    #[serde(rename = "ip")]
+    InnerProduct,
+    /// Cosine similarity: vectors are L2-normalised on the way in, then inner product.
+    Cosine,
+}
+
+impl Metric {
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::L2 => "l2",
+            Metric::InnerProduct => "ip",
+            Metric::Cosine => "cosine",
+        }
+    }
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Metric::L2 => 0,
+            Metric::InnerProduct => 1,
+            Metric::Cosine => 2,
+        }
+    }
+    pub(crate) fn from_code(c: u32) -> Option<Metric> {
+        [Metric::L2, Metric::InnerProduct, Metric::Cosine].get(c as usize).copied()
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "l2" | "euclidean" => Ok(Metric::L2),
+            "ip" | "inner_product" | "dot" => Ok(Metric::InnerProduct),
+            "cosine" | "angular" => Ok(Metric::Cosine),
+            _ => invalid!("unknown metric {s:?} (expected l2, ip or cosine)"),
+        }
+    }
+}
+
+/// Rotation applied to residuals before product quantization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rotation {
+    /// No rotation.
+    None,
+    /// A seeded random orthogonal matrix: spreads variance evenly across sub-spaces.
+    Random,
+    /// Learned (OPQ): alternates PQ training with an orthogonal Procrustes fit.
+    Learned,
+}
+
+impl Rotation {
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Rotation::None => 0,
+            Rotation::Random => 1,
+            Rotation::Learned => 2,
+        }
+    }
+    pub(crate) fn from_code(c: u32) -> Option<Rotation> {
+        [Rotation::None, Rotation::Random, Rotation::Learned].get(c as usize).copied()
+    }
+}
+
+impl std::str::FromStr for Rotation {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Ok(Rotation::None),
+            "random" => Ok(Rotation::Random),
+            "learned" | "opq" => Ok(Rotation::Learned),
+            _ => invalid!("unknown rotation {s:?} (expected none, random or learned)"),
+        }
+    }
+}
+
+/// Anchor initialisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// k-means++ (D^2 sampling) on a sample of the training set.
+    KMeansPlusPlus,
+    /// A seeded uniform sample of the training points.
+    Sample,
+}
+
+/// The annealed robust k-means loop (DESIGN.md, "Training").
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct AnchorParams {
+    /// Number of anchors m (inverted lists). Must be <= the number of training points.
+    pub anchors: usize,
+    /// Iteration cap.
+    pub max_iters: usize,
+    /// Stop when the relative energy change between iterations is below this.
+    pub tol: f64,
+    /// Starting temperature T0 (>= 0). 0 turns the annealing off (plain robust Lloyd).
+    pub initial_temp: f32,
+    /// T is multiplied by this every iteration, in (0, 1].
+    pub cooling_rate: f32,
+    /// Fraction of each anchor's farthest points dropped from its mean at T = T0, in [0, 0.5).
+    /// The fraction cools with T, so the final iterations use the plain mean.
+    pub trim: f32,
+    /// Strength of the load-balancing penalty at T = T0 (>= 0): an anchor holding `c` points
+    /// costs `balance * T/T0 * energy * (c / mean - 1)` more to join.
+    pub balance: f32,
+    /// Merge/split every this many iterations (0 = never).
+    pub maintenance_interval: usize,
+    /// Merge two anchors closer than this times their spread (RMS radius), >= 0.
+    pub merge_threshold: f32,
+    /// Split anchors holding more than this times the mean load, > 1.
+    pub split_factor: f32,
+    /// At most this many training points per anchor are used (0 = all).
+    pub max_points_per_anchor: usize,
+    pub init: Init,
+    pub seed: u64,
+}
+
+impl Default for AnchorParams {
+    fn default() -> Self {
+        AnchorParams {
+            anchors: 1024,
+            max_iters: 25,
+            tol: 1e-4,
+            initial_temp: 1.0,
+            cooling_rate: 0.8,
+            trim: 0.05,
+            balance: 0.3,
+            maintenance_interval: 5,
+            merge_threshold: 0.05,
+            split_factor: 4.0,
+            max_points_per_anchor: 256,
+            init: Init::KMeansPlusPlus,
+            seed: 0x5eed,
+        }
+    }
+}
+
+impl AnchorParams {
+    pub fn validate(&self) -> Result<()> {
+        if self.anchors == 0 {
+            invalid!("anchors must be >= 1");
+        }
+        if self.anchors > u32::MAX as usize {
+            invalid!("anchors must fit in 32 bits");
+        }
+        if self.max_iters == 0 {
+            invalid!("max_iters must be >= 1");
+        }
+        if !(self.tol >= 0.0 && self.tol.is_finite()) {
+            invalid!("tol must be finite and >= 0, got {}", self.tol);
+        }
+        if !(self.initial_temp >= 0.0 && self.initial_temp.is_finite()) {
+            invalid!("initial_temp must be finite and >= 0, got {}", self.initial_temp);
+        }
+        if !(self.cooling_rate > 0.0 && self.cooling_rate <= 1.0) {
+            invalid!("cooling_rate must be in (0, 1], got {}", self.cooling_rate);
+        }
+        if !(self.trim >= 0.0 && self.trim < 0.5) {
+            invalid!("trim must be in [0, 0.5), got {}", self.trim);
+        }
+        if !(self.balance >= 0.0 && self.balance.is_finite()) {
+            invalid!("balance must be finite and >= 0, got {}", self.balance);
+        }
+        if !(self.merge_threshold >= 0.0 && self.merge_threshold.is_finite()) {
+            invalid!("merge_threshold must be finite and >= 0, got {}", self.merge_threshold);
+        }
+        if self.split_factor.is_nan() || self.split_factor <= 1.0 {
+            invalid!("split_factor must be > 1, got {}", self.split_factor);
+        }
+        Ok(())
+    }
+
+    /// Plain Lloyd k-means with the same engine (no annealing, trimming or maintenance beyond
+    /// re-seeding empty anchors): used for PQ sub-codebooks, where distortion is all that counts.
+    pub fn lloyd(k: usize, iters: usize, seed: u64) -> Self {
+        AnchorParams {
+            anchors: k,
+            max_iters: iters,
+            tol: 0.0,
+            initial_temp: 0.0,
+            trim: 0.0,
+            balance: 0.0,
+            maintenance_interval: 0,
+            max_points_per_anchor: 0,
+            seed,
+            ..Default::default()
+        }
+    }
+}
+
+/// Everything a Compressor needs to train a Codebook.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TrainParams {
+    pub metric: Metric,
+    pub anchor: AnchorParams,
+    /// Bytes per vector of residual code (in an index the anchor is implied by the list).
+    pub bytes_per_vector: usize,
+    /// Bits per sub-code: 8 (256 centroids) or 4 (16 centroids, two codes per byte).
+    pub bits: u32,
+    pub rotation: Rotation,
+    /// Lloyd iterations for each PQ sub-codebook.
+    pub pq_iters: usize,
+    /// Training points for the PQ sub-codebooks (0 = all); 256 per centroid is plenty.
+    pub pq_train_points: usize,
+    /// Alternations of the learned rotation (Rotation::Learned only).
+    pub opq_iters: usize,
+}
+
+impl Default for TrainParams {
+    fn default() -> Self {
+        TrainParams {
+            metric: Metric::L2,
+            anchor: AnchorParams::default(),
+            bytes_per_vector: 16,
+            bits: 8,
+            rotation: Rotation::None,
+            pq_iters: 20,
+            pq_train_points: 65_536,
+            opq_iters: 4,
+        }
+    }
+}
+
+impl TrainParams {
+    /// Number of sub-quantizers M for the chosen bytes and bits.
+    pub fn subquantizers(&self) -> usize {
+        self.bytes_per_vector * 8 / self.bits as usize
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        self.anchor.validate()?;
+        if self.bits != 8 && self.bits != 4 {
+            invalid!("bits must be 8 or 4, got {}", self.bits);
+        }
+        if self.bytes_per_vector == 0 || self.bytes_per_vector > 4096 {
+            invalid!("bytes_per_vector must be in 1..=4096, got {}", self.bytes_per_vector);
+        }
+        if self.pq_iters == 0 {
+            invalid!("pq_iters must be >= 1");
+        }
+        Ok(())
+    }
+}
+
+/// Per-call search parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SearchParams {
+    /// Results per query.
+    pub k: usize,
+    /// Inverted lists probed per query.
+    pub nprobe: usize,
+    /// Candidates re-ranked exactly against raw vectors (0 = no re-rank; otherwise >= k).
+    pub rerank: usize,
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams { k: 10, nprobe: 16, rerank: 0 }
+    }
+}
+
+impl SearchParams {
+    pub fn validate(&self) -> Result<()> {
+        if self.k == 0 {
+            invalid!("k must be >= 1");
+        }
+        if self.nprobe == 0 {
+            invalid!("nprobe must be >= 1");
+        }
+        if self.rerank != 0 && self.rerank < self.k {
+            invalid!("rerank ({}) must be 0 or >= k ({})", self.rerank, self.k);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,362 @@
+//! The Codebook: anchors, an optional rotation and the residual product quantizer.
+//! Encoding: anchor = nearest anchor; residual r = x - anchor, zero-padded to M*dsub,
+//! rotated; then one sub-code per sub-space. Decoding inverts each step.
+
+pub mod pq;
+pub(crate) mod rotation;
+
+pub use pq::ProductQuantizer;
+
+use crate::backend::Backend;
+use crate::error::{check_finite, Error, Result};
+use crate::params::{Metric, Rotation, TrainParams};
+use crate::rng::Rng;
+use crate::train::{self, Progress};
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::time::Instant;
+
+/// Input vectors in either precision. f16 is widened block by block, never all at once.
+#[derive(Clone, Copy, Debug)]
+pub enum Vectors<'a> {
+    F32(&'a [f32]),
+    F16(&'a [half::f16]),
+}
+
+impl Vectors<'_> {
+    /// Number of scalar values.
+    pub fn len(&self) -> usize {
+        match self {
+            Vectors::F32(x) => x.len(),
+            Vectors::F16(x) => x.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Rows `[start, start+rows)` of a d-column matrix, as f32.
+    pub(crate) fn rows_f32(&self, start: usize, rows: usize, d: usize) -> Cow<'_, [f32]> {
+        match self {
+            Vectors::F32(x) => Cow::Borrowed(&x[start * d..(start + rows) * d]),
+            Vectors::F16(x) => Cow::Owned(x[start * d..(start + rows) * d].iter().map(|v| v.to_f32()).collect()),
+        }
+    }
+}
+
+impl<'a> From<&'a [f32]> for Vectors<'a> {
+    fn from(x: &'a [f32]) -> Self {
+        Vectors::F32(x)
+    }
+}
+
+impl<'a> From<&'a [half::f16]> for Vectors<'a> {
+    fn from(x: &'a [half::f16]) -> Self {
+        Vectors::F16(x)
+    }
+}
+
+/// Rows encoded per block: bounds the scratch memory of encoding to a few MB.
+const ENCODE_BLOCK: usize = 16_384;
+
+/// What training measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct TrainReport {
+    /// Final anchor energy (mean squared distance to the nearest anchor, training points).
+    pub energy: f64,
+    /// Largest anchor load over the mean load (training points).
+    pub max_list_over_mean: f64,
+    pub iterations: usize,
+    pub anchor_seconds: f64,
+    pub pq_seconds: f64,
+    /// Mean squared reconstruction error of the PQ training sample.
+    pub pq_mse: f64,
+}
+
+/// A trained codebook: the portable artifact that encodes, decodes and anchors an index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Codebook {
+    pub(crate) d: usize,
+    pub(crate) metric: Metric,
+    /// m x d.
+    pub(crate) anchors: Vec<f32>,
+    pub(crate) rotation: Rotation,
+    /// dp x dp (`y = R r`), empty when there is no rotation.
+    pub(crate) rot: Vec<f32>,
+    pub(crate) rot_t: Vec<f32>,
+    pub(crate) pq: ProductQuantizer,
+    pub(crate) fingerprint: u64,
+}
+
+impl Codebook {
+    /// Trains anchors, then the residual quantizer, on `x` (n x d).
+    pub fn train(
+        backend: &dyn Backend,
+        x: &[f32],
+        d: usize,
+        p: &TrainParams,
+        progress: &dyn Progress,
+    ) -> Result<(Codebook, TrainReport)> {
+        p.validate()?;
+        if d == 0 {
+            return Err(Error::InvalidArgument("dimension must be >= 1".into()));
+        }
+        if x.is_empty() {
+            return Err(Error::NotEnoughData("no training vectors".into()));
+        }
+        if x.len() % d != 0 {
+            return Err(Error::InvalidArgument(format!("{} values are not a whole number of {d}-d vectors", x.len())));
+        }
+        check_finite(x, "training vectors")?;
+        let x = prepare(x, d, p.metric);
+        let n = x.len() / d;
+        let t0 = Instant::now();
+        let anchors = train::train_anchors(backend, &x, d, &p.anchor, progress)?;
+        let anchor_seconds = t0.elapsed().as_secs_f64();
+
+        let t1 = Instant::now();
+        let nsub = p.subquantizers();
+        let dsub = d.div_ceil(nsub);
+        let dp = nsub * dsub;
+        let rng = Rng::new(p.anchor.seed ^ 0x9a);
+        let sample = if p.pq_train_points > 0 && n > p.pq_train_points {
+            Cow::Owned(train::anneal::gather(&x, d, &rng.fork(1).sample_indices(n, p.pq_train_points)))
+        } else {
+            Cow::Borrowed(&x[..])
+        };
+        let (assign, _) = backend.nearest(&sample, d, &anchors.centroids)?;
+        let resid = residuals(&sample, d, dp, &anchors.centroids, &assign);
+        progress.report("codebooks", 0, 1);
+        let seed = p.anchor.seed ^ 0x70;
+        let rot = match p.rotation {
+            Rotation::None => Vec::new(),
+            Rotation::Random => rotation::random_orthogonal(dp, seed),
+            Rotation::Learned => {
+                let mut r = rotation::identity(dp);
+                let iters = (p.pq_iters / 2).max(4);
+                for _ in 0..p.opq_iters {
+                    let y = rotation::apply(&r, &resid, dp);
+                    let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, iters, seed)?;
+                    let mut yhat = vec![0f32; y.len()];
+                    pq.decode(&pq.encode(backend, &y)?, &mut yhat);
+                    r = rotation::procrustes(&resid, &yhat, dp);
+                }
+                r
+            }
+        };
+        let y = if rot.is_empty() { resid } else { rotation::apply(&rot, &resid, dp) };
+        let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, p.pq_iters, seed)?;
+        let mut yhat = vec![0f32; y.len()];
+        pq.decode(&pq.encode(backend, &y)?, &mut yhat);
+        let pq_mse =
+            y.iter().zip(&yhat).map(|(a, b)| ((a - b) * (a - b)) as f64).sum::<f64>() / (y.len() / dp).max(1) as f64;
+        progress.report("codebooks", 1, 1);
+
+        let report = TrainReport {
+            energy: anchors.energy,
+            max_list_over_mean: anchors.max_over_mean(),
+            iterations: anchors.iterations,
+            anchor_seconds,
+            pq_seconds: t1.elapsed().as_secs_f64(),
+            pq_mse,
+        };
+        Ok((Codebook::from_parts(d, p.metric, anchors.centroids, p.rotation, rot, pq)?, report))
+    }
+
+    /// Assembles a codebook from its parts, checking every size (used by the file reader).
+    pub(crate) fn from_parts(
+        d: usize,
+        metric: Metric,
+        anchors: Vec<f32>,
+        rotation: Rotation,
+        rot: Vec<f32>,
+        pq: ProductQuantizer,
+    ) -> Result<Codebook> {
+        let dp = pq.dim();
+        let bad = |m: String| Err(Error::Corrupt(m));
+        if d == 0 || anchors.is_empty() || anchors.len() % d != 0 {
+            return bad(format!("anchors ({} values) do not fit d = {d}", anchors.len()));
+        }
+        if pq.nsub == 0 || pq.dsub == 0 || dp < d || (pq.bits != 8 && pq.bits != 4) {
+            return bad(format!("bad quantizer shape M={} dsub={} bits={} for d={d}", pq.nsub, pq.dsub, pq.bits));
+        }
+        if pq.centroids.len() != pq.nsub * pq.ksub() * pq.dsub {
+            return bad("quantizer centroid count".into());
+        }
+        if (rotation == Rotation::None) != rot.is_empty() || (!rot.is_empty() && rot.len() != dp * dp) {
+            return bad("rotation size".into());
+        }
+        check_finite(&anchors, "anchors")?;
+        check_finite(&rot, "rotation")?;
+        check_finite(&pq.centroids, "quantizer centroids")?;
+        let rot_t = if rot.is_empty() { Vec::new() } else { rotation::transpose(&rot, dp) };
+        let mut cb = Codebook { d, metric, anchors, rotation, rot, rot_t, pq, fingerprint: 0 };
+        cb.fingerprint = cb.compute_fingerprint();
+        Ok(cb)
+    }
+
+    fn compute_fingerprint(&self) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for v in [
+            self.d as u64,
+            self.metric.code() as u64,
+            self.rotation.code() as u64,
+            self.pq.nsub as u64,
+            self.pq.bits as u64,
+            self.pq.dsub as u64,
+        ] {
+            h.update(&v.to_le_bytes());
+        }
+        h.update(bytemuck::cast_slice(&self.anchors));
+        h.update(bytemuck::cast_slice(&self.rot));
+        h.update(bytemuck::cast_slice(&self.pq.centroids));
+        h.digest()
+    }
+
+    pub fn dim(&self) -> usize {
+        self.d
+    }
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+    pub fn anchors(&self) -> usize {
+        self.anchors.len() / self.d
+    }
+    pub fn anchor_vectors(&self) -> &[f32] {
+        &self.anchors
+    }
+    pub fn quantizer(&self) -> &ProductQuantizer {
+        &self.pq
+    }
+    pub fn rotation(&self) -> Rotation {
+        self.rotation
+    }
+    /// Hash of the codebook's contents: indexes with the same fingerprint can be merged.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+    /// Bytes of a residual code (what an index stores per vector).
+    pub fn code_size(&self) -> usize {
+        self.pq.code_size()
+    }
+    /// Bytes of the anchor id in codec mode: 1, 2 or 4.
+    pub fn anchor_id_size(&self) -> usize {
+        match self.anchors() {
+            0..=256 => 1,
+            257..=65_536 => 2,
+            _ => 4,
+        }
+    }
+    /// Bytes per vector in codec mode: anchor id, then the residual code.
+    pub fn codec_size(&self) -> usize {
+        self.anchor_id_size() + self.code_size()
+    }
+
+    /// Nearest anchor and residual code of each row of `x` (n x d).
+    pub fn encode_parts(&self, backend: &dyn Backend, x: Vectors<'_>) -> Result<(Vec<u32>, Vec<u8>)> {
+        let d = self.d;
+        if x.len() % d != 0 {
+            return Err(Error::InvalidArgument(format!("{} values are not a whole number of {d}-d vectors", x.len())));
+        }
+        let n = x.len() / d;
+        let dp = self.pq.dim();
+        let mut ids = Vec::with_capacity(n);
+        let mut codes = Vec::with_capacity(n * self.code_size());
+        for start in (0..n).step_by(ENCODE_BLOCK) {
+            let rows = ENCODE_BLOCK.min(n - start);
+            let block = x.rows_f32(start, rows, d);
+            check_finite(&block, "vectors")?;
+            let block = prepare(&block, d, self.metric);
+            let (a, _) = backend.nearest(&block, d, &self.anchors)?;
+            let r = residuals(&block, d, dp, &self.anchors, &a);
+            let y = if self.rot.is_empty() { r } else { rotation::apply(&self.rot, &r, dp) };
+            codes.extend(self.pq.encode(backend, &y)?);
+            ids.extend(a);
+        }
+        Ok((ids, codes))
+    }
+
+    /// Approximate vectors (n x d) from anchor ids and residual codes.
+    pub fn decode_parts(&self, anchor_ids: &[u32], codes: &[u8]) -> Result<Vec<f32>> {
+        let (d, dp, cs) = (self.d, self.pq.dim(), self.code_size());
+        let n = anchor_ids.len();
+        if codes.len() != n * cs {
+            return Err(Error::InvalidArgument(format!("{} code bytes for {n} vectors of {cs} bytes", codes.len())));
+        }
+        let m = self.anchors() as u32;
+        if let Some(bad) = anchor_ids.iter().find(|&&a| a >= m) {
+            return Err(Error::InvalidArgument(format!("anchor id {bad} out of range (codebook has {m})")));
+        }
+        let mut y = vec![0f32; n * dp];
+        self.pq.decode(codes, &mut y);
+        let r = if self.rot.is_empty() { y } else { rotation::apply(&self.rot_t, &y, dp) };
+        let mut out = vec![0f32; n * d];
+        out.par_chunks_mut(d).zip(r.par_chunks(dp)).zip(anchor_ids.par_iter()).for_each(|((o, rr), &a)| {
+            let anc = &self.anchors[a as usize * d..(a as usize + 1) * d];
+            for t in 0..d {
+                o[t] = anc[t] + rr[t];
+            }
+        });
+        Ok(out)
+    }
+
+    /// Codec mode: `codec_size()` bytes per vector (little-endian anchor id, then the code).
+    pub fn encode(&self, backend: &dyn Backend, x: Vectors<'_>) -> Result<Vec<u8>> {
+        let (ids, codes) = self.encode_parts(backend, x)?;
+        let (ab, cs) = (self.anchor_id_size(), self.code_size());
+        let mut out = Vec::with_capacity(ids.len() * (ab + cs));
+        for (i, a) in ids.iter().enumerate() {
+            out.extend_from_slice(&a.to_le_bytes()[..ab]);
+            out.extend_from_slice(&codes[i * cs..(i + 1) * cs]);
+        }
+        Ok(out)
+    }
+
+    /// Codec mode: approximate vectors from `encode`'s bytes.
+    pub fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>> {
+        let (ab, cs) = (self.anchor_id_size(), self.code_size());
+        if bytes.len() % (ab + cs) != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes are not a whole number of {}-byte codes",
+                bytes.len(),
+                ab + cs
+            )));
+        }
+        let n = bytes.len() / (ab + cs);
+        let mut ids = Vec::with_capacity(n);
+        let mut codes = Vec::with_capacity(n * cs);
+        for rec in bytes.chunks_exact(ab + cs) {
+            let mut b = [0u8; 4];
+            b[..ab].copy_from_slice(&rec[..ab]);
+            ids.push(u32::from_le_bytes(b));
+            codes.extend_from_slice(&rec[ab..]);
+        }
+        self.decode_parts(&ids, &codes)
+    }
+}
+
+/// Cosine works on unit vectors: normalise (zero vectors stay zero). Other metrics pass through.
+pub(crate) fn prepare(x: &[f32], d: usize, metric: Metric) -> Cow<'_, [f32]> {
+    if metric != Metric::Cosine {
+        return Cow::Borrowed(x);
+    }
+    let mut v = x.to_vec();
+    v.par_chunks_mut(d).for_each(|r| {
+        let n = crate::linalg::dot(r, r).sqrt();
+        if n > 0.0 {
+            r.iter_mut().for_each(|t| *t /= n);
+        }
+    });
+    Cow::Owned(v)
+}
+
+/// `x - anchor`, zero-padded from d to dp columns.
+fn residuals(x: &[f32], d: usize, dp: usize, anchors: &[f32], assign: &[u32]) -> Vec<f32> {
+    let mut out = vec![0f32; assign.len() * dp];
+    out.par_chunks_mut(dp).zip(x.par_chunks(d)).zip(assign.par_iter()).for_each(|((o, xr), &a)| {
+        let anc = &anchors[a as usize * d..(a as usize + 1) * d];
+        for t in 0..d {
+            o[t] = xr[t] - anc[t];
+        }
+    });
+    out
+}

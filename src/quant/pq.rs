@@ -1,0 +1,138 @@
+//! Product quantization of (rotated, padded) residuals: M sub-spaces of `dsub` dimensions, each
+//! with 2^bits centroids trained by the same k-means engine as the anchors.
+
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::params::AnchorParams;
+use crate::train::{anneal, NoProgress};
+use rayon::prelude::*;
+
+/// M sub-codebooks of `ksub` centroids each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProductQuantizer {
+    /// Number of sub-quantizers M.
+    pub nsub: usize,
+    /// Bits per sub-code: 8 or 4.
+    pub bits: u32,
+    /// Dimensions per sub-space.
+    pub dsub: usize,
+    /// M x ksub x dsub, row-major.
+    pub centroids: Vec<f32>,
+}
+
+impl ProductQuantizer {
+    pub fn ksub(&self) -> usize {
+        1 << self.bits
+    }
+    /// Padded dimension M * dsub.
+    pub fn dim(&self) -> usize {
+        self.nsub * self.dsub
+    }
+    /// Bytes of one code.
+    pub fn code_size(&self) -> usize {
+        (self.nsub * self.bits as usize).div_ceil(8)
+    }
+    /// Centroids of sub-space `j` (ksub x dsub).
+    pub fn sub(&self, j: usize) -> &[f32] {
+        let s = self.ksub() * self.dsub;
+        &self.centroids[j * s..(j + 1) * s]
+    }
+
+    /// Trains on `y` (n x `dpad`, `dpad` = M * dsub). Sub-spaces train in parallel, each with
+    /// its own seed, so the result does not depend on scheduling.
+    pub fn train(
+        backend: &dyn Backend,
+        y: &[f32],
+        dpad: usize,
+        nsub: usize,
+        bits: u32,
+        iters: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        debug_assert!(dpad % nsub == 0 && y.len() % dpad == 0);
+        let dsub = dpad / nsub;
+        let k = 1usize << bits;
+        let n = y.len() / dpad;
+        let subs: Vec<Result<Vec<f32>>> = (0..nsub)
+            .into_par_iter()
+            .map(|j| {
+                let sub = extract_sub(y, dpad, j * dsub, dsub);
+                let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
+                let r = anneal::train_anchors(backend, &sub, dsub, &p, &NoProgress)?;
+                let mut c = r.centroids;
+                // Fewer points than centroids: repeat the last ones (never chosen twice).
+                c.resize(k * dsub, 0.0);
+                for i in r.counts.len()..k {
+                    let src = (i % r.counts.len().max(1)) * dsub;
+                    for t in 0..dsub {
+                        c[i * dsub + t] = c[src + t];
+                    }
+                }
+                Ok(c)
+            })
+            .collect();
+        let mut centroids = Vec::with_capacity(nsub * k * dsub);
+        for s in subs {
+            centroids.extend(s?);
+        }
+        Ok(ProductQuantizer { nsub, bits, dsub, centroids })
+    }
+
+    /// Codes of `y` (n x M*dsub), `code_size` bytes each.
+    pub fn encode(&self, backend: &dyn Backend, y: &[f32]) -> Result<Vec<u8>> {
+        let dp = self.dim();
+        let n = y.len() / dp;
+        let cs = self.code_size();
+        let mut codes = vec![0u8; n * cs];
+        for j in 0..self.nsub {
+            let sub = extract_sub(y, dp, j * self.dsub, self.dsub);
+            let (a, _) = backend.nearest(&sub, self.dsub, self.sub(j))?;
+            for (i, &c) in a.iter().enumerate() {
+                set_code(&mut codes[i * cs..(i + 1) * cs], j, self.bits, c as u8);
+            }
+        }
+        Ok(codes)
+    }
+
+    /// Reconstructions (n x M*dsub) of `codes`.
+    pub fn decode(&self, codes: &[u8], out: &mut [f32]) {
+        let cs = self.code_size();
+        let dp = self.dim();
+        out.par_chunks_mut(dp).zip(codes.par_chunks(cs)).for_each(|(o, code)| {
+            for j in 0..self.nsub {
+                let c = get_code(code, j, self.bits) as usize;
+                let src = &self.sub(j)[c * self.dsub..(c + 1) * self.dsub];
+                o[j * self.dsub..(j + 1) * self.dsub].copy_from_slice(src);
+            }
+        });
+    }
+}
+
+/// Column block `[off, off+w)` of a row-major matrix with `d` columns, made contiguous.
+pub(crate) fn extract_sub(y: &[f32], d: usize, off: usize, w: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(y.len() / d * w);
+    for row in y.chunks_exact(d) {
+        out.extend_from_slice(&row[off..off + w]);
+    }
+    out
+}
+
+/// Sub-code `j` of one code (8 bits: byte j; 4 bits: nibble j, low nibble first).
+#[inline]
+pub(crate) fn get_code(code: &[u8], j: usize, bits: u32) -> u8 {
+    if bits == 8 {
+        code[j]
+    } else {
+        (code[j / 2] >> ((j & 1) * 4)) & 0xf
+    }
+}
+
+#[inline]
+fn set_code(code: &mut [u8], j: usize, bits: u32, v: u8) {
+    if bits == 8 {
+        code[j] = v;
+    } else {
+        let sh = (j & 1) * 4;
+        code[j / 2] = (code[j / 2] & !(0xf << sh)) | (v << sh);
+    }
+}

@@ -1,0 +1,98 @@
+//! Orthogonal rotations of the residual space (dp x dp, row-major, `y = R x`).
+
+use crate::linalg;
+use crate::rng::Rng;
+use faer::Mat;
+use rayon::prelude::*;
+
+/// A seeded random orthogonal matrix: Q of the QR factorization of a Gaussian matrix, with
+/// column signs fixed so the distribution is uniform (Haar).
+pub(crate) fn random_orthogonal(dp: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    let g = Mat::<f64>::from_fn(dp, dp, |_, _| rng.normal());
+    let qr = g.qr();
+    let q = qr.compute_Q();
+    let r = qr.R();
+    let mut out = vec![0f32; dp * dp];
+    for i in 0..dp {
+        for j in 0..dp {
+            let s = if r[(j, j)] < 0.0 { -1.0 } else { 1.0 };
+            out[i * dp + j] = (q[(i, j)] * s) as f32;
+        }
+    }
+    out
+}
+
+/// The orthogonal R minimising `sum |R x_i - y_i|^2` (orthogonal Procrustes): with
+/// `X^T Y = U S V^T`, `R = V U^T`.
+pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize) -> Vec<f32> {
+    // X^T Y accumulated in f64 over fixed row blocks (deterministic).
+    let partial: Vec<Vec<f64>> = x
+        .par_chunks(linalg::BLOCK * dp)
+        .zip(y.par_chunks(linalg::BLOCK * dp))
+        .map(|(xb, yb)| {
+            let mut m = vec![0f64; dp * dp];
+            for (xr, yr) in xb.chunks_exact(dp).zip(yb.chunks_exact(dp)) {
+                for (a, &xa) in xr.iter().enumerate() {
+                    if xa == 0.0 {
+                        continue;
+                    }
+                    let row = &mut m[a * dp..(a + 1) * dp];
+                    for (r, &yv) in row.iter_mut().zip(yr) {
+                        *r += xa as f64 * yv as f64;
+                    }
+                }
+            }
+            m
+        })
+        .collect();
+    let mut m = vec![0f64; dp * dp];
+    for p in partial {
+        for (a, b) in m.iter_mut().zip(p) {
+            *a += b;
+        }
+    }
+    let mat = Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j]);
+    let Ok(svd) = mat.svd() else {
+        return identity(dp);
+    };
+    let (u, v) = (svd.U(), svd.V());
+    let mut out = vec![0f32; dp * dp];
+    for i in 0..dp {
+        for j in 0..dp {
+            let mut s = 0f64;
+            for t in 0..dp {
+                s += v[(i, t)] * u[(j, t)];
+            }
+            out[i * dp + j] = s as f32;
+        }
+    }
+    out
+}
+
+pub(crate) fn identity(dp: usize) -> Vec<f32> {
+    let mut out = vec![0f32; dp * dp];
+    for i in 0..dp {
+        out[i * dp + i] = 1.0;
+    }
+    out
+}
+
+pub(crate) fn transpose(r: &[f32], dp: usize) -> Vec<f32> {
+    let mut t = vec![0f32; dp * dp];
+    for i in 0..dp {
+        for j in 0..dp {
+            t[j * dp + i] = r[i * dp + j];
+        }
+    }
+    t
+}
+
+/// `out = x R^T` for row vectors, i.e. `R x` for each row: one GEMM per row block.
+pub(crate) fn apply(r: &[f32], x: &[f32], dp: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(linalg::BLOCK * dp)
+        .zip(x.par_chunks(linalg::BLOCK * dp))
+        .for_each(|(o, xb)| linalg::dot_block(xb, r, dp, o));
+    out
+}

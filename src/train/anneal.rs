@@ -1,0 +1,278 @@
+//! The annealed robust k-means loop of DESIGN.md:
+//!
+//! init (k-means++) -> repeat { assign (GEMM + argmin, with a load-balancing bias) ->
+//! reduce (trimmed mean) -> update } with maintenance (merge close anchors, split overloaded
+//! ones) every few iterations, until the energy stops moving or the iteration cap.
+//!
+//! The temperature T = T0 * cooling^t controls two things, both fading to plain Lloyd as T
+//! cools: the trimmed fraction (robustness against outliers early on, the exact mean at the end)
+//! and the balancing bias (crowded anchors cost more to join, so lists even out before the
+//! positions settle). `docs/training.md` has the measurements that justify both.
+
+use super::Progress;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::linalg;
+use crate::params::{AnchorParams, Init};
+use crate::rng::Rng;
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// Trained anchors and how training went.
+#[derive(Clone, Debug)]
+pub struct AnchorResult {
+    /// k x d, row-major.
+    pub centroids: Vec<f32>,
+    /// Mean squared distance of the training points to their nearest anchor, at the end.
+    pub energy: f64,
+    /// Points per anchor at the end (training points).
+    pub counts: Vec<u32>,
+    /// Iterations run.
+    pub iterations: usize,
+    /// Energy after each assignment.
+    pub history: Vec<f64>,
+    /// Training points used (after sampling).
+    pub points: usize,
+}
+
+impl AnchorResult {
+    /// Largest list over mean list size: 1.0 is perfectly balanced.
+    pub fn max_over_mean(&self) -> f64 {
+        let max = self.counts.iter().copied().max().unwrap_or(0) as f64;
+        let mean = self.points as f64 / self.counts.len().max(1) as f64;
+        if mean > 0.0 {
+            max / mean
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Trains `p.anchors` anchors on `x` (n x d) with the annealed robust loop.
+pub fn train_anchors(
+    backend: &dyn Backend,
+    x: &[f32],
+    d: usize,
+    p: &AnchorParams,
+    progress: &dyn Progress,
+) -> Result<AnchorResult> {
+    p.validate()?;
+    if d == 0 {
+        return Err(Error::InvalidArgument("dimension must be >= 1".into()));
+    }
+    if x.len() % d != 0 {
+        return Err(Error::InvalidArgument(format!("{} values are not a whole number of {d}-d vectors", x.len())));
+    }
+    let n = x.len() / d;
+    let k = p.anchors;
+    if n < k {
+        return Err(Error::NotEnoughData(format!("{n} training points for {k} anchors (need n >= anchors)")));
+    }
+    crate::error::check_finite(x, "training vectors")?;
+    let rng = Rng::new(p.seed);
+
+    // Sample the training set: beyond a few hundred points per anchor, more data costs time
+    // and changes little.
+    let xs: Cow<[f32]> = if p.max_points_per_anchor > 0 && n > k * p.max_points_per_anchor {
+        let idx = rng.fork(1).sample_indices(n, k * p.max_points_per_anchor);
+        Cow::Owned(gather(x, d, &idx))
+    } else {
+        Cow::Borrowed(x)
+    };
+    let ns = xs.len() / d;
+
+    let mut c = match p.init {
+        Init::KMeansPlusPlus => kmeans_pp(&xs, d, k, &mut rng.fork(2)),
+        Init::Sample => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
+    };
+    let mut sess = backend.kmeans_session(&xs, d)?;
+    sess.set_centroids(&c)?;
+
+    let mut history = Vec::with_capacity(p.max_iters + 1);
+    let mut split_rng = rng.fork(3);
+    let mut bias: Option<Vec<f32>> = None;
+    let mut iterations = 0;
+    for it in 0..p.max_iters {
+        progress.report("anchors", it, p.max_iters);
+        let stats = sess.assign(bias.as_deref())?;
+        let energy = stats.energy / ns as f64;
+        history.push(energy);
+        iterations = it + 1;
+        if it > 0 && p.tol > 0.0 {
+            let prev = history[it - 1];
+            if prev > 0.0 && ((prev - energy) / prev).abs() < p.tol {
+                break;
+            }
+        }
+        let t = p.initial_temp * p.cooling_rate.powi(it as i32);
+        let heat = if p.initial_temp > 0.0 { t / p.initial_temp } else { 0.0 };
+        let spread = sess.update(p.trim * heat)?;
+
+        let empties = stats.counts.contains(&0);
+        let maintain = p.maintenance_interval > 0 && (it + 1) % p.maintenance_interval == 0 && it + 1 < p.max_iters;
+        if empties || maintain {
+            c = sess.centroids()?;
+            maintenance(&mut c, d, &stats.counts, &spread, p, maintain, &mut split_rng);
+            sess.set_centroids(&c)?;
+        }
+        bias = (p.balance > 0.0 && heat > 0.0).then(|| {
+            let mean = ns as f32 / k as f32;
+            let scale = p.balance * heat * energy as f32;
+            stats.counts.iter().map(|&v| scale * (v as f32 / mean - 1.0)).collect()
+        });
+    }
+    // A last plain assignment: the energy and counts of the anchors we return.
+    let stats = sess.assign(None)?;
+    let energy = stats.energy / ns as f64;
+    history.push(energy);
+    progress.report("anchors", p.max_iters, p.max_iters);
+    Ok(AnchorResult { centroids: sess.centroids()?, energy, counts: stats.counts, iterations, history, points: ns })
+}
+
+pub(crate) fn gather(x: &[f32], d: usize, idx: &[usize]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(idx.len() * d);
+    for &i in idx {
+        out.extend_from_slice(&x[i * d..(i + 1) * d]);
+    }
+    out
+}
+
+/// k-means++ seeding on at most 8k points of `x` (D^2 sampling). Enough to place anchors well;
+/// the full set refines them.
+fn kmeans_pp(x: &[f32], d: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
+    let n = x.len() / d;
+    let s = n.min(8 * k.max(32));
+    let pts = if s < n { Cow::Owned(gather(x, d, &rng.sample_indices(n, s))) } else { Cow::Borrowed(x) };
+    let row = |i: usize| &pts[i * d..(i + 1) * d];
+    let mut c = Vec::with_capacity(k * d);
+    let first = rng.below(s);
+    c.extend_from_slice(row(first));
+    let mut best: Vec<f32> = (0..s).into_par_iter().map(|i| linalg::l2_sq(row(i), row(first))).collect();
+    for _ in 1..k {
+        let total: f64 = best.iter().map(|&v| v as f64).sum();
+        let pick = if total > 0.0 {
+            let mut r = rng.next_f64() * total;
+            let mut pick = s - 1;
+            for (i, &v) in best.iter().enumerate() {
+                r -= v as f64;
+                if r < 0.0 {
+                    pick = i;
+                    break;
+                }
+            }
+            pick
+        } else {
+            rng.below(s) // fewer distinct points than anchors
+        };
+        let new = row(pick).to_vec();
+        best.par_iter_mut().enumerate().for_each(|(i, b)| {
+            let v = linalg::l2_sq(row(i), &new);
+            if v < *b {
+                *b = v;
+            }
+        });
+        c.extend_from_slice(&new);
+    }
+    c
+}
+
+/// Merge anchors that sit on top of each other, re-seed empty ones, and split overloaded ones
+/// into the freed slots, so that the anchor count stays fixed and lists stay balanced.
+fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &AnchorParams, full: bool, rng: &mut Rng) {
+    let k = counts.len();
+    let n: u64 = counts.iter().map(|&v| v as u64).sum();
+    let mean = n as f64 / k as f64;
+    let mut load: Vec<f64> = counts.iter().map(|&v| v as f64).collect();
+    let mut free: Vec<usize> = (0..k).filter(|&j| counts[j] == 0).collect();
+
+    if full && p.merge_threshold > 0.0 && k > 1 {
+        // Nearest other anchor of each anchor, through one GEMM.
+        let cn = linalg::row_norms(c, d);
+        let mut nn = vec![0u32; k];
+        let mut nd = vec![0f32; k];
+        nearest_other(c, &cn, d, &mut nn, &mut nd);
+        for j in 0..k {
+            let o = nn[j] as usize;
+            if load[j] == 0.0 || load[o] == 0.0 || free.contains(&o) || free.contains(&j) {
+                continue;
+            }
+            let radius = spread[j].max(spread[o]).max(0.0);
+            if nd[j] < p.merge_threshold * p.merge_threshold * radius {
+                let (big, small) = if load[j] >= load[o] { (j, o) } else { (o, j) };
+                let (wb, ws) = (load[big], load[small]);
+                for t in 0..d {
+                    c[big * d + t] = ((c[big * d + t] as f64 * wb + c[small * d + t] as f64 * ws) / (wb + ws)) as f32;
+                }
+                load[big] += ws;
+                load[small] = 0.0;
+                free.push(small);
+            }
+        }
+    }
+    if full {
+        // Free more slots from near-empty anchors while some anchor is overloaded.
+        let over = (0..k).filter(|&j| load[j] > p.split_factor as f64 * mean).count();
+        if over > free.len() {
+            let mut small: Vec<usize> = (0..k).filter(|&j| load[j] > 0.0 && load[j] < 0.25 * mean).collect();
+            small.sort_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
+            for j in small.into_iter().take(over - free.len()) {
+                load[j] = 0.0;
+                free.push(j);
+            }
+        }
+    }
+    free.sort_unstable();
+    free.dedup();
+    for slot in free {
+        // The most loaded anchor gives up half its points: two copies pushed apart along a
+        // random direction by half its radius; the next assignment separates them.
+        let Some(big) = (0..k).max_by(|&a, &b| load[a].total_cmp(&load[b]).then(b.cmp(&a))) else { break };
+        if load[big] < 2.0 {
+            break;
+        }
+        if !full && load[big] <= mean && counts[slot] != 0 {
+            continue;
+        }
+        let r = (spread[big].max(1e-12) as f64).sqrt() * 0.5;
+        let dir: Vec<f64> = (0..d).map(|_| rng.normal()).collect();
+        let norm = dir.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
+        for t in 0..d {
+            let off = (dir[t] / norm * r) as f32;
+            let base = c[big * d + t];
+            c[slot * d + t] = base + off;
+            c[big * d + t] = base - off;
+        }
+        load[big] /= 2.0;
+        load[slot] = load[big];
+    }
+}
+
+/// For each anchor, its nearest other anchor and the squared distance.
+fn nearest_other(c: &[f32], cn: &[f32], d: usize, nn: &mut [u32], nd: &mut [f32]) {
+    let k = cn.len();
+    c.par_chunks(linalg::BLOCK * d)
+        .zip(nn.par_chunks_mut(linalg::BLOCK))
+        .zip(nd.par_chunks_mut(linalg::BLOCK))
+        .enumerate()
+        .for_each(|(b, ((cb, nb), db))| {
+            let r = cb.len() / d;
+            let mut buf = vec![0f32; r * k];
+            linalg::dot_block(cb, c, d, &mut buf);
+            for i in 0..r {
+                let gi = b * linalg::BLOCK + i;
+                let (mut best, mut bj) = (f32::INFINITY, 0);
+                for j in 0..k {
+                    if j == gi {
+                        continue;
+                    }
+                    let v = cn[gi] + cn[j] - 2.0 * buf[i * k + j];
+                    if v < best {
+                        best = v;
+                        bj = j;
+                    }
+                }
+                nb[i] = bj as u32;
+                db[i] = best.max(0.0);
+            }
+        });
+}

@@ -1,0 +1,77 @@
+//! Shared test data: the real GloVe demo subset and small seeded synthetic sets.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use vlc_compress::{vecio, BackendKind, Context, TrainParams};
+
+pub struct Demo {
+    pub base: vecio::Matrix<f32>,
+    pub query: vecio::Matrix<f32>,
+    pub gt: vecio::Matrix<i32>,
+}
+
+pub fn demo() -> Demo {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glove-demo");
+    Demo {
+        base: vecio::read_fvecs(&dir.join("base.fvecs")).unwrap(),
+        query: vecio::read_fvecs(&dir.join("query.fvecs")).unwrap(),
+        gt: vecio::read_ivecs(&dir.join("gt_l2.ivecs")).unwrap(),
+    }
+}
+
+pub fn ctx(threads: usize) -> Arc<Context> {
+    Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
+}
+
+/// Gaussian clusters, seeded (xorshift + Box-Muller), n x d.
+pub fn clustered(n: usize, d: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut normal = move || {
+        let (a, b) = (next().max(1e-12), next());
+        ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
+    };
+    let centers: Vec<f32> = (0..clusters * d).map(|_| normal() * 4.0).collect();
+    let mut x = Vec::with_capacity(n * d);
+    for i in 0..n {
+        let c = (i * 7919) % clusters;
+        for t in 0..d {
+            x.push(centers[c * d + t] + normal());
+        }
+    }
+    x
+}
+
+pub fn small_params(anchors: usize, bytes: usize) -> TrainParams {
+    let mut p = TrainParams { bytes_per_vector: bytes, pq_iters: 10, ..TrainParams::default() };
+    p.anchor.anchors = anchors;
+    p.anchor.max_iters = 10;
+    p
+}
+
+/// recall@at of `ids` (k per query) against ground truth rows.
+pub fn recall(ids: &[u64], k: usize, gt: &[i32], gt_cols: usize, at: usize) -> f64 {
+    let nq = ids.len() / k;
+    let mut hit = 0;
+    for q in 0..nq {
+        let truth = &gt[q * gt_cols..q * gt_cols + at];
+        hit += ids[q * k..q * k + at].iter().filter(|&&f| truth.iter().any(|&t| t as u64 == f)).count();
+    }
+    hit as f64 / (nq * at) as f64
+}
+
+/// Exact top-k by brute force (smaller score is better).
+pub fn brute_force(base: &[f32], q: &[f32], d: usize, k: usize, score: impl Fn(&[f32], &[f32]) -> f32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for qv in q.chunks_exact(d) {
+        let mut s: Vec<(f32, usize)> = base.chunks_exact(d).map(|b| score(qv, b)).zip(0..).collect();
+        s.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        out.extend(s.iter().take(k).map(|p| p.1 as i32));
+    }
+    out
+}
