@@ -27,12 +27,14 @@
 
 pub mod backend;
 pub mod error;
+pub mod ffi;
 pub mod format;
 pub mod index;
 pub(crate) mod linalg;
 pub mod params;
 pub mod quant;
 pub(crate) mod rng;
+pub mod synth;
 pub mod train;
 pub mod vecio;
 

@@ -69,6 +69,23 @@ pub(crate) fn l2_sq(a: &[f32], b: &[f32]) -> f32 {
     (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + s
 }
 
+/// `out (r x m) = offset[j] - 2 x (r x d) * c (m x d)^T`: the GEMM accumulates onto rows
+/// prefilled with `offset`, so distances need no second arithmetic pass.
+pub(crate) fn scores_block(x: &[f32], c: &[f32], offset: &[f32], d: usize, out: &mut [f32]) {
+    let r = x.len() / d;
+    let m = offset.len();
+    for row in out.chunks_exact_mut(m) {
+        row.copy_from_slice(offset);
+    }
+    if r == 0 || m == 0 || d == 0 {
+        return;
+    }
+    let xa = MatRef::from_row_major_slice(x, r, d);
+    let ca = MatRef::from_row_major_slice(c, m, d);
+    let o = MatMut::from_row_major_slice_mut(out, r, m);
+    matmul(o, Accum::Add, xa, ca.transpose(), -2.0f32, Par::Seq);
+}
+
 /// For each row of `x`, the index of the nearest row of `c` by `|x|^2 - 2 x.c + |c|^2 + bias[c]`
 /// and the squared L2 distance (bias excluded, clamped at 0). Ties go to the smaller index.
 pub(crate) fn nearest(
@@ -82,6 +99,10 @@ pub(crate) fn nearest(
     dist: &mut [f32],
 ) {
     let m = cn.len();
+    let offset: Vec<f32> = match bias {
+        Some(b) => cn.iter().zip(b).map(|(a, b)| a + b).collect(),
+        None => cn.to_vec(),
+    };
     x.par_chunks(BLOCK * d)
         .zip(assign.par_chunks_mut(BLOCK))
         .zip(dist.par_chunks_mut(BLOCK))
@@ -89,61 +110,37 @@ pub(crate) fn nearest(
         .for_each_init(Vec::new, |buf, (b, ((xb, ab), db))| {
             let r = xb.len() / d;
             buf.resize(r * m, 0.0);
-            dot_block(xb, c, d, buf);
+            scores_block(xb, c, &offset, d, buf);
             for i in 0..r {
                 let row = &buf[i * m..(i + 1) * m];
-                let (bj, bd) = argmin_row(row, cn, bias);
-                ab[i] = bj as u32;
-                db[i] = (xn[b * BLOCK + i] + bd).max(0.0);
+                let j = argmin(row);
+                let without_bias = match bias {
+                    Some(bv) => row[j] - bv[j],
+                    None => row[j],
+                };
+                ab[i] = j as u32;
+                db[i] = (xn[b * BLOCK + i] + without_bias).max(0.0);
             }
         });
 }
 
-/// argmin over j of `cn[j] - 2 row[j] + bias[j]`, in eight lanes so it vectorizes; ties go to
-/// the smaller index. Returns the index and `cn[j] - 2 row[j]` there (the bias left out).
+/// Index of the smallest value (the first one on ties): an eight-lane min, then a search.
 #[inline]
-fn argmin_row(row: &[f32], cn: &[f32], bias: Option<&[f32]>) -> (usize, f32) {
-    const L: usize = 8;
-    let m = row.len();
-    let score = |j: usize| {
-        let v = cn[j] - 2.0 * row[j];
-        match bias {
-            Some(b) => v + b[j],
-            None => v,
-        }
-    };
-    let mut best = [f32::INFINITY; L];
-    let mut arg = [0usize; L];
-    let full = m / L * L;
-    let mut j = 0;
-    while j < full {
-        for l in 0..L {
-            let v = score(j + l);
-            if v < best[l] {
-                best[l] = v;
-                arg[l] = j + l;
-            }
-        }
-        j += L;
-    }
-    let (mut bv, mut bj) = (f32::INFINITY, usize::MAX);
-    for l in 0..L {
-        if best[l] < bv || (best[l] == bv && arg[l] < bj) {
-            bv = best[l];
-            bj = arg[l];
+pub(crate) fn argmin(row: &[f32]) -> usize {
+    let mut acc = [f32::INFINITY; 8];
+    let mut chunks = row.chunks_exact(8);
+    for ch in &mut chunks {
+        for l in 0..8 {
+            acc[l] = if ch[l] < acc[l] { ch[l] } else { acc[l] };
         }
     }
-    for j in full..m {
-        let v = score(j);
-        if v < bv || (v == bv && j < bj) {
-            bv = v;
-            bj = j;
+    let mut best = acc.iter().copied().fold(f32::INFINITY, |a, b| if b < a { b } else { a });
+    for &v in chunks.remainder() {
+        if v < best {
+            best = v;
         }
     }
-    if bj == usize::MAX {
-        bj = 0; // every score NaN or m == 0; inputs are checked finite before this
-    }
-    (bj, cn[bj] - 2.0 * row[bj])
+    row.iter().position(|&v| v == best).unwrap_or(0)
 }
 
 /// The `p` best columns of each row of `scores` (smaller is better), best first.

@@ -94,6 +94,17 @@ pub enum Init {
     Sample,
 }
 
+impl std::str::FromStr for Init {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "kmeans++" | "kmeanspp" => Ok(Init::KMeansPlusPlus),
+            "sample" | "random" => Ok(Init::Sample),
+            _ => invalid!("unknown init {s:?} (expected kmeans++ or sample)"),
+        }
+    }
+}
+
 /// The annealed robust k-means loop (DESIGN.md, "Training").
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct AnchorParams {
@@ -226,7 +237,7 @@ impl Default for TrainParams {
             rotation: Rotation::None,
             pq_iters: 20,
             pq_train_points: 65_536,
-            opq_iters: 4,
+            opq_iters: 16,
         }
     }
 }

@@ -88,22 +88,30 @@ impl KmeansSession for CpuSession<'_> {
         self.c.par_chunks_mut(d).zip(spread.par_iter_mut()).enumerate().for_each_init(
             Vec::new,
             |acc: &mut Vec<f64>, (j, (cj, sj))| {
-                let mut idx: Vec<u32> = members.of(j).to_vec();
-                if idx.is_empty() {
+                let all = members.of(j);
+                if all.is_empty() {
                     return;
                 }
-                let drop = (idx.len() as f32 * trim).floor() as usize;
-                if drop > 0 {
-                    let keep = idx.len() - drop;
-                    let key = |i: &u32| (dist[*i as usize], *i);
-                    idx.select_nth_unstable_by(keep - 1, |a, b| key(a).0.total_cmp(&key(b).0).then(a.cmp(b)));
-                    idx.truncate(keep);
-                    idx.sort_unstable();
-                }
+                let drop = (all.len() as f32 * trim).floor() as usize;
+                let kept;
+                let idx: &[u32] = if drop > 0 {
+                    // Keep the points nearest the anchor, then sum them in index order.
+                    let mut v = all.to_vec();
+                    let keep = v.len() - drop;
+                    v.select_nth_unstable_by(keep - 1, |a, b| {
+                        dist[*a as usize].total_cmp(&dist[*b as usize]).then(a.cmp(b))
+                    });
+                    v.truncate(keep);
+                    v.sort_unstable();
+                    kept = v;
+                    &kept
+                } else {
+                    all
+                };
                 acc.clear();
                 acc.resize(d, 0.0);
                 let mut s = 0f64;
-                for &i in &idx {
+                for &i in idx {
                     let row = &x[i as usize * d..(i as usize + 1) * d];
                     for (a, v) in acc.iter_mut().zip(row) {
                         *a += *v as f64;

@@ -55,6 +55,9 @@ impl<'a> From<&'a [half::f16]> for Vectors<'a> {
     }
 }
 
+/// Points the learned rotation is fitted on (its alternations cost a PQ training each).
+const OPQ_POINTS: usize = 16_384;
+
 /// Rows encoded per block: bounds the scratch memory of encoding to a few MB.
 const ENCODE_BLOCK: usize = 16_384;
 
@@ -131,20 +134,25 @@ impl Codebook {
             Rotation::None => Vec::new(),
             Rotation::Random => rotation::random_orthogonal(dp, seed),
             Rotation::Learned => {
-                let mut r = rotation::identity(dp);
-                let iters = (p.pq_iters / 2).max(4);
+                // OPQ: alternate a few Lloyd steps of a warm-started quantizer with the
+                // orthogonal Procrustes fit of the rotation to its reconstructions.
+                // The rotation is fitted on a sample; the final quantizer uses every point.
+                let fit = &resid[..resid.len().min(OPQ_POINTS * dp)];
+                let mut r = rotation::random_orthogonal(dp, seed);
+                let mut pq: Option<ProductQuantizer> = None;
                 for _ in 0..p.opq_iters {
-                    let y = rotation::apply(&r, &resid, dp);
-                    let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, iters, seed)?;
+                    let y = rotation::apply(&r, fit, dp);
+                    let q = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, 4, seed, pq.as_ref())?;
                     let mut yhat = vec![0f32; y.len()];
-                    pq.decode(&pq.encode(backend, &y)?, &mut yhat);
-                    r = rotation::procrustes(&resid, &yhat, dp);
+                    q.decode(&q.encode(backend, &y)?, &mut yhat);
+                    r = rotation::procrustes(fit, &yhat, dp);
+                    pq = Some(q);
                 }
                 r
             }
         };
         let y = if rot.is_empty() { resid } else { rotation::apply(&rot, &resid, dp) };
-        let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, p.pq_iters, seed)?;
+        let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None)?;
         let mut yhat = vec![0f32; y.len()];
         pq.decode(&pq.encode(backend, &y)?, &mut yhat);
         let pq_mse =

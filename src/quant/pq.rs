@@ -38,6 +38,7 @@ impl ProductQuantizer {
         &self.centroids[j * s..(j + 1) * s]
     }
 
+    /// With `warm`, each sub-space starts from that quantizer's centroids instead of k-means++.
     /// Trains on `y` (n x `dpad`, `dpad` = M * dsub). Sub-spaces train in parallel, each with
     /// its own seed, so the result does not depend on scheduling.
     pub fn train(
@@ -48,6 +49,7 @@ impl ProductQuantizer {
         bits: u32,
         iters: usize,
         seed: u64,
+        warm: Option<&ProductQuantizer>,
     ) -> Result<Self> {
         debug_assert!(dpad % nsub == 0 && y.len() % dpad == 0);
         let dsub = dpad / nsub;
@@ -58,7 +60,8 @@ impl ProductQuantizer {
             .map(|j| {
                 let sub = extract_sub(y, dpad, j * dsub, dsub);
                 let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
-                let r = anneal::train_anchors(backend, &sub, dsub, &p, &NoProgress)?;
+                let init = warm.filter(|w| w.dsub == dsub && w.bits == bits && k <= n).map(|w| w.sub(j));
+                let r = anneal::train_anchors_from(backend, &sub, dsub, &p, init, &NoProgress)?;
                 let mut c = r.centroids;
                 // Fewer points than centroids: repeat the last ones (never chosen twice).
                 c.resize(k * dsub, 0.0);

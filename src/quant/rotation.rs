@@ -96,3 +96,47 @@ pub(crate) fn apply(r: &[f32], x: &[f32], dp: usize) -> Vec<f32> {
         .for_each(|(o, xb)| linalg::dot_block(xb, r, dp, o));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gram(r: &[f32], dp: usize) -> Vec<f32> {
+        let mut g = vec![0f32; dp * dp];
+        crate::linalg::dot_block(r, r, dp, &mut g);
+        g
+    }
+
+    #[test]
+    fn random_rotation_is_orthogonal_and_seeded() {
+        let dp = 24;
+        let r = random_orthogonal(dp, 5);
+        let g = gram(&r, dp);
+        for i in 0..dp {
+            for j in 0..dp {
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((g[i * dp + j] - want).abs() < 1e-5, "R R^T [{i},{j}] = {}", g[i * dp + j]);
+            }
+        }
+        assert_ne!(r, identity(dp));
+        assert_eq!(r, random_orthogonal(dp, 5));
+        assert_ne!(r, random_orthogonal(dp, 6));
+    }
+
+    #[test]
+    fn procrustes_recovers_a_known_rotation() {
+        let dp = 8;
+        let truth = random_orthogonal(dp, 9);
+        let x = crate::synth::gaussian(500, dp, 3);
+        let y = apply(&truth, &x, dp);
+        let r = procrustes(&x, &y, dp);
+        for (a, b) in r.iter().zip(&truth) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+        // Inverse through the transpose.
+        let back = apply(&transpose(&r, dp), &y, dp);
+        for (a, b) in back.iter().zip(&x) {
+            assert!((a - b).abs() < 1e-3);
+        }
+    }
+}

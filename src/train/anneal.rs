@@ -56,6 +56,19 @@ pub fn train_anchors(
     p: &AnchorParams,
     progress: &dyn Progress,
 ) -> Result<AnchorResult> {
+    train_anchors_from(backend, x, d, p, None, progress)
+}
+
+/// Like [`train_anchors`], starting from `init` (k x d) instead of k-means++ when given:
+/// warm starts, as the learned rotation uses between its alternations.
+pub fn train_anchors_from(
+    backend: &dyn Backend,
+    x: &[f32],
+    d: usize,
+    p: &AnchorParams,
+    init: Option<&[f32]>,
+    progress: &dyn Progress,
+) -> Result<AnchorResult> {
     p.validate()?;
     if d == 0 {
         return Err(Error::InvalidArgument("dimension must be >= 1".into()));
@@ -81,9 +94,13 @@ pub fn train_anchors(
     };
     let ns = xs.len() / d;
 
-    let mut c = match p.init {
-        Init::KMeansPlusPlus => kmeans_pp(&xs, d, k, &mut rng.fork(2)),
-        Init::Sample => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
+    if init.is_some_and(|c| c.len() != k * d) {
+        return Err(Error::InvalidArgument(format!("initial anchors must be {k} x {d}")));
+    }
+    let mut c = match (init, p.init) {
+        (Some(c), _) => c.to_vec(),
+        (None, Init::KMeansPlusPlus) => kmeans_pp(&xs, d, k, &mut rng.fork(2)),
+        (None, Init::Sample) => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
     };
     let mut sess = backend.kmeans_session(&xs, d)?;
     sess.set_centroids(&c)?;

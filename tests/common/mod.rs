@@ -23,28 +23,9 @@ pub fn ctx(threads: usize) -> Arc<Context> {
     Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
 }
 
-/// Gaussian clusters, seeded (xorshift + Box-Muller), n x d.
+/// Gaussian clusters, seeded, n x d.
 pub fn clustered(n: usize, d: usize, clusters: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut normal = move || {
-        let (a, b) = (next().max(1e-12), next());
-        ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
-    };
-    let centers: Vec<f32> = (0..clusters * d).map(|_| normal() * 4.0).collect();
-    let mut x = Vec::with_capacity(n * d);
-    for i in 0..n {
-        let c = (i * 7919) % clusters;
-        for t in 0..d {
-            x.push(centers[c * d + t] + normal());
-        }
-    }
-    x
+    vlc_compress::synth::clustered(n, d, clusters, seed)
 }
 
 pub fn small_params(anchors: usize, bytes: usize) -> TrainParams {

@@ -208,10 +208,7 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
         iters: 20,
         pq_iters: 20,
         seed: 0x5eed,
-        initial_temp: None,
-        trim: None,
-        balance: None,
-        maintenance_interval: None,
+        anneal: Default::default(),
     };
     let rows = run_eval(&data, &train, run, &[(4, 0), (16, 0), (64, 0), (16, 100)])?;
     print_rows(&rows, run.json);

@@ -1,5 +1,6 @@
 //! `vlc`: train, encode, decode, build, search and evaluate from the command line.
 
+mod bench;
 mod eval;
 
 use clap::{Args, Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Cmd {
     Search(SearchArgs),
     /// Trains, builds and measures recall and speed against ground truth.
     Eval(eval::EvalArgs),
+    /// Times anchor training, encoding and search at given sizes.
+    Bench(bench::BenchArgs),
 }
 
 /// Options shared by commands that run work.
@@ -83,6 +86,13 @@ pub(crate) struct TrainOpts {
     pq_iters: usize,
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
+    #[command(flatten)]
+    anneal: AnnealOpts,
+}
+
+/// Overrides of the annealing schedule (library defaults otherwise).
+#[derive(Args, Clone, Default)]
+pub(crate) struct AnnealOpts {
     /// Starting temperature (0 = no annealing).
     #[arg(long)]
     initial_temp: Option<f32>,
@@ -95,6 +105,35 @@ pub(crate) struct TrainOpts {
     /// Merge/split every this many iterations (0 = never).
     #[arg(long)]
     maintenance_interval: Option<usize>,
+    /// Temperature multiplier per iteration.
+    #[arg(long)]
+    cooling_rate: Option<f32>,
+    /// Anchor initialisation: kmeans++ or sample.
+    #[arg(long)]
+    init: Option<vlc_compress::Init>,
+}
+
+impl AnnealOpts {
+    pub(crate) fn apply(&self, a: &mut vlc_compress::AnchorParams) {
+        if let Some(v) = self.initial_temp {
+            a.initial_temp = v;
+        }
+        if let Some(v) = self.trim {
+            a.trim = v;
+        }
+        if let Some(v) = self.balance {
+            a.balance = v;
+        }
+        if let Some(v) = self.maintenance_interval {
+            a.maintenance_interval = v;
+        }
+        if let Some(v) = self.cooling_rate {
+            a.cooling_rate = v;
+        }
+        if let Some(v) = self.init {
+            a.init = v;
+        }
+    }
 }
 
 impl TrainOpts {
@@ -111,18 +150,7 @@ impl TrainOpts {
         a.anchors = self.anchors;
         a.max_iters = self.iters;
         a.seed = self.seed;
-        if let Some(v) = self.initial_temp {
-            a.initial_temp = v;
-        }
-        if let Some(v) = self.trim {
-            a.trim = v;
-        }
-        if let Some(v) = self.balance {
-            a.balance = v;
-        }
-        if let Some(v) = self.maintenance_interval {
-            a.maintenance_interval = v;
-        }
+        self.anneal.apply(a);
         p
     }
 }
@@ -222,6 +250,7 @@ fn main() {
         Cmd::Build(a) => build(a),
         Cmd::Search(a) => search(a),
         Cmd::Eval(a) => eval::eval(&a),
+        Cmd::Bench(a) => bench::bench(&a),
     };
     if let Err(e) = res {
         eprintln!("vlc: {e}");
@@ -244,7 +273,8 @@ fn train(a: TrainArgs) -> AnyResult {
         "n": x.rows, "d": x.cols, "anchors": cb.anchors(), "code_bytes": cb.code_size(),
         "codec_bytes": cb.codec_size(), "fingerprint": format!("{:016x}", cb.fingerprint()),
         "energy": rep.energy, "max_list_over_mean": rep.max_list_over_mean, "iterations": rep.iterations,
-        "train_seconds": rep.anchor_seconds + rep.pq_seconds, "out": a.out.display().to_string(),
+        "train_seconds": rep.anchor_seconds + rep.pq_seconds, "anchor_seconds": rep.anchor_seconds,
+        "pq_seconds": rep.pq_seconds, "pq_mse": rep.pq_mse, "out": a.out.display().to_string(),
     });
     eval::print_object(&out, a.run.json);
     Ok(())

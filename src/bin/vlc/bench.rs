@@ -1,0 +1,138 @@
+//! `vlc bench`: times anchor training, encoding and search at given sizes, on synthetic or
+//! file data. Each stage is timed `--repeat` times and the best run is reported.
+
+use super::{AnnealOpts, AnyResult, RunOpts};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Instant;
+use vlc_compress::{synth, train, vecio, AnchorParams, Compressor, NoProgress, SearchParams, TrainParams};
+
+#[derive(Args)]
+pub(crate) struct BenchArgs {
+    /// Vectors to use instead of synthetic data (.fvecs or .npy).
+    #[arg(long)]
+    base: Option<PathBuf>,
+    /// Synthetic vectors: count.
+    #[arg(long, default_value_t = 10_000)]
+    n: usize,
+    /// Synthetic vectors: dimension.
+    #[arg(long, default_value_t = 128)]
+    d: usize,
+    /// Synthetic vectors: 0 = independent Gaussian, else this many Gaussian clusters.
+    #[arg(long, default_value_t = 0)]
+    clusters: usize,
+    #[arg(long, default_value_t = 256)]
+    anchors: usize,
+    /// Anchor iterations (the loop runs all of them: no early stop).
+    #[arg(long, default_value_t = 30)]
+    iters: usize,
+    /// Code bytes per vector for the encode and search stages.
+    #[arg(long, default_value_t = 16)]
+    bytes: usize,
+    /// Queries for the search stage (taken from the data, the first rows).
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    #[arg(long, default_value_t = 16)]
+    nprobe: usize,
+    /// Stages to run: train, encode, search.
+    #[arg(long, value_delimiter = ',', default_value = "train,encode,search")]
+    stages: Vec<String>,
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    #[command(flatten)]
+    anneal: AnnealOpts,
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+fn best<T>(repeat: usize, mut f: impl FnMut() -> AnyResult<T>) -> AnyResult<(f64, T)> {
+    let mut out = None;
+    let mut best = f64::INFINITY;
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        let v = f()?;
+        let s = t.elapsed().as_secs_f64();
+        if s < best {
+            best = s;
+        }
+        out = Some(v);
+    }
+    Ok((best, out.expect("at least one run")))
+}
+
+pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
+    let (x, d) = match &a.base {
+        Some(p) => {
+            let m = vecio::read_vectors(p)?;
+            (m.data, m.cols)
+        }
+        None if a.clusters > 0 => (synth::clustered(a.n, a.d, a.clusters, 1), a.d),
+        None => (synth::gaussian(a.n, a.d, 1), a.d),
+    };
+    let n = x.len() / d.max(1);
+    let ctx = a.run.context()?;
+    let has = |s: &str| a.stages.iter().any(|v| v == s);
+    let mut rows = Vec::new();
+    let base = serde_json::json!({"backend": ctx.backend().kind().name(), "threads": ctx.threads(), "n": n, "d": d, "anchors": a.anchors});
+    let with = |extra: serde_json::Value| {
+        let mut o = base.clone();
+        o.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        o
+    };
+    if has("train") {
+        let mut p = AnchorParams { anchors: a.anchors, max_iters: a.iters, tol: 0.0, ..AnchorParams::default() };
+        a.anneal.apply(&mut p);
+        let (secs, r) = best(a.repeat, || Ok(ctx.run(|b| train::train_anchors(b, &x, d, &p, &NoProgress))?))?;
+        rows.push(with(serde_json::json!({
+            "stage": "train", "iters": r.iterations, "seconds": secs, "energy": r.energy,
+            "max_list_over_mean": r.max_over_mean(), "points_used": r.points,
+            "gflops": 2.0 * (r.points * a.anchors * d * (r.iterations + 1)) as f64 / secs / 1e9,
+        })));
+    }
+    if has("encode") || has("search") {
+        let mut params = TrainParams { bytes_per_vector: a.bytes, ..TrainParams::default() };
+        params.anchor.anchors = a.anchors;
+        params.anchor.max_iters = a.iters;
+        a.anneal.apply(&mut params.anchor);
+        let mut c = Compressor::new(ctx.clone(), params);
+        c.train(&x, d)?;
+        let cb = c.codebook()?.clone();
+        if has("encode") {
+            let (secs, _) = best(a.repeat, || Ok(ctx.run(|b| cb.encode(b, x[..].into()))?))?;
+            rows.push(with(serde_json::json!({"stage": "encode", "bytes": a.bytes, "seconds": secs, "vectors_per_second": n as f64 / secs})));
+        }
+        if has("search") {
+            let mut index = c.new_index()?;
+            let ids: Vec<u64> = (0..n as u64).collect();
+            ctx.run(|b| index.add(b, x[..].into(), &ids))?;
+            let nq = a.queries.min(n);
+            let p = SearchParams { k: 10, nprobe: a.nprobe, rerank: 0 };
+            let (secs, _) = best(a.repeat, || Ok(ctx.run(|_| index.search(&x[..nq * d], &p, None))?))?;
+            rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "queries": nq, "nprobe": a.nprobe, "seconds": secs, "qps": nq as f64 / secs})));
+        }
+    }
+    if a.run.json {
+        for r in &rows {
+            println!("{r}");
+        }
+    } else {
+        println!("{:>8} {:>8} {:>6} {:>8} {:>10} {:>14}", "stage", "n", "d", "anchors", "seconds", "throughput");
+        for r in &rows {
+            let tp = match r["stage"].as_str() {
+                Some("train") => format!("{:.1} GFLOP/s", r["gflops"].as_f64().unwrap_or(0.0)),
+                Some("encode") => format!("{:.0} vec/s", r["vectors_per_second"].as_f64().unwrap_or(0.0)),
+                _ => format!("{:.0} QPS", r["qps"].as_f64().unwrap_or(0.0)),
+            };
+            println!(
+                "{:>8} {:>8} {:>6} {:>8} {:>10.4} {:>14}",
+                r["stage"].as_str().unwrap_or(""),
+                n,
+                d,
+                a.anchors,
+                r["seconds"].as_f64().unwrap_or(0.0),
+                tp
+            );
+        }
+    }
+    Ok(())
+}

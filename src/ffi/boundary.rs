@@ -1,0 +1,163 @@
+//! The boundary's machinery: panics caught and mapped, pointers and sizes checked, the
+//! per-thread error message kept.
+
+use super::status::vlcc_status;
+use std::cell::RefCell;
+
+/// An error on its way out: a status and the message kept for `vlcc_last_error_message`.
+pub(crate) struct FfiError {
+    pub status: vlcc_status,
+    pub message: String,
+}
+
+pub(crate) type FfiResult<T = ()> = Result<T, FfiError>;
+
+pub(crate) fn fail<T>(status: vlcc_status, message: impl Into<String>) -> FfiResult<T> {
+    Err(FfiError { status, message: message.into() })
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+pub(crate) fn set_last_error(msg: &str) {
+    LAST_ERROR.with(|e| {
+        let mut e = e.borrow_mut();
+        e.clear();
+        e.push_str(msg);
+    });
+}
+
+pub(crate) fn last_error_copy() -> String {
+    LAST_ERROR.with(|e| e.borrow().clone())
+}
+
+/// Runs `f`, catching panics; records the message of a failure on this thread (and clears it on
+/// success), and returns the status.
+pub(crate) fn run(f: impl FnOnce() -> FfiResult) -> vlcc_status {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {
+            set_last_error("");
+            vlcc_status::Ok
+        }
+        Ok(Err(e)) => {
+            set_last_error(&e.message);
+            e.status
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_last_error(&format!("internal error: {what}"));
+            vlcc_status::Panic
+        }
+    }
+}
+
+/// Wraps an `extern "C"` body that returns `FfiResult<()>`.
+macro_rules! ffi_boundary {
+    ($($body:tt)*) => {
+        $crate::ffi::boundary::run(move || -> $crate::ffi::boundary::FfiResult { $($body)* })
+    };
+}
+
+/// A read-only slice from C, checked: NULL (with len > 0), alignment and size overflow.
+/// `len == 0` gives an empty slice whatever the pointer.
+pub(crate) unsafe fn slice<'a, T>(p: *const T, len: usize, what: &str) -> FfiResult<&'a [T]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    check_ptr(p, len, what)?;
+    Ok(std::slice::from_raw_parts(p, len))
+}
+
+/// A writable slice from C, checked like [`slice`].
+pub(crate) unsafe fn slice_mut<'a, T>(p: *mut T, len: usize, what: &str) -> FfiResult<&'a mut [T]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    check_ptr(p, len, what)?;
+    Ok(std::slice::from_raw_parts_mut(p, len))
+}
+
+fn check_ptr<T>(p: *const T, len: usize, what: &str) -> FfiResult {
+    if p.is_null() {
+        return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
+    }
+    if (p as usize) % std::mem::align_of::<T>() != 0 {
+        return fail(vlcc_status::Unaligned, format!("{what} is not aligned to {} bytes", std::mem::align_of::<T>()));
+    }
+    if len.checked_mul(std::mem::size_of::<T>()).is_none_or(|b| b > isize::MAX as usize) {
+        return fail(vlcc_status::InvalidArgument, format!("{what}: {len} elements overflow the address space"));
+    }
+    Ok(())
+}
+
+/// Fails with `Overlap` when the byte ranges of `a` and `b` intersect.
+pub(crate) fn no_overlap<A, B>(a: &[A], b: &[B], what: &str) -> FfiResult {
+    let (a0, a1) = (a.as_ptr() as usize, a.as_ptr() as usize + std::mem::size_of_val(a));
+    let (b0, b1) = (b.as_ptr() as usize, b.as_ptr() as usize + std::mem::size_of_val(b));
+    if a0 < b1 && b0 < a1 {
+        return fail(vlcc_status::Overlap, format!("{what} overlap"));
+    }
+    Ok(())
+}
+
+/// `n * d`, or `InvalidArgument` on overflow.
+pub(crate) fn count(n: usize, d: usize, what: &str) -> FfiResult<usize> {
+    n.checked_mul(d).map_or_else(|| fail(vlcc_status::InvalidArgument, format!("{what}: {n} x {d} overflows")), Ok)
+}
+
+/// Output buffer of at least `need` elements.
+pub(crate) unsafe fn out_buf<'a, T>(p: *mut T, len: usize, need: usize, what: &str) -> FfiResult<&'a mut [T]> {
+    if len < need {
+        return fail(vlcc_status::BufferTooSmall, format!("{what} holds {len} elements, {need} needed"));
+    }
+    slice_mut(p, need, what)
+}
+
+/// Writes `v` through `out`, or fails on NULL. Used last, after everything else succeeded.
+pub(crate) unsafe fn write_out<T>(out: *mut T, v: T, what: &str) -> FfiResult {
+    if out.is_null() {
+        return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
+    }
+    out.write(v);
+    Ok(())
+}
+
+/// Checks an out-pointer before any work is done, so a NULL one fails fast.
+pub(crate) fn need_out<T>(out: *mut T, what: &str) -> FfiResult {
+    if out.is_null() {
+        return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
+    }
+    Ok(())
+}
+
+/// A borrowed handle: NULL fails with `NullPointer`.
+pub(crate) unsafe fn handle<'a, H, T>(p: *const H, what: &str) -> FfiResult<&'a T> {
+    if p.is_null() {
+        return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
+    }
+    Ok(&*(p as *const T))
+}
+
+/// A mutably borrowed handle: NULL fails with `NullPointer`.
+pub(crate) unsafe fn handle_mut<'a, H, T>(p: *mut H, what: &str) -> FfiResult<&'a mut T> {
+    if p.is_null() {
+        return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
+    }
+    Ok(&mut *(p as *mut T))
+}
+
+/// A C string path.
+pub(crate) unsafe fn c_path<'a>(p: *const std::ffi::c_char, what: &str) -> FfiResult<&'a std::path::Path> {
+    if p.is_null() {
+        return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
+    }
+    let s = std::ffi::CStr::from_ptr(p)
+        .to_str()
+        .map_err(|_| FfiError { status: vlcc_status::InvalidArgument, message: format!("{what} is not UTF-8") })?;
+    Ok(std::path::Path::new(s))
+}

@@ -1,0 +1,427 @@
+//! `vlcc_compressor`: training parameters, training, and codec-mode encode/decode.
+
+use super::boundary::{
+    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out, FfiResult,
+};
+use super::context::{context_arc, vlcc_context};
+use super::index::vlcc_buffer;
+use super::status::vlcc_status;
+use crate::params::{Init, Metric, Rotation, TrainParams};
+use crate::{format, Compressor, Vectors};
+use std::ffi::c_char;
+use std::sync::Arc;
+
+/// Opaque handle to a compressor (parameters plus, once trained, a codebook). Owned by the
+/// caller; free with `vlcc_compressor_free`. Thread rules: `set_param`, `train` and
+/// `load`-style calls need exclusive access; the calls taking `const vlcc_compressor*`
+/// (encode, decode, sizes, save) may run concurrently from many threads.
+pub struct vlcc_compressor {
+    _private: [u8; 0],
+}
+
+/// Metrics, for VLCC_PARAM_METRIC.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum vlcc_metric {
+    /// Squared Euclidean distance; search distances ascend.
+    L2 = 0,
+    /// Inner product; search distances are similarities and descend.
+    InnerProduct = 1,
+    /// Cosine: vectors are normalised on the way in, then inner product.
+    Cosine = 2,
+}
+
+/// Training parameters for `vlcc_compressor_set_param` / `_get_param`. Values are doubles;
+/// integer parameters must hold whole numbers (exact up to 2^53). Numbers are stable.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum vlcc_param {
+    /// Anchors (inverted lists), >= 1 and <= the number of training vectors. Default 1024.
+    Anchors = 1,
+    /// Bytes of residual code per vector, 1..4096. Default 16.
+    BytesPerVector = 2,
+    /// Bits per sub-code: 8 or 4. Default 8.
+    Bits = 3,
+    /// A `vlcc_metric` value. Default L2.
+    Metric = 4,
+    /// Residual rotation: 0 none, 1 random orthogonal, 2 learned (OPQ). Default 0.
+    Rotation = 5,
+    /// Anchor training iterations. Default 20.
+    MaxIters = 6,
+    /// Stop when the relative energy change is below this. Default 1e-4.
+    Tol = 7,
+    /// Starting temperature (0 = no annealing). Default 1.
+    InitialTemp = 8,
+    /// Temperature multiplier per iteration, in (0, 1]. Default 0.8.
+    CoolingRate = 9,
+    /// Trimmed fraction of each anchor's farthest points at the starting temperature, [0, 0.5).
+    Trim = 10,
+    /// Load-balancing strength at the starting temperature, >= 0.
+    Balance = 11,
+    /// Merge/split every this many iterations (0 = never).
+    MaintenanceInterval = 12,
+    /// Merge anchors closer than this times their radius, >= 0.
+    MergeThreshold = 13,
+    /// Split anchors holding more than this times the mean load, > 1.
+    SplitFactor = 14,
+    /// Training vectors used per anchor (0 = all).
+    MaxPointsPerAnchor = 15,
+    /// Random seed.
+    Seed = 16,
+    /// Lloyd iterations per PQ sub-codebook, >= 1.
+    PqIters = 17,
+    /// Training vectors for the PQ sub-codebooks (0 = all).
+    PqTrainPoints = 18,
+    /// Alternations of the learned rotation.
+    OpqIters = 19,
+    /// Anchor initialisation: 0 k-means++, 1 a seeded sample.
+    Init = 20,
+}
+
+pub(crate) unsafe fn compressor_ref<'a>(p: *const vlcc_compressor) -> FfiResult<&'a Compressor> {
+    handle::<vlcc_compressor, Compressor>(p, "compressor")
+}
+
+unsafe fn compressor_mut<'a>(p: *mut vlcc_compressor) -> FfiResult<&'a mut Compressor> {
+    handle_mut::<vlcc_compressor, Compressor>(p, "compressor")
+}
+
+fn boxed(c: Compressor) -> *mut vlcc_compressor {
+    Box::into_raw(Box::new(c)) as *mut vlcc_compressor
+}
+
+fn whole(v: f64, name: &str, max: f64) -> FfiResult<u64> {
+    if !(v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= max) {
+        return fail(vlcc_status::InvalidArgument, format!("{name} must be a whole number in 0..={max}, got {v}"));
+    }
+    Ok(v as u64)
+}
+
+fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
+    const BIG: f64 = 9_007_199_254_740_992.0; // 2^53
+    let a = &mut p.anchor;
+    let usize_of = |name: &str| whole(v, name, BIG).map(|x| x as usize);
+    let f32_of = |name: &str| -> FfiResult<f32> {
+        if !v.is_finite() {
+            return fail(vlcc_status::InvalidArgument, format!("{name} must be finite"));
+        }
+        Ok(v as f32)
+    };
+    match param {
+        1 => a.anchors = usize_of("anchors")?,
+        2 => p.bytes_per_vector = usize_of("bytes_per_vector")?,
+        3 => p.bits = whole(v, "bits", 8.0)? as u32,
+        4 => {
+            p.metric = Metric::from_code(whole(v, "metric", 2.0)? as u32).expect("range checked");
+        }
+        5 => p.rotation = Rotation::from_code(whole(v, "rotation", 2.0)? as u32).expect("range checked"),
+        6 => a.max_iters = usize_of("max_iters")?,
+        7 => {
+            if !v.is_finite() {
+                return fail(vlcc_status::InvalidArgument, "tol must be finite");
+            }
+            a.tol = v
+        }
+        8 => a.initial_temp = f32_of("initial_temp")?,
+        9 => a.cooling_rate = f32_of("cooling_rate")?,
+        10 => a.trim = f32_of("trim")?,
+        11 => a.balance = f32_of("balance")?,
+        12 => a.maintenance_interval = usize_of("maintenance_interval")?,
+        13 => a.merge_threshold = f32_of("merge_threshold")?,
+        14 => a.split_factor = f32_of("split_factor")?,
+        15 => a.max_points_per_anchor = usize_of("max_points_per_anchor")?,
+        16 => a.seed = whole(v, "seed", BIG)?,
+        17 => p.pq_iters = usize_of("pq_iters")?,
+        18 => p.pq_train_points = usize_of("pq_train_points")?,
+        19 => p.opq_iters = usize_of("opq_iters")?,
+        20 => a.init = [Init::KMeansPlusPlus, Init::Sample][whole(v, "init", 1.0)? as usize],
+        _ => return fail(vlcc_status::InvalidArgument, format!("unknown parameter {param}")),
+    }
+    Ok(())
+}
+
+fn get(p: &TrainParams, param: u32) -> FfiResult<f64> {
+    let a = &p.anchor;
+    Ok(match param {
+        1 => a.anchors as f64,
+        2 => p.bytes_per_vector as f64,
+        3 => p.bits as f64,
+        4 => p.metric.code() as f64,
+        5 => p.rotation.code() as f64,
+        6 => a.max_iters as f64,
+        7 => a.tol,
+        8 => a.initial_temp as f64,
+        9 => a.cooling_rate as f64,
+        10 => a.trim as f64,
+        11 => a.balance as f64,
+        12 => a.maintenance_interval as f64,
+        13 => a.merge_threshold as f64,
+        14 => a.split_factor as f64,
+        15 => a.max_points_per_anchor as f64,
+        16 => a.seed as f64,
+        17 => p.pq_iters as f64,
+        18 => p.pq_train_points as f64,
+        19 => p.opq_iters as f64,
+        20 => (a.init == Init::Sample) as u32 as f64,
+        _ => return fail(vlcc_status::InvalidArgument, format!("unknown parameter {param}")),
+    })
+}
+
+/// Creates an untrained compressor with default parameters on `ctx` (which it keeps alive).
+/// `*out` receives it, owned by the caller; free with `vlcc_compressor_free`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_new(ctx: *const vlcc_context, out: *mut *mut vlcc_compressor) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let ctx = context_arc(ctx)?;
+        write_out(out, boxed(Compressor::new(ctx, TrainParams::default())), "out")
+    }
+}
+
+/// Frees a compressor. NULL is a no-op. Indexes made from it stay valid.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_free(c: *mut vlcc_compressor) {
+    if !c.is_null() {
+        let _ = std::panic::catch_unwind(|| drop(Box::from_raw(c as *mut Compressor)));
+    }
+}
+
+/// Sets a training parameter (a `vlcc_param` value). Sticky until changed; takes effect at the
+/// next `vlcc_compressor_train`. An unknown parameter or a value out of range fails with
+/// VLCC_STATUS_INVALID_ARGUMENT and leaves every parameter unchanged. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_set_param(c: *mut vlcc_compressor, param: u32, value: f64) -> vlcc_status {
+    ffi_boundary! {
+        let c = compressor_mut(c)?;
+        let mut p = c.params().clone();
+        set(&mut p, param, value)?;
+        p.validate()?;
+        *c.params_mut() = p;
+        Ok(())
+    }
+}
+
+/// Stores the current value of a training parameter in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_get_param(
+    c: *const vlcc_compressor,
+    param: u32,
+    out: *mut f64,
+) -> vlcc_status {
+    ffi_boundary! {
+        let v = get(compressor_ref(c)?.params(), param)?;
+        write_out(out, v, "out")
+    }
+}
+
+/// Trains a codebook on `n` vectors of dimension `d` (`x` holds n*d floats, row-major; it is not
+/// kept). Replaces any previous codebook only on success. Fails with NOT_ENOUGH_DATA when n is 0
+/// or smaller than the anchor count, NON_FINITE on NaN/inf, INVALID_ARGUMENT on d = 0.
+/// Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_train(
+    c: *mut vlcc_compressor,
+    x: *const f32,
+    n: usize,
+    d: usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let c = compressor_mut(c)?;
+        let x = slice(x, count(n, d, "vectors")?, "x")?;
+        c.train(x, d)?;
+        Ok(())
+    }
+}
+
+/// Stores the vector dimension of the trained codebook in `*out` (INVALID_STATE if untrained).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_dim(c: *const vlcc_compressor, out: *mut usize) -> vlcc_status {
+    ffi_boundary! {
+        let d = compressor_ref(c)?.codebook()?.dim();
+        write_out(out, d, "out")
+    }
+}
+
+/// Stores the codec-mode code size in bytes per vector (anchor id + residual code) in `*out`:
+/// `vlcc_compressor_encode` writes `n * code_size` bytes. INVALID_STATE if untrained.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_code_size(c: *const vlcc_compressor, out: *mut usize) -> vlcc_status {
+    ffi_boundary! {
+        let s = compressor_ref(c)?.codebook()?.codec_size();
+        write_out(out, s, "out")
+    }
+}
+
+/// Stores the codebook's fingerprint (a hash of its contents) in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_fingerprint(c: *const vlcc_compressor, out: *mut u64) -> vlcc_status {
+    ffi_boundary! {
+        let f = compressor_ref(c)?.codebook()?.fingerprint();
+        write_out(out, f, "out")
+    }
+}
+
+/// What the last training measured.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct vlcc_train_report {
+    /// Mean squared distance of the training vectors to their nearest anchor.
+    pub energy: f64,
+    /// Largest anchor load over the mean load.
+    pub max_list_over_mean: f64,
+    /// Anchor iterations run.
+    pub iterations: u64,
+    /// Seconds spent on anchors and on the residual codebooks.
+    pub seconds: f64,
+}
+
+/// Stores the report of the last successful `vlcc_compressor_train` in `*out` (INVALID_STATE if
+/// the compressor was not trained by this handle, e.g. loaded from a file).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_train_report(
+    c: *const vlcc_compressor,
+    out: *mut vlcc_train_report,
+) -> vlcc_status {
+    ffi_boundary! {
+        let Some(r) = compressor_ref(c)?.report() else {
+            return fail(vlcc_status::InvalidState, "no training report: the compressor was not trained here");
+        };
+        let rep = vlcc_train_report {
+            energy: r.energy,
+            max_list_over_mean: r.max_list_over_mean,
+            iterations: r.iterations as u64,
+            seconds: r.anchor_seconds + r.pq_seconds,
+        };
+        write_out(out, rep, "out")
+    }
+}
+
+unsafe fn encode_into(c: *const vlcc_compressor, x: Vectors<'_>, n: usize, out: *mut u8, out_len: usize) -> FfiResult {
+    let c = compressor_ref(c)?;
+    let cb = c.codebook()?;
+    let need = count(n, cb.codec_size(), "codes")?;
+    let dst = out_buf(out, out_len, need, "out")?;
+    let src: &[u8] = match x {
+        Vectors::F32(v) => bytemuck::cast_slice(v),
+        Vectors::F16(v) => bytemuck::cast_slice(v),
+    };
+    no_overlap(src, dst, "input vectors and output codes")?;
+    let codes = c.encode(x)?;
+    dst.copy_from_slice(&codes);
+    Ok(())
+}
+
+/// Encodes `n` vectors (`x`: n*d floats, d = the codebook's dimension) into `out`, which must hold
+/// `out_len >= n * code_size` bytes (`vlcc_compressor_code_size`); nothing is written on error.
+/// `x` and `out` must not overlap. May run concurrently with other const calls.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_encode(
+    c: *const vlcc_compressor,
+    x: *const f32,
+    n: usize,
+    out: *mut u8,
+    out_len: usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let d = compressor_ref(c)?.codebook()?.dim();
+        let x = slice(x, count(n, d, "vectors")?, "x")?;
+        encode_into(c, Vectors::F32(x), n, out, out_len)
+    }
+}
+
+/// Like `vlcc_compressor_encode` for IEEE half-precision input (`x`: n*d binary16 values).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_encode_f16(
+    c: *const vlcc_compressor,
+    x: *const u16,
+    n: usize,
+    out: *mut u8,
+    out_len: usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let d = compressor_ref(c)?.codebook()?.dim();
+        let x = slice(x, count(n, d, "vectors")?, "x")?;
+        encode_into(c, Vectors::F16(bytemuck::cast_slice(x)), n, out, out_len)
+    }
+}
+
+/// Decodes `n` codes (`codes`: n * code_size bytes) into approximate vectors in `out`, which must
+/// hold `out_len >= n * d` floats. Nothing is written on error (corrupt anchor ids fail with
+/// INVALID_ARGUMENT). `codes` and `out` must not overlap.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_decode(
+    c: *const vlcc_compressor,
+    codes: *const u8,
+    n: usize,
+    out: *mut f32,
+    out_len: usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let comp = compressor_ref(c)?;
+        let cb = comp.codebook()?;
+        let codes = slice(codes, count(n, cb.codec_size(), "codes")?, "codes")?;
+        let dst = out_buf(out, out_len, count(n, cb.dim(), "vectors")?, "out")?;
+        no_overlap(codes, dst, "input codes and output vectors")?;
+        let x = comp.decode(codes)?;
+        dst.copy_from_slice(&x);
+        Ok(())
+    }
+}
+
+/// Saves the trained codebook to `path` (UTF-8), atomically: a temporary file is written,
+/// synced and renamed, so `path` holds the old file or the new one, never a partial one.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_save_codebook(c: *const vlcc_compressor, path: *const c_char) -> vlcc_status {
+    ffi_boundary! {
+        let cb = compressor_ref(c)?.codebook()?;
+        format::save_codebook(cb, c_path(path, "path")?)?;
+        Ok(())
+    }
+}
+
+/// Loads a codebook (from a codebook or index file) into a new trained compressor on `ctx`.
+/// `*out` receives it, owned by the caller. Corrupt or truncated files fail with
+/// VLCC_STATUS_CORRUPT.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_load_codebook(
+    ctx: *const vlcc_context,
+    path: *const c_char,
+    out: *mut *mut vlcc_compressor,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let ctx = context_arc(ctx)?;
+        let cb = format::load_codebook(c_path(path, "path")?)?;
+        write_out(out, boxed(Compressor::with_codebook(ctx, Arc::new(cb))), "out")
+    }
+}
+
+/// Serializes the trained codebook into a library-owned buffer (the same bytes as its file);
+/// release it with `vlcc_buffer_free`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_serialize_codebook(
+    c: *const vlcc_compressor,
+    out: *mut vlcc_buffer,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let bytes = format::codebook_bytes(compressor_ref(c)?.codebook()?);
+        write_out(out, vlcc_buffer::from_vec(bytes), "out")
+    }
+}
+
+/// Builds a trained compressor on `ctx` from `len` bytes of a serialized codebook (or index).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_deserialize_codebook(
+    ctx: *const vlcc_context,
+    data: *const u8,
+    len: usize,
+    out: *mut *mut vlcc_compressor,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let ctx = context_arc(ctx)?;
+        let cb = format::read_codebook_bytes(slice(data, len, "data")?)?;
+        write_out(out, boxed(Compressor::with_codebook(ctx, Arc::new(cb))), "out")
+    }
+}

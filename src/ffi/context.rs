@@ -1,0 +1,111 @@
+//! `vlcc_context`: a backend, its device, a thread pool and a memory cap.
+
+use super::boundary::{fail, handle, need_out, write_out};
+use super::status::vlcc_status;
+use crate::{BackendKind, Context};
+use std::sync::Arc;
+
+/// Opaque handle to a context. Shared (reference-counted): compressors and indexes made from it
+/// keep it alive, so it may be freed before them. Internally synchronized: every function taking
+/// a context may be called from any number of threads at once.
+pub struct vlcc_context {
+    _private: [u8; 0],
+}
+
+/// Backends for `vlcc_context_new`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum vlcc_backend {
+    /// The best available: CUDA, then WGPU, then the CPU.
+    Auto = 0,
+    /// The CPU (the reference backend).
+    Cpu = 1,
+    /// NVIDIA GPUs through CUDA.
+    Cuda = 2,
+    /// Vulkan/Metal/DX12 GPUs through WGPU.
+    Wgpu = 3,
+}
+
+pub(crate) fn backend_kind(code: u32) -> Option<BackendKind> {
+    [BackendKind::Auto, BackendKind::Cpu, BackendKind::Cuda, BackendKind::Wgpu].get(code as usize).copied()
+}
+
+/// Borrows the context behind a handle.
+pub(crate) unsafe fn context_ref<'a>(p: *const vlcc_context) -> super::boundary::FfiResult<&'a Context> {
+    handle::<vlcc_context, Context>(p, "context")
+}
+
+/// A new reference to the context behind a handle.
+pub(crate) unsafe fn context_arc(p: *const vlcc_context) -> super::boundary::FfiResult<Arc<Context>> {
+    context_ref(p)?;
+    let raw = p as *const Context;
+    Arc::increment_strong_count(raw);
+    Ok(Arc::from_raw(raw))
+}
+
+/// Creates a context.
+///
+/// - `backend`: a `vlcc_backend` value. AUTO falls back to the CPU when no GPU backend can start;
+///   an explicit CUDA or WGPU that cannot start fails with VLCC_STATUS_BACKEND_UNAVAILABLE.
+/// - `device`: GPU index (ignored by the CPU backend).
+/// - `threads`: CPU threads for this context's pool; 0 means one per core.
+/// - `out`: receives the new context, owned by the caller; free it with `vlcc_context_free`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_new(
+    backend: u32,
+    device: u32,
+    threads: usize,
+    out: *mut *mut vlcc_context,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let Some(kind) = backend_kind(backend) else {
+            return fail(vlcc_status::InvalidArgument, format!("unknown backend {backend}"));
+        };
+        let ctx = Arc::new(Context::new(kind, device as usize, threads)?);
+        write_out(out, Arc::into_raw(ctx) as *mut vlcc_context, "out")
+    }
+}
+
+/// Releases the caller's reference to a context. Objects made from it keep their own. NULL is a
+/// no-op. The handle must not be used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_free(ctx: *mut vlcc_context) {
+    if !ctx.is_null() {
+        let _ = std::panic::catch_unwind(|| drop(Arc::from_raw(ctx as *const Context)));
+    }
+}
+
+/// Stores the backend the context runs on (a `vlcc_backend` value; AUTO is resolved) in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_backend(ctx: *const vlcc_context, out: *mut u32) -> vlcc_status {
+    ffi_boundary! {
+        let c = context_ref(ctx)?;
+        let code = match c.backend().kind() {
+            BackendKind::Auto => vlcc_backend::Auto,
+            BackendKind::Cpu => vlcc_backend::Cpu,
+            BackendKind::Cuda => vlcc_backend::Cuda,
+            BackendKind::Wgpu => vlcc_backend::Wgpu,
+        };
+        write_out(out, code as u32, "out")
+    }
+}
+
+/// Stores the number of CPU threads of the context's pool in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_threads(ctx: *const vlcc_context, out: *mut usize) -> vlcc_status {
+    ffi_boundary! {
+        let c = context_ref(ctx)?;
+        write_out(out, c.threads(), "out")
+    }
+}
+
+/// Caps the working memory of each training call made through this context, in bytes (0 = no
+/// cap, the default). A call that would need more fails with VLCC_STATUS_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_set_memory_cap(ctx: *const vlcc_context, bytes: usize) -> vlcc_status {
+    ffi_boundary! {
+        context_ref(ctx)?.set_memory_cap(bytes);
+        Ok(())
+    }
+}

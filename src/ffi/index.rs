@@ -1,0 +1,328 @@
+//! `vlcc_index`: add with ids, search, remove, stats, save/load (memory-mapped), serialize.
+
+use super::boundary::{
+    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out, FfiResult,
+};
+use super::compressor::{compressor_ref, vlcc_compressor};
+use super::context::{context_arc, vlcc_context};
+use super::status::vlcc_status;
+use crate::{format, Context, DenseRaw, Index, RawVectors, SearchParams, Vectors};
+use std::ffi::c_char;
+use std::sync::Arc;
+
+/// Opaque handle to an index. Owned by the caller; free with `vlcc_index_free`. Thread rules:
+/// calls taking `const vlcc_index*` (search, size, stats, save, serialize) may run concurrently
+/// from any number of threads; `add`, `remove` and `merge` need exclusive access (no other call
+/// on the same index at the same time).
+pub struct vlcc_index {
+    _private: [u8; 0],
+}
+
+/// An index and the context it runs on.
+struct IndexHandle {
+    ctx: Arc<Context>,
+    index: Index,
+}
+
+/// A byte buffer owned by the library (a serialized codebook or index). Release it with
+/// `vlcc_buffer_free`. When `len` is 0, `data` may be NULL.
+#[repr(C)]
+#[derive(Debug)]
+pub struct vlcc_buffer {
+    /// The bytes.
+    pub data: *mut u8,
+    /// Number of bytes.
+    pub len: usize,
+}
+
+impl vlcc_buffer {
+    pub(crate) fn from_vec(v: Vec<u8>) -> vlcc_buffer {
+        let b = v.into_boxed_slice();
+        let len = b.len();
+        vlcc_buffer { data: Box::into_raw(b) as *mut u8, len }
+    }
+}
+
+/// Sizes and balance of an index.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct vlcc_index_info {
+    /// Vectors held.
+    pub vectors: u64,
+    /// Inverted lists (anchors).
+    pub lists: u64,
+    /// Vector dimension.
+    pub dim: u64,
+    /// Bytes of residual code per vector (ids take 8 more).
+    pub code_size: u64,
+    /// Vectors in the largest list.
+    pub largest_list: u64,
+    /// Lists with no vector.
+    pub empty_lists: u64,
+    /// Largest list over the mean list size (1 = perfectly balanced).
+    pub max_list_over_mean: f64,
+    /// 1 when ids and codes are used in place from a memory-mapped file.
+    pub memory_mapped: u32,
+}
+
+unsafe fn index_ref<'a>(p: *const vlcc_index) -> FfiResult<&'a IndexHandle> {
+    handle::<vlcc_index, IndexHandle>(p, "index")
+}
+
+unsafe fn index_mut<'a>(p: *mut vlcc_index) -> FfiResult<&'a mut IndexHandle> {
+    handle_mut::<vlcc_index, IndexHandle>(p, "index")
+}
+
+fn boxed(ctx: Arc<Context>, index: Index) -> *mut vlcc_index {
+    Box::into_raw(Box::new(IndexHandle { ctx, index })) as *mut vlcc_index
+}
+
+/// Creates an empty index on the compressor's trained codebook and context. The index keeps
+/// what it needs: the compressor may be freed first. `*out` receives it, owned by the caller.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_new(c: *const vlcc_compressor, out: *mut *mut vlcc_index) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let c = compressor_ref(c)?;
+        let index = c.new_index()?;
+        write_out(out, boxed(c.context().clone(), index), "out")
+    }
+}
+
+/// Frees an index. NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_free(ix: *mut vlcc_index) {
+    if !ix.is_null() {
+        let _ = std::panic::catch_unwind(|| drop(Box::from_raw(ix as *mut IndexHandle)));
+    }
+}
+
+unsafe fn add(
+    ix: *mut vlcc_index,
+    x: impl FnOnce(usize) -> FfiResult<Vectors<'static>>,
+    n: usize,
+    ids: *const u64,
+) -> FfiResult {
+    let h = index_mut(ix)?;
+    let x = x(h.index.codebook().dim())?;
+    let ids = slice(ids, n, "ids")?;
+    let IndexHandle { ctx, index } = h;
+    ctx.run(|b| index.add(b, x, ids))?;
+    Ok(())
+}
+
+/// Encodes `n` vectors (`x`: n*d floats, d = the index's dimension) and adds them with the
+/// caller's `ids` (n values; duplicates are allowed, `remove` drops them all). Nothing is added
+/// on error. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_add(ix: *mut vlcc_index, x: *const f32, n: usize, ids: *const u64) -> vlcc_status {
+    ffi_boundary! {
+        add(ix, |d| Ok(Vectors::F32(slice(x, count(n, d, "vectors")?, "x")?)), n, ids)
+    }
+}
+
+/// Like `vlcc_index_add` for IEEE half-precision input (`x`: n*d binary16 values).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_add_f16(
+    ix: *mut vlcc_index,
+    x: *const u16,
+    n: usize,
+    ids: *const u64,
+) -> vlcc_status {
+    ffi_boundary! {
+        add(ix, |d| Ok(Vectors::F16(bytemuck::cast_slice(slice(x, count(n, d, "vectors")?, "x")?))), n, ids)
+    }
+}
+
+/// Searches `nq` queries (`queries`: nq*d floats). Writes `nq * k` results, best first, into
+/// `ids` and `distances` (caller-allocated, nq*k each): squared L2 distances for L2, inner
+/// products (similarities, descending) for IP and cosine. Slots beyond the reachable vectors
+/// (k larger than the probed lists hold) get id UINT64_MAX and distance +inf (L2) / -inf.
+///
+/// - `nprobe`: lists probed per query (>= 1; values above the list count probe every list).
+/// - `rerank`: 0, or >= k: the best `rerank` candidates are re-scored exactly against `raw`,
+///   `raw_n` vectors of dimension d where the vector of id i is row i (`raw` may be NULL when
+///   `rerank` is 0). An id without a row fails with INVALID_ARGUMENT.
+///
+/// Thread-safe: any number of threads may search one index at once, and get exactly what
+/// sequential calls return. Outputs are written only on success and must not overlap the inputs.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_search(
+    ix: *const vlcc_index,
+    queries: *const f32,
+    nq: usize,
+    k: usize,
+    nprobe: usize,
+    rerank: usize,
+    raw: *const f32,
+    raw_n: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+) -> vlcc_status {
+    ffi_boundary! {
+        let h = index_ref(ix)?;
+        let d = h.index.codebook().dim();
+        let q = slice(queries, count(nq, d, "queries")?, "queries")?;
+        let need = count(nq, k, "results")?;
+        let out_ids = out_buf(ids, need, need, "ids")?;
+        let out_d = out_buf(distances, need, need, "distances")?;
+        no_overlap(out_ids, out_d, "ids and distances")?;
+        no_overlap(q, out_ids, "queries and ids")?;
+        no_overlap(q, out_d, "queries and distances")?;
+        let raw = if rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
+        if let Some(r) = &raw {
+            no_overlap(r.data, out_ids, "raw vectors and ids")?;
+            no_overlap(r.data, out_d, "raw vectors and distances")?;
+        }
+        let p = SearchParams { k, nprobe, rerank };
+        let res = h.ctx.run(|_| h.index.search(q, &p, raw.as_ref().map(|r| r as &dyn RawVectors)))?;
+        out_ids.copy_from_slice(&res.ids);
+        out_d.copy_from_slice(&res.distances);
+        Ok(())
+    }
+}
+
+/// Removes every vector whose id is among the `n` given; stores how many were removed in
+/// `*removed` when it is not NULL. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_remove(
+    ix: *mut vlcc_index,
+    ids: *const u64,
+    n: usize,
+    removed: *mut usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let h = index_mut(ix)?;
+        let ids = slice(ids, n, "ids")?;
+        let r = h.index.remove(ids)?;
+        if !removed.is_null() {
+            write_out(removed, r, "removed")?;
+        }
+        Ok(())
+    }
+}
+
+/// Appends every vector of `other` to `ix`. Both must be built on the same codebook
+/// (same fingerprint), else VLCC_STATUS_CODEBOOK_MISMATCH. `ix` needs exclusive access; `other`
+/// is only read and must be a different handle.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_merge(ix: *mut vlcc_index, other: *const vlcc_index) -> vlcc_status {
+    ffi_boundary! {
+        if std::ptr::eq(ix as *const vlcc_index, other) {
+            return fail(vlcc_status::InvalidArgument, "cannot merge an index into itself");
+        }
+        let o = index_ref(other)?;
+        let h = index_mut(ix)?;
+        h.index.merge_from(&o.index)?;
+        Ok(())
+    }
+}
+
+/// Stores the number of vectors held in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_size(ix: *const vlcc_index, out: *mut usize) -> vlcc_status {
+    ffi_boundary! {
+        let n = index_ref(ix)?.index.len();
+        write_out(out, n, "out")
+    }
+}
+
+/// Stores the vector dimension in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_dim(ix: *const vlcc_index, out: *mut usize) -> vlcc_status {
+    ffi_boundary! {
+        let d = index_ref(ix)?.index.codebook().dim();
+        write_out(out, d, "out")
+    }
+}
+
+/// Stores sizes and balance in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_stats(ix: *const vlcc_index, out: *mut vlcc_index_info) -> vlcc_status {
+    ffi_boundary! {
+        let s = index_ref(ix)?.index.stats();
+        let v = vlcc_index_info {
+            vectors: s.vectors as u64,
+            lists: s.lists as u64,
+            dim: s.dim as u64,
+            code_size: s.code_size as u64,
+            largest_list: s.largest_list as u64,
+            empty_lists: s.empty_lists as u64,
+            max_list_over_mean: s.max_list_over_mean,
+            memory_mapped: s.memory_mapped as u32,
+        };
+        write_out(out, v, "out")
+    }
+}
+
+/// Saves the index (codebook, ids and codes) to `path` atomically (temporary file, fsync,
+/// rename): `path` holds the old file or the new one, never a partial one.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_save(ix: *const vlcc_index, path: *const c_char) -> vlcc_status {
+    ffi_boundary! {
+        let h = index_ref(ix)?;
+        format::save_index(&h.index, c_path(path, "path")?)?;
+        Ok(())
+    }
+}
+
+/// Loads an index file onto `ctx`. With `mmap` non-zero, ids and codes are used in place from a
+/// read-only memory map (the file must not be modified in place while loaded; replacing it by
+/// rename, as `vlcc_index_save` does, is safe); the first add/remove copies them into memory.
+/// Every size, offset and checksum is validated: damaged files fail with VLCC_STATUS_CORRUPT.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_load(
+    ctx: *const vlcc_context,
+    path: *const c_char,
+    mmap: i32,
+    out: *mut *mut vlcc_index,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let ctx = context_arc(ctx)?;
+        let index = format::load_index(c_path(path, "path")?, mmap != 0)?;
+        write_out(out, boxed(ctx, index), "out")
+    }
+}
+
+/// Serializes the index into a library-owned buffer (the same bytes as its file); release it
+/// with `vlcc_buffer_free`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_serialize(ix: *const vlcc_index, out: *mut vlcc_buffer) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let bytes = format::index_bytes(&index_ref(ix)?.index);
+        write_out(out, vlcc_buffer::from_vec(bytes), "out")
+    }
+}
+
+/// Builds an index on `ctx` from `len` serialized bytes (copied; `data` is not kept).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_deserialize(
+    ctx: *const vlcc_context,
+    data: *const u8,
+    len: usize,
+    out: *mut *mut vlcc_index,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let ctx = context_arc(ctx)?;
+        let index = format::read_index_bytes(slice(data, len, "data")?)?;
+        write_out(out, boxed(ctx, index), "out")
+    }
+}
+
+/// Releases a library-owned buffer and sets it to `{NULL, 0}`. NULL, or a buffer already
+/// released, is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_buffer_free(buf: *mut vlcc_buffer) {
+    if buf.is_null() {
+        return;
+    }
+    let b = &mut *buf;
+    if !b.data.is_null() {
+        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(b.data, b.len)));
+    }
+    b.data = std::ptr::null_mut();
+    b.len = 0;
+}

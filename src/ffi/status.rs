@@ -1,0 +1,117 @@
+//! Status codes and error messages.
+
+use super::boundary::{last_error_copy, FfiError};
+use crate::Error;
+use std::ffi::c_char;
+
+/// The result of every fallible call. Numbers are stable: they never change meaning and are
+/// never reused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum vlcc_status {
+    /// Success.
+    Ok = 0,
+    /// An argument is out of range or inconsistent (a size, a parameter value, k = 0, ...).
+    InvalidArgument = 1,
+    /// A required pointer argument was NULL.
+    NullPointer = 2,
+    /// A caller-provided output buffer is smaller than the call needs.
+    BufferTooSmall = 3,
+    /// A pointer is not aligned for its element type.
+    Unaligned = 4,
+    /// An input buffer overlaps an output buffer.
+    Overlap = 5,
+    /// Input vectors contain NaN or infinity.
+    NonFinite = 6,
+    /// Not enough data (no vectors, fewer vectors than anchors).
+    NotEnoughData = 7,
+    /// The object cannot do this now (encode before train, ...).
+    InvalidState = 8,
+    /// A file or buffer is not a valid vlc_compress file, or is damaged.
+    Corrupt = 9,
+    /// The file was written by an incompatible format version.
+    UnsupportedVersion = 10,
+    /// The objects were built on different codebooks.
+    CodebookMismatch = 11,
+    /// The requested backend is not compiled in or cannot start on this machine.
+    BackendUnavailable = 12,
+    /// A GPU reported an error.
+    DeviceError = 13,
+    /// Memory could not be allocated, or the context's memory cap would be exceeded.
+    OutOfMemory = 14,
+    /// An operating-system I/O error (open, read, write, rename).
+    Io = 15,
+    /// An internal error (a caught panic); the object involved should not be used further.
+    Panic = 16,
+}
+
+impl From<&Error> for vlcc_status {
+    fn from(e: &Error) -> Self {
+        match e {
+            Error::InvalidArgument(_) => vlcc_status::InvalidArgument,
+            Error::NonFinite(_) => vlcc_status::NonFinite,
+            Error::NotEnoughData(_) => vlcc_status::NotEnoughData,
+            Error::InvalidState(_) => vlcc_status::InvalidState,
+            Error::Corrupt(_) => vlcc_status::Corrupt,
+            Error::UnsupportedVersion { .. } => vlcc_status::UnsupportedVersion,
+            Error::CodebookMismatch(_) => vlcc_status::CodebookMismatch,
+            Error::BackendUnavailable(_) => vlcc_status::BackendUnavailable,
+            Error::Device(_) => vlcc_status::DeviceError,
+            Error::OutOfMemory(_) => vlcc_status::OutOfMemory,
+            Error::Io { .. } => vlcc_status::Io,
+        }
+    }
+}
+
+impl From<Error> for FfiError {
+    fn from(e: Error) -> Self {
+        FfiError { status: (&e).into(), message: e.to_string() }
+    }
+}
+
+/// A static, NUL-terminated name for `status` ("VLCC_STATUS_OK", ...); never NULL, never freed.
+/// Unknown numbers give "VLCC_STATUS_UNKNOWN". Thread-safe.
+#[no_mangle]
+pub extern "C" fn vlcc_status_str(status: u32) -> *const c_char {
+    let s: &'static [u8] = match status {
+        0 => b"VLCC_STATUS_OK\0",
+        1 => b"VLCC_STATUS_INVALID_ARGUMENT\0",
+        2 => b"VLCC_STATUS_NULL_POINTER\0",
+        3 => b"VLCC_STATUS_BUFFER_TOO_SMALL\0",
+        4 => b"VLCC_STATUS_UNALIGNED\0",
+        5 => b"VLCC_STATUS_OVERLAP\0",
+        6 => b"VLCC_STATUS_NON_FINITE\0",
+        7 => b"VLCC_STATUS_NOT_ENOUGH_DATA\0",
+        8 => b"VLCC_STATUS_INVALID_STATE\0",
+        9 => b"VLCC_STATUS_CORRUPT\0",
+        10 => b"VLCC_STATUS_UNSUPPORTED_VERSION\0",
+        11 => b"VLCC_STATUS_CODEBOOK_MISMATCH\0",
+        12 => b"VLCC_STATUS_BACKEND_UNAVAILABLE\0",
+        13 => b"VLCC_STATUS_DEVICE_ERROR\0",
+        14 => b"VLCC_STATUS_OUT_OF_MEMORY\0",
+        15 => b"VLCC_STATUS_IO\0",
+        16 => b"VLCC_STATUS_PANIC\0",
+        _ => b"VLCC_STATUS_UNKNOWN\0",
+    };
+    s.as_ptr().cast()
+}
+
+/// Copies the message of the last failed call made **on this OS thread** into `buf` (at most
+/// `len` bytes including the terminating NUL; truncated to fit) and stores the message's full
+/// length (without NUL) in `*out_len` when `out_len` is not NULL. An empty message means the
+/// last call on this thread succeeded or none failed yet. `buf` may be NULL when `len` is 0
+/// (to query the length). From Go, call this on the same OS thread as the failed call
+/// (`runtime.LockOSThread` around both). Always returns VLCC_STATUS_OK.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_last_error_message(buf: *mut c_char, len: usize, out_len: *mut usize) -> vlcc_status {
+    let msg = last_error_copy();
+    if !out_len.is_null() {
+        *out_len = msg.len();
+    }
+    if !buf.is_null() && len > 0 {
+        let n = msg.len().min(len - 1);
+        std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
+    vlcc_status::Ok
+}

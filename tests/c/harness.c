@@ -1,0 +1,421 @@
+/* C harness for the vlc_compress ABI: every exported function, every error path. Built with
+ * -std=c11 -Wall -Wextra -Wpedantic -Werror (and again under ASan/UBSan/LSan) by
+ * tests/c_harness.rs, which passes the scratch directory as argv[1]. */
+#include "vlc_compress.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int second_unit_version_ok(void);
+
+static int failures = 0;
+static int checks = 0;
+
+#define expect(cond, msg)                                                        \
+    do {                                                                         \
+        checks++;                                                                \
+        if (!(cond)) {                                                           \
+            failures++;                                                          \
+            fprintf(stderr, "%s:%d: FAILED: %s (%s)\n", __FILE__, __LINE__, msg, #cond); \
+        }                                                                        \
+    } while (0)
+
+#define expect_status(call, want)                                                \
+    do {                                                                         \
+        vlcc_status got_ = (call);                                               \
+        checks++;                                                                \
+        if (got_ != (want)) {                                                    \
+            char m_[256];                                                        \
+            vlcc_last_error_message(m_, sizeof m_, NULL);                        \
+            failures++;                                                          \
+            fprintf(stderr, "%s:%d: %s returned %s, expected %s: %s\n", __FILE__, __LINE__, #call, \
+                    vlcc_status_str((uint32_t)got_), vlcc_status_str((uint32_t)(want)), m_); \
+        }                                                                        \
+    } while (0)
+
+enum { N = 4000, D = 16, ANCHORS = 32, NQ = 64, K = 10 };
+
+static float *clustered(size_t n, unsigned seed) {
+    float *x = malloc(n * D * sizeof *x);
+    float centres[8][D];
+    unsigned s = seed;
+    for (int c = 0; c < 8; c++)
+        for (int t = 0; t < D; t++) {
+            s = s * 1664525u + 1013904223u;
+            centres[c][t] = (float)((s >> 8) % 2000) / 100.0f - 10.0f;
+        }
+    for (size_t i = 0; i < n; i++)
+        for (int t = 0; t < D; t++) {
+            s = s * 1664525u + 1013904223u;
+            x[i * D + t] = centres[i % 8][t] + (float)((s >> 8) % 1000) / 500.0f - 1.0f;
+        }
+    return x;
+}
+
+/* float -> IEEE binary16 bits, round to nearest even, for values well inside the normal range. */
+static uint16_t to_half(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = u & 0x7fffffu;
+    if (exp <= 0) return (uint16_t)sign;
+    uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)h;
+}
+
+struct search_job {
+    const vlcc_index *ix;
+    const float *q;
+    uint64_t ids[NQ * K];
+    float dist[NQ * K];
+    vlcc_status status;
+};
+
+static void *search_thread(void *arg) {
+    struct search_job *j = arg;
+    j->status = vlcc_index_search(j->ix, j->q, NQ, K, 8, 0, NULL, 0, j->ids, j->dist);
+    return NULL;
+}
+
+static void test_versions_and_statuses(void) {
+    expect(strcmp(vlcc_version(), VLCC_VERSION_STRING) == 0, "runtime version string matches the header");
+    expect(vlcc_version_number() == VLCC_VERSION_NUMBER, "version number matches");
+    expect(vlcc_abi_version() == VLCC_ABI_VERSION, "ABI version matches");
+    expect(second_unit_version_ok(), "second translation unit agrees");
+    expect(strcmp(vlcc_status_str(VLCC_STATUS_OK), "VLCC_STATUS_OK") == 0, "status name");
+    expect(strcmp(vlcc_status_str(VLCC_STATUS_PANIC), "VLCC_STATUS_PANIC") == 0, "status name");
+    expect(strcmp(vlcc_status_str(999), "VLCC_STATUS_UNKNOWN") == 0, "unknown status");
+    for (uint32_t s = 0; s <= VLCC_STATUS_PANIC; s++) expect(vlcc_status_str(s) != NULL, "every status has a name");
+}
+
+static void test_context(void) {
+    vlcc_context *ctx = NULL;
+    expect_status(vlcc_context_new(99, 0, 1, &ctx), VLCC_STATUS_INVALID_ARGUMENT);
+    expect(ctx == NULL, "out untouched on error");
+    char msg[256];
+    size_t len = 0;
+    expect_status(vlcc_last_error_message(NULL, 0, &len), VLCC_STATUS_OK);
+    expect(len > 0, "a failure leaves a message");
+    expect_status(vlcc_last_error_message(msg, 8, &len), VLCC_STATUS_OK);
+    expect(strlen(msg) == 7 && len > 7, "messages are truncated to the buffer");
+    expect_status(vlcc_context_new(VLCC_BACKEND_CPU, 0, 1, NULL), VLCC_STATUS_NULL_POINTER);
+    vlcc_status s = vlcc_context_new(VLCC_BACKEND_CUDA, 0, 1, &ctx);
+    expect(s == VLCC_STATUS_OK || s == VLCC_STATUS_BACKEND_UNAVAILABLE, "CUDA: runs or says unavailable");
+    vlcc_context_free(ctx);
+    ctx = NULL;
+    s = vlcc_context_new(VLCC_BACKEND_WGPU, 0, 1, &ctx);
+    expect(s == VLCC_STATUS_OK || s == VLCC_STATUS_BACKEND_UNAVAILABLE, "WGPU: runs or says unavailable");
+    vlcc_context_free(ctx);
+    ctx = NULL;
+    expect_status(vlcc_context_new(VLCC_BACKEND_AUTO, 0, 2, &ctx), VLCC_STATUS_OK);
+    uint32_t backend = 99;
+    expect_status(vlcc_context_backend(ctx, &backend), VLCC_STATUS_OK);
+    expect(backend != VLCC_BACKEND_AUTO && backend <= VLCC_BACKEND_WGPU, "AUTO resolves to a real backend");
+    size_t threads = 0;
+    expect_status(vlcc_context_threads(ctx, &threads), VLCC_STATUS_OK);
+    expect(threads == 2, "thread count");
+    expect_status(vlcc_context_threads(NULL, &threads), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_context_backend(ctx, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_context_set_memory_cap(ctx, 0), VLCC_STATUS_OK);
+    expect_status(vlcc_context_set_memory_cap(NULL, 0), VLCC_STATUS_NULL_POINTER);
+    vlcc_context_free(ctx);
+    vlcc_context_free(NULL);
+}
+
+static vlcc_compressor *trained(vlcc_context *ctx, const float *x, unsigned seed) {
+    vlcc_compressor *c = NULL;
+    expect_status(vlcc_compressor_new(ctx, &c), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_ANCHORS, ANCHORS), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_BYTES_PER_VECTOR, 8), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_MAX_ITERS, 8), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_PQ_ITERS, 8), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_SEED, seed), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OK);
+    return c;
+}
+
+static void test_compressor(vlcc_context *ctx, const float *x) {
+    vlcc_compressor *c = NULL;
+    expect_status(vlcc_compressor_new(NULL, &c), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_new(ctx, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_new(ctx, &c), VLCC_STATUS_OK);
+
+    double v = 0;
+    expect_status(vlcc_compressor_set_param(c, 999, 1), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_BITS, 5), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_ANCHORS, 2.5), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_TRIM, NAN), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_METRIC, 7), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_get_param(c, VLCC_PARAM_BITS, &v), VLCC_STATUS_OK);
+    expect(v == 8, "rejected values leave the parameter unchanged");
+    expect_status(vlcc_compressor_get_param(c, 999, &v), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_get_param(c, VLCC_PARAM_BITS, NULL), VLCC_STATUS_NULL_POINTER);
+    static const uint32_t params[] = {
+        VLCC_PARAM_ANCHORS, VLCC_PARAM_BYTES_PER_VECTOR, VLCC_PARAM_BITS, VLCC_PARAM_METRIC, VLCC_PARAM_ROTATION,
+        VLCC_PARAM_MAX_ITERS, VLCC_PARAM_TOL, VLCC_PARAM_INITIAL_TEMP, VLCC_PARAM_COOLING_RATE, VLCC_PARAM_TRIM,
+        VLCC_PARAM_BALANCE, VLCC_PARAM_MAINTENANCE_INTERVAL, VLCC_PARAM_MERGE_THRESHOLD, VLCC_PARAM_SPLIT_FACTOR,
+        VLCC_PARAM_MAX_POINTS_PER_ANCHOR, VLCC_PARAM_SEED, VLCC_PARAM_PQ_ITERS, VLCC_PARAM_PQ_TRAIN_POINTS,
+        VLCC_PARAM_OPQ_ITERS, VLCC_PARAM_INIT};
+    for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
+        expect_status(vlcc_compressor_get_param(c, params[i], &v), VLCC_STATUS_OK);
+        expect_status(vlcc_compressor_set_param(c, params[i], v), VLCC_STATUS_OK);
+    }
+
+    size_t cs = 0, d = 0;
+    uint8_t codes1[64];
+    expect_status(vlcc_compressor_code_size(c, &cs), VLCC_STATUS_INVALID_STATE);
+    expect_status(vlcc_compressor_dim(c, &d), VLCC_STATUS_INVALID_STATE);
+    expect_status(vlcc_compressor_encode(c, x, 1, codes1, sizeof codes1), VLCC_STATUS_INVALID_STATE);
+
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_ANCHORS, ANCHORS), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_BYTES_PER_VECTOR, 8), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_train(c, NULL, N, D), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_train(c, x, 10, D), VLCC_STATUS_NOT_ENOUGH_DATA);
+    expect_status(vlcc_compressor_train(c, x, 0, D), VLCC_STATUS_NOT_ENOUGH_DATA);
+    expect_status(vlcc_compressor_train(c, x, N, 0), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_train(c, (const float *)((const char *)x + 1), 100, D), VLCC_STATUS_UNALIGNED);
+    float *bad = malloc(N * D * sizeof *bad);
+    memcpy(bad, x, N * D * sizeof *bad);
+    bad[77] = NAN;
+    expect_status(vlcc_compressor_train(c, bad, N, D), VLCC_STATUS_NON_FINITE);
+    vlcc_train_report rep;
+    expect_status(vlcc_compressor_train_report(c, &rep), VLCC_STATUS_INVALID_STATE);
+    expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_train_report(c, &rep), VLCC_STATUS_OK);
+    expect(rep.energy > 0 && rep.iterations >= 1 && rep.max_list_over_mean >= 1, "training report");
+
+    expect_status(vlcc_compressor_code_size(c, &cs), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_dim(c, &d), VLCC_STATUS_OK);
+    expect(cs == 9 && d == D, "1-byte anchor id + 8 code bytes");
+    uint64_t fp = 0;
+    expect_status(vlcc_compressor_fingerprint(c, &fp), VLCC_STATUS_OK);
+    expect(fp != 0, "fingerprint");
+
+    const size_t n = 500;
+    uint8_t *codes = malloc(n * cs);
+    memset(codes, 0xAB, n * cs);
+    expect_status(vlcc_compressor_encode(c, x, n, codes, n * cs - 1), VLCC_STATUS_BUFFER_TOO_SMALL);
+    expect(codes[0] == 0xAB && codes[n * cs - 2] == 0xAB, "nothing written on error");
+    expect_status(vlcc_compressor_encode(c, x, n, NULL, n * cs), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_encode(c, bad, 10, (uint8_t *)bad, 10 * cs), VLCC_STATUS_OVERLAP);
+    expect_status(vlcc_compressor_encode(c, bad + 70, 1, codes, cs), VLCC_STATUS_NON_FINITE);
+    expect_status(vlcc_compressor_encode(c, x, n, codes, n * cs), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_encode(c, x, 0, NULL, 0), VLCC_STATUS_OK);
+
+    float *y = malloc(n * D * sizeof *y);
+    expect_status(vlcc_compressor_decode(c, codes, n, y, n * D - 1), VLCC_STATUS_BUFFER_TOO_SMALL);
+    expect_status(vlcc_compressor_decode(c, codes, n, y, n * D), VLCC_STATUS_OK);
+    double err = 0, var = 0;
+    for (size_t i = 0; i < n * D; i++) {
+        err += (x[i] - y[i]) * (x[i] - y[i]);
+        var += x[i] * x[i];
+    }
+    expect(err < 0.05 * var, "decode reconstructs closely");
+    uint8_t corrupt[16];
+    memcpy(corrupt, codes, cs);
+    corrupt[0] = 250; /* anchor id beyond the 32 anchors */
+    expect_status(vlcc_compressor_decode(c, corrupt, 1, y, D), VLCC_STATUS_INVALID_ARGUMENT);
+
+    uint16_t *h = malloc(n * D * sizeof *h);
+    for (size_t i = 0; i < n * D; i++) h[i] = to_half(x[i]);
+    uint8_t *codes16 = malloc(n * cs);
+    expect_status(vlcc_compressor_encode_f16(c, h, n, codes16, n * cs), VLCC_STATUS_OK);
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) same += memcmp(codes + i * cs, codes16 + i * cs, cs) == 0;
+    expect(same > n * 9 / 10, "f16 input encodes like f32 for most vectors");
+
+    vlcc_compressor_free(c);
+    vlcc_compressor_free(NULL);
+    free(codes);
+    free(codes16);
+    free(h);
+    free(y);
+    free(bad);
+}
+
+static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
+    vlcc_compressor *c = trained(ctx, x, 7);
+    vlcc_index *ix = NULL;
+    expect_status(vlcc_index_new(NULL, &ix), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_new(c, &ix), VLCC_STATUS_OK);
+    uint64_t *ids = malloc(N * sizeof *ids);
+    for (size_t i = 0; i < N; i++) ids[i] = 1000 + i;
+    expect_status(vlcc_index_add(ix, x, N, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_add(NULL, x, N, ids), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_add(ix, x, N, ids), VLCC_STATUS_OK);
+    size_t size = 0, d = 0;
+    expect_status(vlcc_index_size(ix, &size), VLCC_STATUS_OK);
+    expect_status(vlcc_index_dim(ix, &d), VLCC_STATUS_OK);
+    expect(size == N && d == D, "size and dim");
+    vlcc_index_info st;
+    expect_status(vlcc_index_stats(ix, &st), VLCC_STATUS_OK);
+    expect(st.vectors == N && st.lists == ANCHORS && st.code_size == 8 && !st.memory_mapped, "stats");
+
+    const float *q = x + 123 * D;
+    uint64_t out_ids[NQ * K];
+    float out_d[NQ * K];
+    expect_status(vlcc_index_search(ix, q, NQ, 0, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_search(ix, q, NQ, K, 0, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 5, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 50, NULL, N, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, NULL, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, (float *)out_ids), VLCC_STATUS_OVERLAP);
+    /* Raw rows are by id: ids start at 1000, so a raw array of N rows lacks most of them. */
+    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
+    size_t self_hits = 0;
+    for (size_t i = 0; i < NQ; i++) self_hits += out_ids[i * K] == 1000 + 123 + i;
+    expect(self_hits > NQ * 8 / 10, "a stored vector finds itself first");
+    for (size_t i = 0; i < NQ; i++) expect(out_d[i * K] <= out_d[i * K + K - 1], "distances ascend");
+
+    /* 16 threads searching one index return exactly what sequential calls return. */
+    struct search_job jobs[16];
+    pthread_t th[16];
+    for (int t = 0; t < 16; t++) {
+        jobs[t].ix = ix;
+        jobs[t].q = q;
+        pthread_create(&th[t], NULL, search_thread, &jobs[t]);
+    }
+    for (int t = 0; t < 16; t++) {
+        pthread_join(th[t], NULL);
+        expect(jobs[t].status == VLCC_STATUS_OK, "thread search ok");
+        expect(memcmp(jobs[t].ids, out_ids, sizeof out_ids) == 0, "thread ids match sequential");
+        expect(memcmp(jobs[t].dist, out_d, sizeof out_d) == 0, "thread distances match sequential");
+    }
+
+    /* k larger than the index: missing slots are VLCC_NO_ID. */
+    vlcc_index *tiny = NULL;
+    expect_status(vlcc_index_new(c, &tiny), VLCC_STATUS_OK);
+    expect_status(vlcc_index_add(tiny, x, 3, ids), VLCC_STATUS_OK);
+    uint64_t t_ids[5];
+    float t_d[5];
+    expect_status(vlcc_index_search(tiny, q, 1, 5, 64, 0, NULL, 0, t_ids, t_d), VLCC_STATUS_OK);
+    expect(t_ids[3] == VLCC_NO_ID && t_ids[4] == VLCC_NO_ID && isinf(t_d[4]), "missing results marked");
+
+    /* Save, load (mapped and copied), serialize: identical search results. */
+    char path[1024], path2[1024], cbpath[1024];
+    snprintf(path, sizeof path, "%s/index.vlcc", dir);
+    snprintf(path2, sizeof path2, "%s/damaged.vlcc", dir);
+    snprintf(cbpath, sizeof cbpath, "%s/codebook.vlcc", dir);
+    expect_status(vlcc_index_save(ix, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_save(ix, path), VLCC_STATUS_OK);
+    for (int mm = 0; mm <= 1; mm++) {
+        vlcc_index *back = NULL;
+        expect_status(vlcc_index_load(ctx, path, mm, &back), VLCC_STATUS_OK);
+        uint64_t b_ids[NQ * K];
+        float b_d[NQ * K];
+        expect_status(vlcc_index_search(back, q, NQ, K, 8, 0, NULL, 0, b_ids, b_d), VLCC_STATUS_OK);
+        expect(memcmp(b_ids, out_ids, sizeof b_ids) == 0 && memcmp(b_d, out_d, sizeof b_d) == 0, "loaded index searches the same");
+        expect_status(vlcc_index_stats(back, &st), VLCC_STATUS_OK);
+        expect(st.memory_mapped == (uint32_t)mm, "memory-mapped flag");
+        vlcc_index_free(back);
+    }
+    vlcc_buffer buf = {NULL, 0};
+    expect_status(vlcc_index_serialize(ix, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_serialize(ix, &buf), VLCC_STATUS_OK);
+    vlcc_index *copy = NULL;
+    expect_status(vlcc_index_deserialize(ctx, buf.data, buf.len, &copy), VLCC_STATUS_OK);
+    uint64_t c_ids[NQ * K];
+    float c_d[NQ * K];
+    expect_status(vlcc_index_search(copy, q, NQ, K, 8, 0, NULL, 0, c_ids, c_d), VLCC_STATUS_OK);
+    expect(memcmp(c_ids, out_ids, sizeof c_ids) == 0, "deserialized index searches the same");
+    buf.data[buf.len / 2] ^= 0x40;
+    vlcc_index *broken = NULL;
+    expect_status(vlcc_index_deserialize(ctx, buf.data, buf.len, &broken), VLCC_STATUS_CORRUPT);
+    expect_status(vlcc_index_deserialize(ctx, buf.data, 40, &broken), VLCC_STATUS_CORRUPT);
+    expect(broken == NULL, "no index from corrupt bytes");
+    FILE *f = fopen(path2, "wb");
+    fwrite(buf.data, 1, buf.len / 3, f);
+    fclose(f);
+    expect_status(vlcc_index_load(ctx, path2, 1, &broken), VLCC_STATUS_CORRUPT);
+    snprintf(path2, sizeof path2, "%s/missing.vlcc", dir);
+    expect_status(vlcc_index_load(ctx, path2, 1, &broken), VLCC_STATUS_IO);
+    vlcc_buffer_free(&buf);
+    expect(buf.data == NULL && buf.len == 0, "buffer reset");
+    vlcc_buffer_free(&buf);
+    vlcc_buffer_free(NULL);
+
+    /* Re-rank with raw rows by id: ids 0..N-1 this time. */
+    vlcc_index *byrow = NULL;
+    for (size_t i = 0; i < N; i++) ids[i] = i;
+    expect_status(vlcc_index_new(c, &byrow), VLCC_STATUS_OK);
+    expect_status(vlcc_index_add(byrow, x, N, ids), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(byrow, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_OK);
+    size_t exact = 0;
+    for (size_t i = 0; i < NQ; i++) exact += out_ids[i * K] == 123 + i && out_d[i * K] == 0.0f;
+    expect(exact == NQ, "re-ranked distances are exact: each query finds itself at distance 0");
+
+    /* Remove and merge. */
+    size_t removed = 0;
+    uint64_t gone[3] = {0, 1, 2};
+    expect_status(vlcc_index_remove(byrow, gone, 3, &removed), VLCC_STATUS_OK);
+    expect(removed == 3, "removed count");
+    expect_status(vlcc_index_remove(byrow, gone, 3, NULL), VLCC_STATUS_OK);
+    expect_status(vlcc_index_merge(byrow, byrow), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_merge(byrow, tiny), VLCC_STATUS_OK);
+    expect_status(vlcc_index_size(byrow, &size), VLCC_STATUS_OK);
+    expect(size == N - 3 + 3, "merge appends");
+    vlcc_compressor *other = trained(ctx, x, 99);
+    vlcc_index *foreign = NULL;
+    expect_status(vlcc_index_new(other, &foreign), VLCC_STATUS_OK);
+    expect_status(vlcc_index_merge(byrow, foreign), VLCC_STATUS_CODEBOOK_MISMATCH);
+
+    /* Codebook files and buffers. */
+    uint64_t fp1 = 0, fp2 = 0;
+    expect_status(vlcc_compressor_save_codebook(c, cbpath), VLCC_STATUS_OK);
+    vlcc_compressor *loaded = NULL;
+    expect_status(vlcc_compressor_load_codebook(ctx, cbpath, &loaded), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_fingerprint(c, &fp1), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_fingerprint(loaded, &fp2), VLCC_STATUS_OK);
+    expect(fp1 == fp2, "codebook file round trip");
+    expect_status(vlcc_compressor_load_codebook(ctx, path2, &loaded), VLCC_STATUS_IO);
+    expect_status(vlcc_compressor_serialize_codebook(c, &buf), VLCC_STATUS_OK);
+    vlcc_compressor *fromb = NULL;
+    expect_status(vlcc_compressor_deserialize_codebook(ctx, buf.data, buf.len, &fromb), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_fingerprint(fromb, &fp2), VLCC_STATUS_OK);
+    expect(fp1 == fp2, "codebook buffer round trip");
+    vlcc_buffer_free(&buf);
+    /* An index built from a loaded codebook merges with one from the original. */
+    vlcc_index *twin = NULL;
+    expect_status(vlcc_index_new(loaded, &twin), VLCC_STATUS_OK);
+    expect_status(vlcc_index_add(twin, x, 10, ids), VLCC_STATUS_OK);
+    expect_status(vlcc_index_merge(byrow, twin), VLCC_STATUS_OK);
+
+    /* The index outlives the compressor and context it came from. */
+    vlcc_compressor_free(c);
+    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
+
+    vlcc_index_free(ix);
+    vlcc_index_free(copy);
+    vlcc_index_free(tiny);
+    vlcc_index_free(byrow);
+    vlcc_index_free(foreign);
+    vlcc_index_free(twin);
+    vlcc_index_free(NULL);
+    vlcc_compressor_free(other);
+    vlcc_compressor_free(loaded);
+    vlcc_compressor_free(fromb);
+    free(ids);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : ".";
+    float *x = clustered(N, 3);
+    test_versions_and_statuses();
+    test_context();
+    vlcc_context *ctx = NULL;
+    expect_status(vlcc_context_new(VLCC_BACKEND_CPU, 0, 2, &ctx), VLCC_STATUS_OK);
+    test_compressor(ctx, x);
+    test_index(ctx, x, dir);
+    /* Round trip: train -> encode -> search -> save -> load -> search, all identical above. */
+    vlcc_context_free(ctx);
+    free(x);
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures == 0 ? 0 : 1;
+}
