@@ -140,7 +140,9 @@ pub(crate) fn argmin(row: &[f32]) -> usize {
             best = v;
         }
     }
-    row.iter().position(|&v| v == best).unwrap_or(0)
+    // First position holding the minimum: eight at a time, then within the chunk.
+    let block = row.chunks(8).position(|c| c.iter().fold(false, |f, &v| f | (v == best))).unwrap_or(0);
+    block * 8 + row[block * 8..].iter().position(|&v| v == best).unwrap_or(0)
 }
 
 /// The `p` best columns of each row of `scores` (smaller is better), best first.

@@ -143,7 +143,7 @@ impl Default for AnchorParams {
             max_iters: 25,
             tol: 1e-4,
             initial_temp: 1.0,
-            cooling_rate: 0.8,
+            cooling_rate: 0.9,
             trim: 0.05,
             balance: 0.3,
             maintenance_interval: 5,

@@ -81,50 +81,76 @@ impl KmeansSession for CpuSession<'_> {
     }
 
     fn update(&mut self, trim: f32) -> Result<Vec<f32>> {
-        let (d, k) = (self.d, self.cn.len());
-        let members = group_by_centroid(&self.assign, k);
-        let (x, dist) = (self.x, &self.dist);
-        let mut spread = vec![0f32; k];
-        self.c.par_chunks_mut(d).zip(spread.par_iter_mut()).enumerate().for_each_init(
-            Vec::new,
-            |acc: &mut Vec<f64>, (j, (cj, sj))| {
-                let all = members.of(j);
-                if all.is_empty() {
-                    return;
-                }
-                let drop = (all.len() as f32 * trim).floor() as usize;
-                let kept;
-                let idx: &[u32] = if drop > 0 {
-                    // Keep the points nearest the anchor, then sum them in index order.
-                    let mut v = all.to_vec();
-                    let keep = v.len() - drop;
-                    v.select_nth_unstable_by(keep - 1, |a, b| {
-                        dist[*a as usize].total_cmp(&dist[*b as usize]).then(a.cmp(b))
-                    });
-                    v.truncate(keep);
-                    v.sort_unstable();
-                    kept = v;
-                    &kept
-                } else {
-                    all
-                };
-                acc.clear();
-                acc.resize(d, 0.0);
-                let mut s = 0f64;
-                for &i in idx {
-                    let row = &x[i as usize * d..(i as usize + 1) * d];
-                    for (a, v) in acc.iter_mut().zip(row) {
-                        *a += *v as f64;
+        let (d, k, n) = (self.d, self.cn.len(), self.assign.len());
+        let (x, dist, assign) = (self.x, &self.dist, &self.assign);
+        // With trimming, each centroid keeps its `keep` nearest points: those at or below a
+        // (distance, index) cutoff, so ties are settled by index and the kept set is exact.
+        let cutoff: Option<Vec<(f32, u32)>> = (trim > 0.0).then(|| {
+            let members = group_by_centroid(assign, k);
+            (0..k)
+                .into_par_iter()
+                .map(|j| {
+                    let all = members.of(j);
+                    let drop = (all.len() as f32 * trim).floor() as usize;
+                    if drop == 0 {
+                        return (f32::INFINITY, u32::MAX);
                     }
-                    s += dist[i as usize] as f64;
+                    let mut v: Vec<(f32, u32)> = all.iter().map(|&i| (dist[i as usize], i)).collect();
+                    let keep = v.len() - drop;
+                    let cmp = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+                    *v.select_nth_unstable_by(keep - 1, cmp).1
+                })
+                .collect()
+        });
+        let kept = |i: usize| match &cutoff {
+            None => true,
+            Some(c) => {
+                let (cd, ci) = c[assign[i] as usize];
+                dist[i] < cd || (dist[i] == cd && i as u32 <= ci)
+            }
+        };
+        let mut count = vec![0u32; k];
+        let mut spread_sum = vec![0f64; k];
+        for i in 0..n {
+            if kept(i) {
+                count[assign[i] as usize] += 1;
+                spread_sum[assign[i] as usize] += dist[i] as f64;
+            }
+        }
+        // Sums in point order over fixed column blocks: sequential reads, accumulators that
+        // stay in cache, and the same order of additions whatever the thread count.
+        const W: usize = 16;
+        let sums: Vec<Vec<f64>> = (0..d.div_ceil(W))
+            .into_par_iter()
+            .map(|b| {
+                let (t0, t1) = (b * W, ((b + 1) * W).min(d));
+                let w = t1 - t0;
+                let mut acc = vec![0f64; k * w];
+                for i in 0..n {
+                    if kept(i) {
+                        let a = assign[i] as usize;
+                        for (s, v) in acc[a * w..(a + 1) * w].iter_mut().zip(&x[i * d + t0..i * d + t1]) {
+                            *s += *v as f64;
+                        }
+                    }
                 }
-                let inv = 1.0 / idx.len() as f64;
-                for (c, a) in cj.iter_mut().zip(acc.iter()) {
-                    *c = (*a * inv) as f32;
+                acc
+            })
+            .collect();
+        let mut spread = vec![0f32; k];
+        for j in 0..k {
+            if count[j] == 0 {
+                continue;
+            }
+            let inv = 1.0 / count[j] as f64;
+            for (b, acc) in sums.iter().enumerate() {
+                let (t0, w) = (b * W, acc.len() / k);
+                for t in 0..w {
+                    self.c[j * d + t0 + t] = (acc[j * w + t] * inv) as f32;
                 }
-                *sj = (s * inv) as f32;
-            },
-        );
+            }
+            spread[j] = (spread_sum[j] * inv) as f32;
+        }
         self.cn = linalg::row_norms(&self.c, d);
         Ok(spread)
     }

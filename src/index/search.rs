@@ -10,7 +10,7 @@ use super::Index;
 use crate::error::{check_finite, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
-use crate::quant::{pq::extract_sub, prepare, rotation, Codebook};
+use crate::quant::{prepare, rotation, Codebook};
 use rayon::prelude::*;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -56,6 +56,8 @@ pub(crate) struct Tables {
     l2_terms: Option<Vec<f32>>,
     /// m x dp: rotated, padded anchors (for tables built on the fly).
     rot_anchors: Vec<f32>,
+    /// |a|^2 per anchor, for coarse L2 distances.
+    pub anchor_norms: Vec<f32>,
 }
 
 impl Tables {
@@ -72,7 +74,7 @@ impl Tables {
             t.par_chunks_mut(per).zip(rot_anchors.par_chunks(dp)).for_each(|(out, ra)| list_terms(cb, ra, out));
             t
         });
-        Tables { l2_terms, rot_anchors }
+        Tables { l2_terms, rot_anchors, anchor_norms: linalg::row_norms(&cb.anchors, d) }
     }
 }
 
@@ -191,29 +193,23 @@ impl Index {
         let r = qb.len() / d;
         let mut dots = vec![0f32; r * m];
         linalg::dot_block(qb, &cb.anchors, d, &mut dots);
-        let anorm = linalg::row_norms(&cb.anchors, d);
+        let anorm = &self.tables.anchor_norms;
         let mut qpad = vec![0f32; r * dp];
         for (p_, qv) in qpad.chunks_exact_mut(dp).zip(qb.chunks_exact(d)) {
             p_[..d].copy_from_slice(qv);
         }
         let qy = if cb.rot.is_empty() { qpad } else { rotation::apply(&cb.rot, &qpad, dp) };
-        // -<Rq_j, c> for every sub-space and centroid: one small GEMM per sub-space.
-        let mut qc = vec![0f32; r * nsub * ks];
-        let mut tmp = vec![0f32; r * ks];
-        for j in 0..nsub {
-            let sub = extract_sub(&qy, dp, j * cb.pq.dsub, cb.pq.dsub);
-            linalg::dot_block(&sub, cb.pq.sub(j), cb.pq.dsub, &mut tmp);
-            for i in 0..r {
-                qc[(i * nsub + j) * ks..(i * nsub + j + 1) * ks].copy_from_slice(&tmp[i * ks..(i + 1) * ks]);
-            }
-        }
         let l2 = cb.metric == Metric::L2;
         let want = p.k.max(p.rerank);
         let mut coarse = vec![0f32; m];
         let mut probes = Vec::new();
+        // The query's own table, built right before its probes so it stays in cache:
+        // -2 <Rq_j, c> for L2 (added to the list's terms), -<Rq_j, c> for inner product.
+        let mut qci = vec![0f32; nsub * ks];
         let mut lut = vec![0f32; nsub * ks];
         let mut fly = if self.tables.l2_terms.is_none() && l2 { vec![0f32; nsub * ks] } else { Vec::new() };
         let mut pair = Vec::new();
+        let scale = if l2 { -2.0 } else { -1.0 };
         for i in 0..r {
             let qv = &qb[i * d..(i + 1) * d];
             let qn = linalg::dot(qv, qv);
@@ -221,8 +217,15 @@ impl Index {
                 let dt = dots[i * m + j];
                 coarse[j] = if l2 { qn + anorm[j] - 2.0 * dt } else { -dt };
             }
+            let y = &qy[i * dp..(i + 1) * dp];
+            let ds = cb.pq.dsub;
+            for j in 0..nsub {
+                let (yj, cents) = (&y[j * ds..(j + 1) * ds], cb.pq.sub(j));
+                for (c, out) in qci[j * ks..(j + 1) * ks].iter_mut().enumerate() {
+                    *out = scale * linalg::dot(yj, &cents[c * ds..(c + 1) * ds]);
+                }
+            }
             linalg::smallest_k(&coarse, p.nprobe, &mut probes);
-            let qci = &qc[i * nsub * ks..(i + 1) * nsub * ks];
             let mut top = TopK::new(want);
             for &a in &probes {
                 let a = a as usize;
@@ -238,15 +241,13 @@ impl Index {
                             &fly
                         }
                     };
-                    for ((l, t), c) in lut.iter_mut().zip(terms).zip(qci) {
-                        *l = t - 2.0 * c;
+                    for ((l, t), c) in lut.iter_mut().zip(terms).zip(&qci) {
+                        *l = t + c;
                     }
+                    scan(coarse[a], &lut, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top);
                 } else {
-                    for (l, c) in lut.iter_mut().zip(qci) {
-                        *l = -c;
-                    }
+                    scan(coarse[a], &qci, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top);
                 }
-                scan(coarse[a], &lut, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top);
             }
             let mut cands = top.sorted();
             if let Some(raw) = raw {

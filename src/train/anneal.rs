@@ -193,6 +193,9 @@ fn kmeans_pp(x: &[f32], d: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
     c
 }
 
+/// Maintenance re-seats at most one anchor in this many per round.
+const RESEAT_EVERY: usize = 32;
+
 /// Merge anchors that sit on top of each other, re-seed empty ones, and split overloaded ones
 /// into the freed slots, so that the anchor count stays fixed and lists stay balanced.
 fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &AnchorParams, full: bool, rng: &mut Rng) {
@@ -226,6 +229,8 @@ fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &Anch
             }
         }
     }
+    // A cluster's cost: its points times their mean squared distance (its share of the energy).
+    let mut cost: Vec<f64> = (0..k).map(|j| load[j] * spread[j].max(0.0) as f64).collect();
     if full {
         // Free more slots from near-empty anchors while some anchor is overloaded.
         let over = (0..k).filter(|&j| load[j] > p.split_factor as f64 * mean).count();
@@ -237,13 +242,25 @@ fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &Anch
                 free.push(j);
             }
         }
+        // Re-seat a few of the cheapest anchors onto the costliest clusters: their points move
+        // to neighbours at little cost, while a split removes a large share of a big cost.
+        let mut cheap: Vec<usize> = (0..k).filter(|&j| load[j] > 0.0).collect();
+        cheap.sort_by(|&a, &b| cost[a].total_cmp(&cost[b]).then(a.cmp(&b)));
+        let median = cheap.get(cheap.len() / 2).map_or(0.0, |&j| cost[j]);
+        for j in cheap.into_iter().take((k / RESEAT_EVERY).max(1)) {
+            if cost[j] < 0.25 * median {
+                load[j] = 0.0;
+                cost[j] = 0.0;
+                free.push(j);
+            }
+        }
     }
     free.sort_unstable();
     free.dedup();
     for slot in free {
-        // The most loaded anchor gives up half its points: two copies pushed apart along a
+        // The costliest cluster gives up half its points: two copies pushed apart along a
         // random direction by half its radius; the next assignment separates them.
-        let Some(big) = (0..k).max_by(|&a, &b| load[a].total_cmp(&load[b]).then(b.cmp(&a))) else { break };
+        let Some(big) = (0..k).max_by(|&a, &b| cost[a].total_cmp(&cost[b]).then(b.cmp(&a))) else { break };
         if load[big] < 2.0 {
             break;
         }
@@ -261,6 +278,8 @@ fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &Anch
         }
         load[big] /= 2.0;
         load[slot] = load[big];
+        cost[big] /= 2.0;
+        cost[slot] = cost[big];
     }
 }
 

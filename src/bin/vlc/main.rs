@@ -111,6 +111,9 @@ pub(crate) struct AnnealOpts {
     /// Anchor initialisation: kmeans++ or sample.
     #[arg(long)]
     init: Option<vlc_compress::Init>,
+    /// Split anchors holding more than this times the mean load.
+    #[arg(long)]
+    split_factor: Option<f32>,
 }
 
 impl AnnealOpts {
@@ -132,6 +135,9 @@ impl AnnealOpts {
         }
         if let Some(v) = self.init {
             a.init = v;
+        }
+        if let Some(v) = self.split_factor {
+            a.split_factor = v;
         }
     }
 }
