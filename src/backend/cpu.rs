@@ -117,19 +117,19 @@ impl KmeansSession for CpuSession<'_> {
                 spread_sum[assign[i] as usize] += dist[i] as f64;
             }
         }
-        // Sums in point order over fixed column blocks: sequential reads, accumulators that
-        // stay in cache, and the same order of additions whatever the thread count.
-        const W: usize = 16;
-        let sums: Vec<Vec<f64>> = (0..d.div_ceil(W))
+        // Sums over a fixed number of row chunks (set by n, k and d only, never by the thread
+        // count): rows are read in order, each chunk adds into its own accumulators, and the
+        // chunks are combined in order, so the result is the same on any number of threads.
+        let chunks = (n / 2048).min(8).min((64 << 20) / (k * d * 8).max(1)).max(1);
+        let per = n.div_ceil(chunks);
+        let partial: Vec<Vec<f64>> = (0..chunks)
             .into_par_iter()
-            .map(|b| {
-                let (t0, t1) = (b * W, ((b + 1) * W).min(d));
-                let w = t1 - t0;
-                let mut acc = vec![0f64; k * w];
-                for i in 0..n {
+            .map(|ch| {
+                let mut acc = vec![0f64; k * d];
+                for i in ch * per..((ch + 1) * per).min(n) {
                     if kept(i) {
                         let a = assign[i] as usize;
-                        for (s, v) in acc[a * w..(a + 1) * w].iter_mut().zip(&x[i * d + t0..i * d + t1]) {
+                        for (s, v) in acc[a * d..(a + 1) * d].iter_mut().zip(&x[i * d..(i + 1) * d]) {
                             *s += *v as f64;
                         }
                     }
@@ -137,17 +137,20 @@ impl KmeansSession for CpuSession<'_> {
                 acc
             })
             .collect();
+        let mut sums = partial[0].clone();
+        for p in &partial[1..] {
+            for (s, v) in sums.iter_mut().zip(p) {
+                *s += v;
+            }
+        }
         let mut spread = vec![0f32; k];
         for j in 0..k {
             if count[j] == 0 {
                 continue;
             }
             let inv = 1.0 / count[j] as f64;
-            for (b, acc) in sums.iter().enumerate() {
-                let (t0, w) = (b * W, acc.len() / k);
-                for t in 0..w {
-                    self.c[j * d + t0 + t] = (acc[j * w + t] * inv) as f32;
-                }
+            for t in 0..d {
+                self.c[j * d + t] = (sums[j * d + t] * inv) as f32;
             }
             spread[j] = (spread_sum[j] * inv) as f32;
         }
