@@ -1,13 +1,36 @@
 #!/usr/bin/env bash
-# Runs every test of the project. Installs what the tests need first (idempotent), so a fresh
-# clone needs only a Rust toolchain: `bash scripts/test.sh`.
+# Runs every test of the project: `bash scripts/test.sh` on a fresh clone. Installs what the
+# tests need first (Debian packages, the pinned cbindgen CLI); every step is idempotent.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 
 step() { printf '\n== %s\n' "$*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-step "toolchain components"
+step "system packages"
+missing=()
+command -v go >/dev/null || missing+=(golang-go)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v g++ >/dev/null || missing+=(g++)
+command -v readelf >/dev/null || missing+=(binutils)
+if [ ${#missing[@]} -gt 0 ]; then
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+step "toolchain"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+CBINDGEN_VERSION=0.29.4
+if ! cbindgen --version 2>/dev/null | grep -qF "$CBINDGEN_VERSION"; then
+  cargo install --locked cbindgen --version "$CBINDGEN_VERSION"
+fi
+
+step "generated header is up to date"
+cbindgen --config cbindgen.toml --output include/vlc_compress.h --verify \
+  || { echo "include/vlc_compress.h is stale: run cbindgen --config cbindgen.toml --output include/vlc_compress.h"; exit 1; }
 
 step "format"
 cargo fmt --all --check
@@ -15,6 +38,38 @@ cargo fmt --all --check
 step "lint"
 cargo clippy --release --all-targets -- -D warnings
 
-step "tests"
-# Release profile: the numeric tests train real codebooks, and one build serves tests and CLI.
+step "rust tests (with the C harness, plain and under ASan/UBSan/LSan)"
+# Release profile: the numeric tests train real codebooks, and one build serves every step.
 cargo test --release
+cargo build --release
+
+step "go binding"
+(cd bindings/go && go vet ./... && go test -count=1 ./...)
+
+step "c++ wrapper"
+cxx=(g++ -std=c++20 -Wall -Wextra -Wpedantic -Werror -g -Iinclude -Ibindings/cpp bindings/cpp/example.cpp
+     -Ltarget/release "-Wl,-rpath,$root/target/release" -lvlc_compress)
+"${cxx[@]}" -o "$tmp/example" && "$tmp/example" "$tmp"
+"${cxx[@]}" -fsanitize=address,undefined -fno-omit-frame-pointer -o "$tmp/example-asan"
+ASAN_OPTIONS=detect_leaks=1 "$tmp/example-asan" "$tmp"
+
+step "install, soname and pkg-config"
+scripts/install.sh "$tmp/prefix"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+readelf -d "$tmp/prefix/lib/libvlc_compress.so.$version" | grep -q "SONAME.*libvlc_compress.so.${version%%.*}" \
+  || { echo "missing soname"; exit 1; }
+# The README's C example, built against the installed copy, shared and static.
+awk '/^```c$/{on=1; next} /^```$/{if (on) exit} on' README.md > "$tmp/readme.c"
+export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$tmp/readme.c" $(pkg-config --cflags --libs vlc_compress) -o "$tmp/readme"
+LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/readme"
+cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$tmp/readme.c" $(pkg-config --cflags vlc_compress) \
+  "$tmp/prefix/lib/libvlc_compress.a" $(pkg-config --static --libs-only-l vlc_compress | sed 's/-lvlc_compress//') \
+  -o "$tmp/readme-static"
+"$tmp/readme-static"
+
+step "cli demo"
+target/release/vlc demo
+
+echo
+echo "all test steps passed"

@@ -58,6 +58,9 @@ pub(crate) struct Tables {
     rot_anchors: Vec<f32>,
     /// |a|^2 per anchor, for coarse L2 distances.
     pub anchor_norms: Vec<f32>,
+    /// PQ centroids transposed to M x dsub x ksub: a query's table is then a run of
+    /// contiguous multiply-adds over the centroids.
+    cent_t: Vec<f32>,
 }
 
 impl Tables {
@@ -74,7 +77,16 @@ impl Tables {
             t.par_chunks_mut(per).zip(rot_anchors.par_chunks(dp)).for_each(|(out, ra)| list_terms(cb, ra, out));
             t
         });
-        Tables { l2_terms, rot_anchors, anchor_norms: linalg::row_norms(&cb.anchors, d) }
+        let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
+        let mut cent_t = vec![0f32; cb.pq.centroids.len()];
+        for j in 0..cb.pq.nsub {
+            for (c, v) in cb.pq.sub(j).chunks_exact(ds).enumerate() {
+                for t in 0..ds {
+                    cent_t[(j * ds + t) * ks + c] = v[t];
+                }
+            }
+        }
+        Tables { l2_terms, rot_anchors, anchor_norms: linalg::row_norms(&cb.anchors, d), cent_t }
     }
 }
 
@@ -219,10 +231,14 @@ impl Index {
             }
             let y = &qy[i * dp..(i + 1) * dp];
             let ds = cb.pq.dsub;
-            for j in 0..nsub {
-                let (yj, cents) = (&y[j * ds..(j + 1) * ds], cb.pq.sub(j));
-                for (c, out) in qci[j * ks..(j + 1) * ks].iter_mut().enumerate() {
-                    *out = scale * linalg::dot(yj, &cents[c * ds..(c + 1) * ds]);
+            qci.fill(0.0);
+            for (j, out) in qci.chunks_exact_mut(ks).enumerate() {
+                for t in 0..ds {
+                    let yv = scale * y[j * ds + t];
+                    let col = &self.tables.cent_t[(j * ds + t) * ks..(j * ds + t + 1) * ks];
+                    for (o, c) in out.iter_mut().zip(col) {
+                        *o += yv * c;
+                    }
                 }
             }
             linalg::smallest_k(&coarse, p.nprobe, &mut probes);

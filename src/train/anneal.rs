@@ -109,20 +109,30 @@ pub fn train_anchors_from(
     let mut split_rng = rng.fork(3);
     let mut bias: Option<Vec<f32>> = None;
     let mut iterations = 0;
+    // The last fifth of the iterations is a quench at T = 0: whatever the schedule, the
+    // anchors returned are the plain means of their points.
+    let quench = p.max_iters - (p.max_iters / 5).max(1);
+    let heat_at = |it: usize| {
+        if p.initial_temp > 0.0 && it < quench {
+            p.cooling_rate.powi(it as i32)
+        } else {
+            0.0
+        }
+    };
     for it in 0..p.max_iters {
         progress.report("anchors", it, p.max_iters);
         let stats = sess.assign(bias.as_deref())?;
         let energy = stats.energy / ns as f64;
         history.push(energy);
         iterations = it + 1;
-        if it > 0 && p.tol > 0.0 {
+        // Energy-based stop, once cold: while annealing, the energy may pause before moving on.
+        if it > 0 && p.tol > 0.0 && heat_at(it - 1) == 0.0 {
             let prev = history[it - 1];
             if prev > 0.0 && ((prev - energy) / prev).abs() < p.tol {
                 break;
             }
         }
-        let t = p.initial_temp * p.cooling_rate.powi(it as i32);
-        let heat = if p.initial_temp > 0.0 { t / p.initial_temp } else { 0.0 };
+        let heat = heat_at(it);
         let spread = sess.update(p.trim * heat)?;
 
         let empties = stats.counts.contains(&0);
@@ -267,19 +277,25 @@ fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &Anch
         if !full && load[big] <= mean && counts[slot] != 0 {
             continue;
         }
-        let r = (spread[big].max(1e-12) as f64).sqrt() * 0.5;
-        let dir: Vec<f64> = (0..d).map(|_| rng.normal()).collect();
-        let norm = dir.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
-        for t in 0..d {
-            let off = (dir[t] / norm * r) as f32;
-            let base = c[big * d + t];
-            c[slot * d + t] = base + off;
-            c[big * d + t] = base - off;
-        }
+        split(c, d, big, slot, spread[big], rng);
         load[big] /= 2.0;
         load[slot] = load[big];
         cost[big] /= 2.0;
         cost[slot] = cost[big];
+    }
+}
+
+/// Moves anchor `slot` next to `big`: two copies pushed apart along a random direction by half
+/// the cluster's radius; the next assignment divides the points between them.
+fn split(c: &mut [f32], d: usize, big: usize, slot: usize, spread: f32, rng: &mut Rng) {
+    let r = (spread.max(1e-12) as f64).sqrt() * 0.5;
+    let dir: Vec<f64> = (0..d).map(|_| rng.normal()).collect();
+    let norm = dir.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
+    for t in 0..d {
+        let off = (dir[t] / norm * r) as f32;
+        let base = c[big * d + t];
+        c[slot * d + t] = base + off;
+        c[big * d + t] = base - off;
     }
 }
 

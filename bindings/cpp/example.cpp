@@ -1,0 +1,44 @@
+// Builds an index with the C++ wrapper, searches it, saves and reloads it, and checks an error.
+// Compiled with -std=c++20 -Wall -Wextra -Wpedantic -Werror (and under ASan) by scripts/test.sh.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "vlc_compress.hpp"
+
+int main(int argc, char** argv) {
+    const std::string dir = argc > 1 ? argv[1] : ".";
+    const size_t n = 5000, d = 32;
+    std::vector<float> x(n * d);
+    for (size_t i = 0; i < x.size(); i++) x[i] = static_cast<float>((i * 7919 % 1009) % 97) / 10.0f + (i / d % 10);
+
+    vlcc::Context ctx(VLCC_BACKEND_CPU, 0, 2);
+    vlcc::Compressor comp(ctx);
+    comp.set(VLCC_PARAM_ANCHORS, 64).set(VLCC_PARAM_BYTES_PER_VECTOR, 8);
+    comp.train(x, d);
+
+    vlcc::Index index(comp);
+    std::vector<uint64_t> ids(n);
+    for (size_t i = 0; i < n; i++) ids[i] = i;
+    index.add(x, ids);
+
+    auto r = index.search(std::span<const float>(x).subspan(0, 10 * d), 5, 16, 50, x);
+    int self = 0;
+    for (size_t q = 0; q < 10; q++) self += r.ids[q * 5] == q && r.distances[q * 5] == 0.0f;
+
+    const std::string path = dir + "/example.vlcc";
+    index.save(path);
+    vlcc::Index back = vlcc::Index::load(ctx, path);
+    auto again = back.search(std::span<const float>(x).subspan(0, 10 * d), 5, 16, 50, x);
+
+    bool caught = false;
+    try {
+        comp.set(VLCC_PARAM_BITS, 5);
+    } catch (const vlcc::Error& e) {
+        caught = e.status() == VLCC_STATUS_INVALID_ARGUMENT;
+    }
+    std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
+                index.size(), comp.code_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
+                caught ? "thrown" : "MISSING");
+    return self == 10 && again.ids == r.ids && caught ? 0 : 1;
+}

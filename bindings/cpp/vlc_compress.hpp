@@ -1,0 +1,183 @@
+// vlc_compress.hpp: header-only C++20 RAII wrapper over the vlc_compress C API.
+//
+// Handles are move-only and free themselves; a failed call throws vlcc::Error carrying the
+// status and the library's message. Inputs and outputs are std::span, so vectors, arrays and
+// memory-mapped buffers pass without copies. Thread rules are the C API's: Index::search may run
+// from many threads at once; add/remove/train need exclusive access.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vlc_compress.h"
+
+namespace vlcc {
+
+/// A failed call: the vlcc_status and the message the library recorded for this thread.
+class Error : public std::runtime_error {
+public:
+    Error(vlcc_status status, const std::string& message)
+        : std::runtime_error(std::string(vlcc_status_str(static_cast<uint32_t>(status))) + ": " + message),
+          status_(status) {}
+    vlcc_status status() const noexcept { return status_; }
+
+private:
+    vlcc_status status_;
+};
+
+namespace detail {
+inline void check(vlcc_status s) {
+    if (s == VLCC_STATUS_OK) return;
+    size_t n = 0;
+    vlcc_last_error_message(nullptr, 0, &n);
+    std::string msg(n, '\0');
+    std::vector<char> buf(n + 1);
+    vlcc_last_error_message(buf.data(), buf.size(), nullptr);
+    msg.assign(buf.data(), n);
+    throw Error(s, msg);
+}
+struct ContextFree { void operator()(vlcc_context* p) const noexcept { vlcc_context_free(p); } };
+struct CompressorFree { void operator()(vlcc_compressor* p) const noexcept { vlcc_compressor_free(p); } };
+struct IndexFree { void operator()(vlcc_index* p) const noexcept { vlcc_index_free(p); } };
+}  // namespace detail
+
+/// A backend, its device and a thread pool. Copies share it (reference-counted in C too).
+class Context {
+public:
+    explicit Context(vlcc_backend backend = VLCC_BACKEND_AUTO, uint32_t device = 0, size_t threads = 0) {
+        vlcc_context* p = nullptr;
+        detail::check(vlcc_context_new(static_cast<uint32_t>(backend), device, threads, &p));
+        p_.reset(p);
+    }
+    vlcc_backend backend() const {
+        uint32_t b = 0;
+        detail::check(vlcc_context_backend(p_.get(), &b));
+        return static_cast<vlcc_backend>(b);
+    }
+    void set_memory_cap(size_t bytes) const { detail::check(vlcc_context_set_memory_cap(p_.get(), bytes)); }
+    const vlcc_context* get() const noexcept { return p_.get(); }
+
+private:
+    std::unique_ptr<vlcc_context, detail::ContextFree> p_;
+};
+
+/// Training parameters and, once trained, a codebook.
+class Compressor {
+public:
+    explicit Compressor(const Context& ctx) {
+        vlcc_compressor* p = nullptr;
+        detail::check(vlcc_compressor_new(ctx.get(), &p));
+        p_.reset(p);
+    }
+    static Compressor load_codebook(const Context& ctx, const std::string& path) {
+        vlcc_compressor* p = nullptr;
+        detail::check(vlcc_compressor_load_codebook(ctx.get(), path.c_str(), &p));
+        return Compressor(p);
+    }
+    Compressor& set(vlcc_param param, double value) {
+        detail::check(vlcc_compressor_set_param(p_.get(), static_cast<uint32_t>(param), value));
+        return *this;
+    }
+    double get(vlcc_param param) const {
+        double v = 0;
+        detail::check(vlcc_compressor_get_param(p_.get(), static_cast<uint32_t>(param), &v));
+        return v;
+    }
+    void train(std::span<const float> x, size_t d) {
+        if (d == 0 || x.size() % d != 0) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x is not whole rows of d");
+        detail::check(vlcc_compressor_train(p_.get(), x.data(), x.size() / d, d));
+    }
+    size_t dim() const {
+        size_t d = 0;
+        detail::check(vlcc_compressor_dim(p_.get(), &d));
+        return d;
+    }
+    size_t code_size() const {
+        size_t s = 0;
+        detail::check(vlcc_compressor_code_size(p_.get(), &s));
+        return s;
+    }
+    std::vector<uint8_t> encode(std::span<const float> x) const {
+        std::vector<uint8_t> out(x.size() / dim() * code_size());
+        encode_into(x, out);
+        return out;
+    }
+    void encode_into(std::span<const float> x, std::span<uint8_t> out) const {
+        detail::check(vlcc_compressor_encode(p_.get(), x.data(), x.size() / dim(), out.data(), out.size()));
+    }
+    std::vector<float> decode(std::span<const uint8_t> codes) const {
+        const size_t n = codes.size() / code_size();
+        std::vector<float> out(n * dim());
+        detail::check(vlcc_compressor_decode(p_.get(), codes.data(), n, out.data(), out.size()));
+        return out;
+    }
+    void save_codebook(const std::string& path) const {
+        detail::check(vlcc_compressor_save_codebook(p_.get(), path.c_str()));
+    }
+    const vlcc_compressor* get() const noexcept { return p_.get(); }
+
+private:
+    explicit Compressor(vlcc_compressor* p) : p_(p) {}
+    std::unique_ptr<vlcc_compressor, detail::CompressorFree> p_;
+};
+
+/// Search results, best first: k per query.
+struct Results {
+    size_t k = 0;
+    std::vector<uint64_t> ids;      // VLCC_NO_ID where fewer than k are found
+    std::vector<float> distances;  // squared L2, or similarity for IP/cosine
+};
+
+/// A searchable compressed index.
+class Index {
+public:
+    explicit Index(const Compressor& c) {
+        vlcc_index* p = nullptr;
+        detail::check(vlcc_index_new(c.get(), &p));
+        p_.reset(p);
+    }
+    static Index load(const Context& ctx, const std::string& path, bool mmap = true) {
+        vlcc_index* p = nullptr;
+        detail::check(vlcc_index_load(ctx.get(), path.c_str(), mmap ? 1 : 0, &p));
+        return Index(p);
+    }
+    size_t dim() const {
+        size_t d = 0;
+        detail::check(vlcc_index_dim(p_.get(), &d));
+        return d;
+    }
+    size_t size() const {
+        size_t n = 0;
+        detail::check(vlcc_index_size(p_.get(), &n));
+        return n;
+    }
+    void add(std::span<const float> x, std::span<const uint64_t> ids) {
+        if (x.size() != ids.size() * dim()) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x must hold one row per id");
+        detail::check(vlcc_index_add(p_.get(), x.data(), ids.size(), ids.data()));
+    }
+    Results search(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank = 0,
+                   std::span<const float> raw = {}) const {
+        const size_t d = dim(), nq = queries.size() / d;
+        Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
+        detail::check(vlcc_index_search(p_.get(), queries.data(), nq, k, nprobe, rerank, raw.data(), raw.size() / d,
+                                        r.ids.data(), r.distances.data()));
+        return r;
+    }
+    size_t remove(std::span<const uint64_t> ids) {
+        size_t n = 0;
+        detail::check(vlcc_index_remove(p_.get(), ids.data(), ids.size(), &n));
+        return n;
+    }
+    void save(const std::string& path) const { detail::check(vlcc_index_save(p_.get(), path.c_str())); }
+
+private:
+    explicit Index(vlcc_index* p) : p_(p) {}
+    std::unique_ptr<vlcc_index, detail::IndexFree> p_;
+};
+
+}  // namespace vlcc

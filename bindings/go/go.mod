@@ -1,0 +1,3 @@
+module vlccompress
+
+go 1.19

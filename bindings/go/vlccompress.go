@@ -1,0 +1,466 @@
+// Package vlccompress is the Go binding of libvlc_compress: compact codes for float
+// embeddings (train a codebook, encode and decode vectors, search a compressed index).
+//
+// Build the library first (`cargo build --release` at the repository root); this package
+// links target/release/libvlc_compress.so. Against an installed copy, build with
+// CGO_CFLAGS/CGO_LDFLAGS from `pkg-config --cflags --libs vlc_compress`.
+//
+// Every object must be released with Close (a finalizer does it as a last resort). A Context
+// may be closed before the objects made from it. Index.Search may be called from many
+// goroutines at once; Add, Remove and Close need exclusive access, as do Compressor.Train
+// and SetParam.
+package vlccompress
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: -L${SRCDIR}/../../target/release -Wl,-rpath,${SRCDIR}/../../target/release -lvlc_compress
+#include <stdlib.h>
+#include "vlc_compress.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Status is a vlcc_status number; the values never change.
+type Status int
+
+// Status values (see the C header for their meaning).
+const (
+	StatusOK                 Status = C.VLCC_STATUS_OK
+	StatusInvalidArgument    Status = C.VLCC_STATUS_INVALID_ARGUMENT
+	StatusNullPointer        Status = C.VLCC_STATUS_NULL_POINTER
+	StatusBufferTooSmall     Status = C.VLCC_STATUS_BUFFER_TOO_SMALL
+	StatusNonFinite          Status = C.VLCC_STATUS_NON_FINITE
+	StatusNotEnoughData      Status = C.VLCC_STATUS_NOT_ENOUGH_DATA
+	StatusInvalidState       Status = C.VLCC_STATUS_INVALID_STATE
+	StatusCorrupt            Status = C.VLCC_STATUS_CORRUPT
+	StatusCodebookMismatch   Status = C.VLCC_STATUS_CODEBOOK_MISMATCH
+	StatusBackendUnavailable Status = C.VLCC_STATUS_BACKEND_UNAVAILABLE
+	StatusOutOfMemory        Status = C.VLCC_STATUS_OUT_OF_MEMORY
+	StatusIO                 Status = C.VLCC_STATUS_IO
+	StatusPanic              Status = C.VLCC_STATUS_PANIC
+)
+
+// Error carries the status of a failed call and the library's message.
+type Error struct {
+	Status  Status
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("vlc_compress: %s: %s", C.GoString(C.vlcc_status_str(C.uint32_t(e.Status))), e.Message)
+}
+
+// call runs f and, on failure, reads the message on the same OS thread: the library keeps
+// messages per thread, and a goroutine may otherwise move between the two cgo calls.
+func call(f func() C.vlcc_status) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s := f()
+	if s == C.VLCC_STATUS_OK {
+		return nil
+	}
+	var n C.size_t
+	C.vlcc_last_error_message(nil, 0, &n)
+	buf := make([]byte, int(n)+1)
+	C.vlcc_last_error_message((*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), nil)
+	return &Error{Status: Status(s), Message: string(buf[:n])}
+}
+
+// Backend selects where work runs.
+type Backend uint32
+
+// Backends.
+const (
+	Auto Backend = C.VLCC_BACKEND_AUTO
+	CPU  Backend = C.VLCC_BACKEND_CPU
+	CUDA Backend = C.VLCC_BACKEND_CUDA
+	WGPU Backend = C.VLCC_BACKEND_WGPU
+)
+
+// Metric values for ParamMetric.
+const (
+	MetricL2     = float64(C.VLCC_METRIC_L2)
+	MetricIP     = float64(C.VLCC_METRIC_INNER_PRODUCT)
+	MetricCosine = float64(C.VLCC_METRIC_COSINE)
+)
+
+// Param is a training parameter (vlcc_param).
+type Param uint32
+
+// Training parameters; see the C header for ranges and defaults.
+const (
+	ParamAnchors             Param = C.VLCC_PARAM_ANCHORS
+	ParamBytesPerVector      Param = C.VLCC_PARAM_BYTES_PER_VECTOR
+	ParamBits                Param = C.VLCC_PARAM_BITS
+	ParamMetric              Param = C.VLCC_PARAM_METRIC
+	ParamRotation            Param = C.VLCC_PARAM_ROTATION
+	ParamMaxIters            Param = C.VLCC_PARAM_MAX_ITERS
+	ParamSeed                Param = C.VLCC_PARAM_SEED
+	ParamPQIters             Param = C.VLCC_PARAM_PQ_ITERS
+	ParamMaxPointsPerAnchor  Param = C.VLCC_PARAM_MAX_POINTS_PER_ANCHOR
+	ParamInitialTemp         Param = C.VLCC_PARAM_INITIAL_TEMP
+	ParamCoolingRate         Param = C.VLCC_PARAM_COOLING_RATE
+	ParamTrim                Param = C.VLCC_PARAM_TRIM
+	ParamBalance             Param = C.VLCC_PARAM_BALANCE
+	ParamMaintenanceInterval Param = C.VLCC_PARAM_MAINTENANCE_INTERVAL
+)
+
+// NoID marks result slots that no vector fills.
+const NoID = ^uint64(0)
+
+// Context is a backend, its device and a thread pool, shared by what is made from it.
+type Context struct{ p *C.vlcc_context }
+
+// NewContext opens a backend; threads = 0 uses every core. Auto falls back to the CPU.
+func NewContext(b Backend, device, threads int) (*Context, error) {
+	if device < 0 || threads < 0 {
+		return nil, &Error{Status: StatusInvalidArgument, Message: "device and threads must be >= 0"}
+	}
+	c := &Context{}
+	if err := call(func() C.vlcc_status {
+		return C.vlcc_context_new(C.uint32_t(b), C.uint32_t(device), C.size_t(threads), &c.p)
+	}); err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(c, (*Context).Close)
+	return c, nil
+}
+
+// Close releases this reference to the context. Safe to call twice.
+func (c *Context) Close() error {
+	if c != nil && c.p != nil {
+		C.vlcc_context_free(c.p)
+		c.p = nil
+	}
+	return nil
+}
+
+// Backend reports the backend the context runs on (Auto resolved).
+func (c *Context) Backend() (Backend, error) {
+	var b C.uint32_t
+	err := call(func() C.vlcc_status { return C.vlcc_context_backend(c.p, &b) })
+	runtime.KeepAlive(c)
+	return Backend(b), err
+}
+
+// Compressor holds training parameters and, once trained, a codebook.
+type Compressor struct{ p *C.vlcc_compressor }
+
+// NewCompressor makes an untrained compressor with default parameters.
+func NewCompressor(ctx *Context) (*Compressor, error) {
+	c := &Compressor{}
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_new(ctx.p, &c.p) })
+	runtime.KeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(c, (*Compressor).Close)
+	return c, nil
+}
+
+// LoadCodebook makes a trained compressor from a codebook or index file.
+func LoadCodebook(ctx *Context, path string) (*Compressor, error) {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	c := &Compressor{}
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_load_codebook(ctx.p, cp, &c.p) })
+	runtime.KeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(c, (*Compressor).Close)
+	return c, nil
+}
+
+// Close frees the compressor. Safe to call twice.
+func (c *Compressor) Close() error {
+	if c != nil && c.p != nil {
+		C.vlcc_compressor_free(c.p)
+		c.p = nil
+	}
+	return nil
+}
+
+// SetParam sets a training parameter; a value out of range is an error and changes nothing.
+func (c *Compressor) SetParam(p Param, v float64) error {
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_set_param(c.p, C.uint32_t(p), C.double(v)) })
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Param reads a training parameter.
+func (c *Compressor) Param(p Param) (float64, error) {
+	var v C.double
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_get_param(c.p, C.uint32_t(p), &v) })
+	runtime.KeepAlive(c)
+	return float64(v), err
+}
+
+func floatPtr(x []float32) *C.float {
+	if len(x) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&x[0]))
+}
+
+// Train learns a codebook from len(x)/d vectors of dimension d (x is row-major).
+func (c *Compressor) Train(x []float32, d int) error {
+	if d <= 0 || len(x)%d != 0 {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", len(x), d)}
+	}
+	err := call(func() C.vlcc_status {
+		return C.vlcc_compressor_train(c.p, floatPtr(x), C.size_t(len(x)/d), C.size_t(d))
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Dim is the vector dimension of the trained codebook.
+func (c *Compressor) Dim() (int, error) {
+	var d C.size_t
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_dim(c.p, &d) })
+	runtime.KeepAlive(c)
+	return int(d), err
+}
+
+// CodeSize is the number of bytes Encode writes per vector.
+func (c *Compressor) CodeSize() (int, error) {
+	var s C.size_t
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_code_size(c.p, &s) })
+	runtime.KeepAlive(c)
+	return int(s), err
+}
+
+func (c *Compressor) rows(x []float32) (int, error) {
+	d, err := c.Dim()
+	if err != nil {
+		return 0, err
+	}
+	if len(x)%d != 0 {
+		return 0, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", len(x), d)}
+	}
+	return len(x) / d, nil
+}
+
+// Encode returns CodeSize() bytes per vector of x.
+func (c *Compressor) Encode(x []float32) ([]byte, error) {
+	n, err := c.rows(x)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := c.CodeSize()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, n*cs)
+	if err := c.EncodeInto(x, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// EncodeInto writes the codes of x into out (at least rows*CodeSize() bytes), without copies.
+func (c *Compressor) EncodeInto(x []float32, out []byte) error {
+	n, err := c.rows(x)
+	if err != nil {
+		return err
+	}
+	var op *C.uint8_t
+	if len(out) > 0 {
+		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
+	}
+	err = call(func() C.vlcc_status {
+		return C.vlcc_compressor_encode(c.p, floatPtr(x), C.size_t(n), op, C.size_t(len(out)))
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(out)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Decode returns the approximate vectors of codes written by Encode.
+func (c *Compressor) Decode(codes []byte) ([]float32, error) {
+	cs, err := c.CodeSize()
+	if err != nil {
+		return nil, err
+	}
+	d, err := c.Dim()
+	if err != nil {
+		return nil, err
+	}
+	if len(codes)%cs != 0 {
+		return nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d bytes are not codes of %d bytes", len(codes), cs)}
+	}
+	n := len(codes) / cs
+	out := make([]float32, n*d)
+	if n == 0 {
+		return out, nil
+	}
+	err = call(func() C.vlcc_status {
+		return C.vlcc_compressor_decode(c.p, (*C.uint8_t)(unsafe.Pointer(&codes[0])), C.size_t(n), floatPtr(out), C.size_t(len(out)))
+	})
+	runtime.KeepAlive(codes)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SaveCodebook writes the codebook to path atomically.
+func (c *Compressor) SaveCodebook(path string) error {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_save_codebook(c.p, cp) })
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Index is a searchable compressed index.
+type Index struct {
+	p   *C.vlcc_index
+	dim int
+}
+
+func newIndex(p *C.vlcc_index) (*Index, error) {
+	ix := &Index{p: p}
+	var d C.size_t
+	if err := call(func() C.vlcc_status { return C.vlcc_index_dim(p, &d) }); err != nil {
+		C.vlcc_index_free(p)
+		return nil, err
+	}
+	ix.dim = int(d)
+	runtime.SetFinalizer(ix, (*Index).Close)
+	return ix, nil
+}
+
+// NewIndex makes an empty index on the compressor's codebook.
+func NewIndex(c *Compressor) (*Index, error) {
+	var p *C.vlcc_index
+	err := call(func() C.vlcc_status { return C.vlcc_index_new(c.p, &p) })
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return newIndex(p)
+}
+
+// Load opens an index file; with mmap, ids and codes are used in place from the file.
+func Load(ctx *Context, path string, mmap bool) (*Index, error) {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	m := C.int32_t(0)
+	if mmap {
+		m = 1
+	}
+	var p *C.vlcc_index
+	err := call(func() C.vlcc_status { return C.vlcc_index_load(ctx.p, cp, m, &p) })
+	runtime.KeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newIndex(p)
+}
+
+// Close frees the index. Safe to call twice.
+func (ix *Index) Close() error {
+	if ix != nil && ix.p != nil {
+		C.vlcc_index_free(ix.p)
+		ix.p = nil
+	}
+	return nil
+}
+
+// Dim is the vector dimension.
+func (ix *Index) Dim() int { return ix.dim }
+
+// Add encodes len(ids) vectors and stores them under ids.
+func (ix *Index) Add(x []float32, ids []uint64) error {
+	if len(x) != len(ids)*ix.dim {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values for %d ids of dimension %d", len(x), len(ids), ix.dim)}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	err := call(func() C.vlcc_status {
+		return C.vlcc_index_add(ix.p, floatPtr(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(ids)
+	runtime.KeepAlive(ix)
+	return err
+}
+
+// SearchParams are per-call search settings.
+type SearchParams struct {
+	K      int       // results per query
+	NProbe int       // lists probed per query
+	Rerank int       // 0, or >= K: re-score this many candidates exactly against Raw
+	Raw    []float32 // raw vectors, row i = id i (needed when Rerank > 0)
+}
+
+// Search returns K ids and distances per query, best first (NoID where fewer are found).
+func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32, error) {
+	if ix.dim == 0 || len(queries)%ix.dim != 0 || p.K <= 0 || p.NProbe <= 0 || p.Rerank < 0 {
+		return nil, nil, &Error{Status: StatusInvalidArgument, Message: "queries must be whole rows; K and NProbe >= 1"}
+	}
+	nq := len(queries) / ix.dim
+	ids := make([]uint64, nq*p.K)
+	dist := make([]float32, nq*p.K)
+	if nq == 0 {
+		return ids, dist, nil
+	}
+	rawRows := 0
+	if p.Raw != nil {
+		rawRows = len(p.Raw) / ix.dim
+	}
+	err := call(func() C.vlcc_status {
+		return C.vlcc_index_search(ix.p, floatPtr(queries), C.size_t(nq), C.size_t(p.K), C.size_t(p.NProbe),
+			C.size_t(p.Rerank), floatPtr(p.Raw), C.size_t(rawRows),
+			(*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
+	})
+	runtime.KeepAlive(queries)
+	runtime.KeepAlive(p.Raw)
+	runtime.KeepAlive(ix)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ids, dist, nil
+}
+
+// Remove drops every vector whose id is in ids and returns how many were removed.
+func (ix *Index) Remove(ids []uint64) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n C.size_t
+	err := call(func() C.vlcc_status {
+		return C.vlcc_index_remove(ix.p, (*C.uint64_t)(unsafe.Pointer(&ids[0])), C.size_t(len(ids)), &n)
+	})
+	runtime.KeepAlive(ids)
+	runtime.KeepAlive(ix)
+	return int(n), err
+}
+
+// Len is the number of vectors held.
+func (ix *Index) Len() (int, error) {
+	var n C.size_t
+	err := call(func() C.vlcc_status { return C.vlcc_index_size(ix.p, &n) })
+	runtime.KeepAlive(ix)
+	return int(n), err
+}
+
+// Save writes the index to path atomically.
+func (ix *Index) Save(path string) error {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	err := call(func() C.vlcc_status { return C.vlcc_index_save(ix.p, cp) })
+	runtime.KeepAlive(ix)
+	return err
+}

@@ -1,0 +1,205 @@
+package vlccompress
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+)
+
+const dim = 16
+
+// clustered makes n seeded points around 8 centres.
+func clustered(n int, seed uint32) []float32 {
+	s := seed
+	next := func() float32 {
+		s = s*1664525 + 1013904223
+		return float32((s>>8)%2000)/1000 - 1
+	}
+	centres := make([]float32, 8*dim)
+	for i := range centres {
+		centres[i] = next() * 10
+	}
+	x := make([]float32, n*dim)
+	for i := 0; i < n; i++ {
+		for t := 0; t < dim; t++ {
+			x[i*dim+t] = centres[(i%8)*dim+t] + next()
+		}
+	}
+	return x
+}
+
+func trained(t *testing.T, ctx *Context, x []float32) *Compressor {
+	t.Helper()
+	c, err := NewCompressor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, v := range map[Param]float64{ParamAnchors: 32, ParamBytesPerVector: 8, ParamMaxIters: 8, ParamPQIters: 8} {
+		if err := c.SetParam(p, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Train(x, dim); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRoundTrip(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := clustered(3000, 1)
+	c := trained(t, ctx, x)
+	defer c.Close()
+
+	codes, err := c.Encode(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := c.CodeSize()
+	if len(codes) != 3000*cs {
+		t.Fatalf("%d code bytes", len(codes))
+	}
+	y, err := c.Decode(codes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e, v float64
+	for i := range x {
+		e += float64((x[i] - y[i]) * (x[i] - y[i]))
+		v += float64(x[i] * x[i])
+	}
+	if e > 0.05*v {
+		t.Fatalf("reconstruction error %g of %g", e, v)
+	}
+
+	ix, err := NewIndex(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	ids := make([]uint64, 3000)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	if err := ix.Add(x, ids); err != nil {
+		t.Fatal(err)
+	}
+	q := x[:50*dim]
+	got, dist, err := ix.Search(q, SearchParams{K: 5, NProbe: 8, Rerank: 20, Raw: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		if got[i*5] != uint64(i) || dist[i*5] != 0 {
+			t.Fatalf("query %d: first hit %d at %g", i, got[i*5], dist[i*5])
+		}
+	}
+
+	path := filepath.Join(t.TempDir(), "ix.vlcc")
+	if err := ix.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := ix.Search(q, SearchParams{K: 5, NProbe: 8})
+	for _, mmap := range []bool{true, false} {
+		back, err := Load(ctx, path, mmap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, _, err := back.Search(q, SearchParams{K: 5, NProbe: 8})
+		if err != nil || !reflect.DeepEqual(again, want) {
+			t.Fatalf("loaded index (mmap=%v) differs: %v", mmap, err)
+		}
+		back.Close()
+	}
+	if n, err := ix.Remove(ids[:10]); err != nil || n != 10 {
+		t.Fatalf("removed %d, %v", n, err)
+	}
+	if n, _ := ix.Len(); n != 2990 {
+		t.Fatalf("len %d", n)
+	}
+}
+
+func TestErrorsCarryStatusAndMessage(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	if _, err := NewContext(Backend(42), 0, 1); err == nil {
+		t.Fatal("unknown backend accepted")
+	}
+	c, _ := NewCompressor(ctx)
+	defer c.Close()
+	var ve *Error
+	if err := c.SetParam(ParamBits, 5); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument || ve.Message == "" {
+		t.Fatalf("bits=5: %v", err)
+	}
+	if _, err := c.Encode(make([]float32, dim)); !errors.As(err, &ve) || ve.Status != StatusInvalidState {
+		t.Fatalf("encode before train: %v", err)
+	}
+	x := clustered(20, 2)
+	if err := c.Train(x, dim); !errors.As(err, &ve) || ve.Status != StatusNotEnoughData {
+		t.Fatalf("20 points for 1024 anchors: %v", err)
+	}
+	x[3] = float32(math.NaN())
+	_ = c.SetParam(ParamAnchors, 4)
+	if err := c.Train(x, dim); !errors.As(err, &ve) || ve.Status != StatusNonFinite {
+		t.Fatalf("NaN: %v", err)
+	}
+	if _, err := Load(ctx, filepath.Join(t.TempDir(), "missing.vlcc"), true); !errors.As(err, &ve) || ve.Status != StatusIO {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestConcurrentSearches(t *testing.T) {
+	ctx, _ := NewContext(CPU, 0, 2)
+	defer ctx.Close()
+	x := clustered(3000, 3)
+	c := trained(t, ctx, x)
+	ix, err := NewIndex(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // the index keeps what it needs
+	defer ix.Close()
+	ids := make([]uint64, 3000)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	if err := ix.Add(x, ids); err != nil {
+		t.Fatal(err)
+	}
+	q := x[:64*dim]
+	want, wd, err := ix.Search(q, SearchParams{K: 10, NProbe: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, gd, err := ix.Search(q, SearchParams{K: 10, NProbe: 8})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gd, wd) {
+				errs <- errors.New("concurrent search differs from sequential")
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
