@@ -150,7 +150,9 @@ impl Default for AnchorParams {
             merge_threshold: 0.05,
             split_factor: 4.0,
             max_points_per_anchor: 256,
-            init: Init::KMeansPlusPlus,
+            // A seeded sample places anchors where the points are; k-means++ over-seeds outliers
+            // (long-norm word vectors, say), which measured worse for IVF recall.
+            init: Init::Sample,
             seed: 0x5eed,
         }
     }
