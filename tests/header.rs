@@ -44,3 +44,16 @@ fn every_exported_function_is_declared() {
     }
     assert!(n >= 30, "found only {n} exported functions");
 }
+
+#[test]
+fn the_c_harness_calls_every_exported_function() {
+    let h = header();
+    let harness = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/harness.c")).unwrap();
+    let missing: Vec<&str> = h
+        .lines()
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("vlcc_") && w.contains('(')))
+        .map(|w| w.split('(').next().unwrap())
+        .filter(|name| !harness.contains(&format!("{name}(")))
+        .collect();
+    assert!(missing.is_empty(), "functions the C harness never calls: {missing:?}");
+}

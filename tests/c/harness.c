@@ -293,6 +293,13 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     vlcc_index *tiny = NULL;
     expect_status(vlcc_index_new(c, &tiny), VLCC_STATUS_OK);
     expect_status(vlcc_index_add(tiny, x, 3, ids), VLCC_STATUS_OK);
+    uint16_t half_rows[2 * D];
+    for (size_t i = 0; i < 2 * D; i++) half_rows[i] = to_half(x[i]);
+    uint64_t half_ids[2] = {5000, 5001};
+    expect_status(vlcc_index_add_f16(tiny, half_rows, 2, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_add_f16(tiny, half_rows, 2, half_ids), VLCC_STATUS_OK);
+    expect_status(vlcc_index_remove(tiny, half_ids, 2, &size), VLCC_STATUS_OK);
+    expect(size == 2, "f16 rows were added");
     uint64_t t_ids[5];
     float t_d[5];
     expect_status(vlcc_index_search(tiny, q, 1, 5, 64, 0, NULL, 0, t_ids, t_d), VLCC_STATUS_OK);
