@@ -169,7 +169,7 @@ typedef enum {
    */
   VLCC_PARAM_ROTATION = 5,
   /**
-   * Anchor training iterations. Default 20.
+   * Anchor training iterations. Default 25.
    */
   VLCC_PARAM_MAX_ITERS = 6,
   /**
@@ -181,53 +181,59 @@ typedef enum {
    */
   VLCC_PARAM_INITIAL_TEMP = 8,
   /**
-   * Temperature multiplier per iteration, in (0, 1]. Default 0.8.
+   * Temperature multiplier per iteration, in (0, 1]. Default 0.9.
    */
   VLCC_PARAM_COOLING_RATE = 9,
   /**
    * Trimmed fraction of each anchor's farthest points at the starting temperature, [0, 0.5).
+   * Default 0.05.
    */
   VLCC_PARAM_TRIM = 10,
   /**
-   * Load-balancing strength at the starting temperature, >= 0.
+   * Load-balancing strength at the starting temperature, >= 0. Default 0.3.
    */
   VLCC_PARAM_BALANCE = 11,
   /**
-   * Merge/split every this many iterations (0 = never).
+   * Merge/split/re-seat every this many iterations (0 = never). Default 5.
    */
   VLCC_PARAM_MAINTENANCE_INTERVAL = 12,
   /**
-   * Merge anchors closer than this times their radius, >= 0.
+   * Merge anchors closer than this times their radius, >= 0. Default 0.05.
    */
   VLCC_PARAM_MERGE_THRESHOLD = 13,
   /**
-   * Split anchors holding more than this times the mean load, > 1.
+   * Split anchors holding more than this times the mean load, > 1. Default 4.
    */
   VLCC_PARAM_SPLIT_FACTOR = 14,
   /**
-   * Training vectors used per anchor (0 = all).
+   * Training vectors used per anchor (0 = all). Default 256.
    */
   VLCC_PARAM_MAX_POINTS_PER_ANCHOR = 15,
   /**
-   * Random seed.
+   * Random seed. Default 24301.
    */
   VLCC_PARAM_SEED = 16,
   /**
-   * Lloyd iterations per PQ sub-codebook, >= 1.
+   * Lloyd iterations per PQ sub-codebook, >= 1. Default 20.
    */
   VLCC_PARAM_PQ_ITERS = 17,
   /**
-   * Training vectors for the PQ sub-codebooks (0 = all).
+   * Training vectors for the PQ sub-codebooks (0 = all). Default 65536.
    */
   VLCC_PARAM_PQ_TRAIN_POINTS = 18,
   /**
-   * Alternations of the learned rotation.
+   * Alternations of the learned rotation. Default 32.
    */
   VLCC_PARAM_OPQ_ITERS = 19,
   /**
-   * Anchor initialisation: 0 k-means++, 1 a seeded sample.
+   * Anchor initialisation: 0 k-means++, 1 a seeded sample (default).
    */
   VLCC_PARAM_INIT = 20,
+  /**
+   * Training vectors the learned rotation is fitted on (0 = all of the PQ sample).
+   * Default 65536.
+   */
+  VLCC_PARAM_OPQ_TRAIN_POINTS = 21,
 } vlcc_param;
 
 /**

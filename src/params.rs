@@ -227,6 +227,8 @@ pub struct TrainParams {
     pub pq_train_points: usize,
     /// Alternations of the learned rotation (Rotation::Learned only).
     pub opq_iters: usize,
+    /// Training points the learned rotation is fitted on (0 = the whole PQ sample).
+    pub opq_train_points: usize,
 }
 
 impl Default for TrainParams {
@@ -239,7 +241,8 @@ impl Default for TrainParams {
             rotation: Rotation::None,
             pq_iters: 20,
             pq_train_points: 65_536,
-            opq_iters: 16,
+            opq_iters: 32,
+            opq_train_points: 65_536,
         }
     }
 }

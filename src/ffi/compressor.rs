@@ -46,36 +46,40 @@ pub enum vlcc_param {
     Metric = 4,
     /// Residual rotation: 0 none, 1 random orthogonal, 2 learned (OPQ). Default 0.
     Rotation = 5,
-    /// Anchor training iterations. Default 20.
+    /// Anchor training iterations. Default 25.
     MaxIters = 6,
     /// Stop when the relative energy change is below this. Default 1e-4.
     Tol = 7,
     /// Starting temperature (0 = no annealing). Default 1.
     InitialTemp = 8,
-    /// Temperature multiplier per iteration, in (0, 1]. Default 0.8.
+    /// Temperature multiplier per iteration, in (0, 1]. Default 0.9.
     CoolingRate = 9,
     /// Trimmed fraction of each anchor's farthest points at the starting temperature, [0, 0.5).
+    /// Default 0.05.
     Trim = 10,
-    /// Load-balancing strength at the starting temperature, >= 0.
+    /// Load-balancing strength at the starting temperature, >= 0. Default 0.3.
     Balance = 11,
-    /// Merge/split every this many iterations (0 = never).
+    /// Merge/split/re-seat every this many iterations (0 = never). Default 5.
     MaintenanceInterval = 12,
-    /// Merge anchors closer than this times their radius, >= 0.
+    /// Merge anchors closer than this times their radius, >= 0. Default 0.05.
     MergeThreshold = 13,
-    /// Split anchors holding more than this times the mean load, > 1.
+    /// Split anchors holding more than this times the mean load, > 1. Default 4.
     SplitFactor = 14,
-    /// Training vectors used per anchor (0 = all).
+    /// Training vectors used per anchor (0 = all). Default 256.
     MaxPointsPerAnchor = 15,
-    /// Random seed.
+    /// Random seed. Default 24301.
     Seed = 16,
-    /// Lloyd iterations per PQ sub-codebook, >= 1.
+    /// Lloyd iterations per PQ sub-codebook, >= 1. Default 20.
     PqIters = 17,
-    /// Training vectors for the PQ sub-codebooks (0 = all).
+    /// Training vectors for the PQ sub-codebooks (0 = all). Default 65536.
     PqTrainPoints = 18,
-    /// Alternations of the learned rotation.
+    /// Alternations of the learned rotation. Default 32.
     OpqIters = 19,
-    /// Anchor initialisation: 0 k-means++, 1 a seeded sample.
+    /// Anchor initialisation: 0 k-means++, 1 a seeded sample (default).
     Init = 20,
+    /// Training vectors the learned rotation is fitted on (0 = all of the PQ sample).
+    /// Default 65536.
+    OpqTrainPoints = 21,
 }
 
 pub(crate) unsafe fn compressor_ref<'a>(p: *const vlcc_compressor) -> FfiResult<&'a Compressor> {
@@ -135,6 +139,7 @@ fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
         18 => p.pq_train_points = usize_of("pq_train_points")?,
         19 => p.opq_iters = usize_of("opq_iters")?,
         20 => a.init = [Init::KMeansPlusPlus, Init::Sample][whole(v, "init", 1.0)? as usize],
+        21 => p.opq_train_points = usize_of("opq_train_points")?,
         _ => return fail(vlcc_status::InvalidArgument, format!("unknown parameter {param}")),
     }
     Ok(())
@@ -163,6 +168,7 @@ fn get(p: &TrainParams, param: u32) -> FfiResult<f64> {
         18 => p.pq_train_points as f64,
         19 => p.opq_iters as f64,
         20 => (a.init == Init::Sample) as u32 as f64,
+        21 => p.opq_train_points as f64,
         _ => return fail(vlcc_status::InvalidArgument, format!("unknown parameter {param}")),
     })
 }

@@ -55,9 +55,6 @@ impl<'a> From<&'a [half::f16]> for Vectors<'a> {
     }
 }
 
-/// Points the learned rotation is fitted on (its alternations cost a PQ training each).
-const OPQ_POINTS: usize = 16_384;
-
 /// Rows encoded per block: bounds the scratch memory of encoding to a few MB.
 const ENCODE_BLOCK: usize = 16_384;
 
@@ -137,7 +134,8 @@ impl Codebook {
                 // OPQ: alternate a few Lloyd steps of a warm-started quantizer with the
                 // orthogonal Procrustes fit of the rotation to its reconstructions.
                 // The rotation is fitted on a sample; the final quantizer uses every point.
-                let fit = &resid[..resid.len().min(OPQ_POINTS * dp)];
+                let keep = if p.opq_train_points == 0 { resid.len() } else { p.opq_train_points * dp };
+                let fit = &resid[..resid.len().min(keep)];
                 let mut r = rotation::random_orthogonal(dp, seed);
                 let mut pq: Option<ProductQuantizer> = None;
                 for _ in 0..p.opq_iters {

@@ -209,6 +209,8 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
         pq_iters: 20,
         seed: 0x5eed,
         anneal: Default::default(),
+        opq_iters: None,
+        opq_points: None,
     };
     let rows = run_eval(&data, &train, run, &[(4, 0), (16, 0), (64, 0), (16, 100)])?;
     print_rows(&rows, run.json);

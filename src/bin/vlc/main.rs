@@ -86,6 +86,12 @@ pub(crate) struct TrainOpts {
     pq_iters: usize,
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
+    /// Alternations of the learned rotation.
+    #[arg(long)]
+    opq_iters: Option<usize>,
+    /// Training points for the learned rotation (0 = all of the PQ sample).
+    #[arg(long)]
+    opq_points: Option<usize>,
     #[command(flatten)]
     anneal: AnnealOpts,
 }
@@ -157,6 +163,12 @@ impl TrainOpts {
         a.max_iters = self.iters;
         a.seed = self.seed;
         self.anneal.apply(a);
+        if let Some(v) = self.opq_iters {
+            p.opq_iters = v;
+        }
+        if let Some(v) = self.opq_points {
+            p.opq_train_points = v;
+        }
         p
     }
 }
