@@ -23,8 +23,12 @@ run() {
   "$py" "$peers" "$dir" --families ivfpq --budgets "$budget" --nlist 1024 --nprobe 1,4,16,64 \
     --skip-kmeans --threads 2 --out "$out/$ds-faiss" > "$out/$ds-faiss.log" 2>&1
   : > "$out/$ds-vlc.jsonl"
+  local first=$1
   for b in "$@"; do
-    for rot in none learned; do
+    # The learned rotation only at FAISS's code size: it is the costly variant.
+    rots=(none)
+    [ "$b" = "$first" ] && rots+=(learned)
+    for rot in "${rots[@]}"; do
       "$vlc" eval --base "$dir/base.fvecs" --query "$dir/query.fvecs" --gt "$dir/gt_l2.ivecs" --metric l2 \
         --bytes "$b" --anchors 1024 --iters 10 --rotation "$rot" --nprobe 1,4,16,64 --threads 2 --json \
         | sed "s/^{/{\"rotation\":\"$rot\",/" >> "$out/$ds-vlc.jsonl"
