@@ -452,6 +452,16 @@ vlcc_status vlcc_compressor_deserialize_codebook(const vlcc_context *ctx,
                                                  vlcc_compressor **out);
 
 /**
+ * Copies the trained anchors (the inverted lists' centroids, `anchors x d` floats, row-major)
+ * into `out`, which must hold `len >= anchors * d` floats; stores the anchor count in
+ * `*out_anchors`. With `out` NULL and `len` 0 it only stores the count.
+ */
+vlcc_status vlcc_compressor_anchors(const vlcc_compressor *c,
+                                    float *out,
+                                    size_t len,
+                                    size_t *out_anchors);
+
+/**
  * Creates a context.
  *
  * - `backend`: a `vlcc_backend` value. AUTO falls back to the CPU when no GPU backend can start;
@@ -596,6 +606,18 @@ vlcc_status vlcc_index_deserialize(const vlcc_context *ctx,
  * released, is a no-op.
  */
 void vlcc_buffer_free(vlcc_buffer *buf);
+
+/**
+ * Writes every stored vector's id into `ids` (`len` slots) and its approximate vector (decoded
+ * from its code) into `vectors` (`len * d` floats), list by list. With `ids` NULL and `len` 0
+ * it only stores the number of vectors in `*out_n`; otherwise `len` must be at least that
+ * number (else VLCC_STATUS_BUFFER_TOO_SMALL) and `*out_n` receives it. Thread-safe like search.
+ */
+vlcc_status vlcc_index_reconstruct(const vlcc_index *ix,
+                                   uint64_t *ids,
+                                   float *vectors,
+                                   size_t len,
+                                   size_t *out_n);
 
 /**
  * A static, NUL-terminated name for `status` ("VLCC_STATUS_OK", ...); never NULL, never freed.

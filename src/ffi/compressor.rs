@@ -431,3 +431,24 @@ pub unsafe extern "C" fn vlcc_compressor_deserialize_codebook(
         write_out(out, boxed(Compressor::with_codebook(ctx, Arc::new(cb))), "out")
     }
 }
+
+/// Copies the trained anchors (the inverted lists' centroids, `anchors x d` floats, row-major)
+/// into `out`, which must hold `len >= anchors * d` floats; stores the anchor count in
+/// `*out_anchors`. With `out` NULL and `len` 0 it only stores the count.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_anchors(
+    c: *const vlcc_compressor,
+    out: *mut f32,
+    len: usize,
+    out_anchors: *mut usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out_anchors, "out_anchors")?;
+        let cb = compressor_ref(c)?.codebook()?;
+        if !(out.is_null() && len == 0) {
+            let a = cb.anchor_vectors();
+            out_buf(out, len, a.len(), "out")?.copy_from_slice(a);
+        }
+        write_out(out_anchors, cb.anchors(), "out_anchors")
+    }
+}

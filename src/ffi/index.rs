@@ -326,3 +326,33 @@ pub unsafe extern "C" fn vlcc_buffer_free(buf: *mut vlcc_buffer) {
     b.data = std::ptr::null_mut();
     b.len = 0;
 }
+
+/// Writes every stored vector's id into `ids` (`len` slots) and its approximate vector (decoded
+/// from its code) into `vectors` (`len * d` floats), list by list. With `ids` NULL and `len` 0
+/// it only stores the number of vectors in `*out_n`; otherwise `len` must be at least that
+/// number (else VLCC_STATUS_BUFFER_TOO_SMALL) and `*out_n` receives it. Thread-safe like search.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_reconstruct(
+    ix: *const vlcc_index,
+    ids: *mut u64,
+    vectors: *mut f32,
+    len: usize,
+    out_n: *mut usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out_n, "out_n")?;
+        let h = index_ref(ix)?;
+        let n = h.index.len();
+        if ids.is_null() && len == 0 {
+            return write_out(out_n, n, "out_n");
+        }
+        let d = h.index.codebook().dim();
+        let out_ids = out_buf(ids, len, n, "ids")?;
+        let out_v = out_buf(vectors, count(len, d, "vectors")?, count(n, d, "vectors")?, "vectors")?;
+        no_overlap(out_ids, out_v, "ids and vectors")?;
+        let (all_ids, all_v) = h.ctx.run(|_| h.index.reconstruct_all())?;
+        out_ids.copy_from_slice(&all_ids);
+        out_v.copy_from_slice(&all_v);
+        write_out(out_n, n, "out_n")
+    }
+}

@@ -394,6 +394,29 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     expect_status(vlcc_index_add(twin, x, 10, ids), VLCC_STATUS_OK);
     expect_status(vlcc_index_merge(byrow, twin), VLCC_STATUS_OK);
 
+    /* Reconstruction and anchors. */
+    size_t count = 0;
+    expect_status(vlcc_index_reconstruct(tiny, NULL, NULL, 0, &count), VLCC_STATUS_OK);
+    expect(count == 3, "reconstruct count query");
+    uint64_t r_ids[3];
+    float r_vec[3 * D];
+    expect_status(vlcc_index_reconstruct(tiny, r_ids, r_vec, 2, &count), VLCC_STATUS_BUFFER_TOO_SMALL);
+    expect_status(vlcc_index_reconstruct(tiny, r_ids, r_vec, 3, &count), VLCC_STATUS_OK);
+    double r_err = 0;
+    for (size_t i = 0; i < 3; i++) {
+        size_t row = (size_t)(r_ids[i] - 1000);
+        for (size_t t = 0; t < D; t++) r_err += fabs(r_vec[i * D + t] - x[row * D + t]);
+    }
+    expect(r_err < 3.0 * D, "reconstructed vectors are close to the originals");
+    size_t n_anchors = 0;
+    expect_status(vlcc_compressor_anchors(c, NULL, 0, &n_anchors), VLCC_STATUS_OK);
+    expect(n_anchors == ANCHORS, "anchor count");
+    float *anchors = malloc(ANCHORS * D * sizeof *anchors);
+    expect_status(vlcc_compressor_anchors(c, anchors, ANCHORS * D - 1, &n_anchors), VLCC_STATUS_BUFFER_TOO_SMALL);
+    expect_status(vlcc_compressor_anchors(c, anchors, ANCHORS * D, &n_anchors), VLCC_STATUS_OK);
+    expect(isfinite(anchors[0]) && isfinite(anchors[ANCHORS * D - 1]), "anchors copied");
+    free(anchors);
+
     /* The index outlives the compressor and context it came from. */
     vlcc_compressor_free(c);
     expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
