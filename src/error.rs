@@ -49,7 +49,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(context: impl fmt::Display, source: std::io::Error) -> Self {
-        Error::Io { context: context.to_string(), source }
+        Error::Io {
+            context: context.to_string(),
+            source,
+        }
     }
 }
 
@@ -63,15 +66,22 @@ pub(crate) use invalid;
 pub(crate) fn check_finite(x: &[f32], what: &str) -> Result<()> {
     match x.iter().position(|v| !v.is_finite()) {
         None => Ok(()),
-        Some(i) => Err(Error::NonFinite(format!("{what}: value {} at position {i}", x[i]))),
+        Some(i) => Err(Error::NonFinite(format!(
+            "{what}: value {} at position {i}",
+            x[i]
+        ))),
     }
 }
 
 /// Reserves `n` elements, reporting allocation failure as `OutOfMemory` instead of aborting.
 pub(crate) fn try_vec<T: Clone>(n: usize, fill: T, what: &str) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::OutOfMemory(format!("{what}: {} bytes", n.saturating_mul(std::mem::size_of::<T>()))))?;
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::OutOfMemory(format!(
+            "{what}: {} bytes",
+            n.saturating_mul(std::mem::size_of::<T>())
+        ))
+    })?;
     v.resize(n, fill);
     Ok(v)
 }

@@ -60,7 +60,9 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("backend", &self.backend.describe()).finish()
+        f.debug_struct("Context")
+            .field("backend", &self.backend.describe())
+            .finish()
     }
 }
 
@@ -74,7 +76,11 @@ impl Context {
             .thread_name(|i| format!("vlcc-{i}"))
             .build()
             .map_err(|e| Error::InvalidArgument(format!("cannot start {threads} threads: {e}")))?;
-        Ok(Context { backend, pool, memory_cap: 0.into() })
+        Ok(Context {
+            backend,
+            pool,
+            memory_cap: 0.into(),
+        })
     }
 
     /// Runs `f` on this context's threads with its backend.
@@ -92,7 +98,8 @@ impl Context {
 
     /// Caps the working memory of one training call, in bytes (0 = no cap).
     pub fn set_memory_cap(&self, bytes: usize) {
-        self.memory_cap.store(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.memory_cap
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn memory_cap(&self) -> usize {
@@ -111,14 +118,27 @@ pub struct Compressor {
 
 impl Compressor {
     pub fn new(ctx: Arc<Context>, params: TrainParams) -> Compressor {
-        Compressor { ctx, params, codebook: None, report: None }
+        Compressor {
+            ctx,
+            params,
+            codebook: None,
+            report: None,
+        }
     }
 
     /// A compressor around an existing codebook (loaded from a file, say).
     pub fn with_codebook(ctx: Arc<Context>, cb: Arc<Codebook>) -> Compressor {
-        let mut params = TrainParams { metric: cb.metric(), ..TrainParams::default() };
+        let mut params = TrainParams {
+            metric: cb.metric(),
+            ..TrainParams::default()
+        };
         params.anchor.anchors = cb.anchors();
-        Compressor { ctx, params, codebook: Some(cb), report: None }
+        Compressor {
+            ctx,
+            params,
+            codebook: Some(cb),
+            report: None,
+        }
     }
 
     pub fn params(&self) -> &TrainParams {
@@ -139,7 +159,12 @@ impl Compressor {
         self.train_with_progress(x, d, &NoProgress)
     }
 
-    pub fn train_with_progress(&mut self, x: &[f32], d: usize, progress: &dyn Progress) -> Result<&TrainReport> {
+    pub fn train_with_progress(
+        &mut self,
+        x: &[f32],
+        d: usize,
+        progress: &dyn Progress,
+    ) -> Result<&TrainReport> {
         let cap = self.ctx.memory_cap();
         if cap > 0 && d > 0 {
             // Points, their norms and assignment, and one GEMM block per thread.
@@ -148,17 +173,23 @@ impl Compressor {
                 + self.params.anchor.anchors * d * 8
                 + self.ctx.threads() * linalg::BLOCK * self.params.anchor.anchors * 4;
             if need > cap {
-                return Err(Error::OutOfMemory(format!("training needs about {need} bytes, the cap is {cap}")));
+                return Err(Error::OutOfMemory(format!(
+                    "training needs about {need} bytes, the cap is {cap}"
+                )));
             }
         }
         let params = self.params.clone();
-        let (cb, report) = self.ctx.run(|b| Codebook::train(b, x, d, &params, progress))?;
+        let (cb, report) = self
+            .ctx
+            .run(|b| Codebook::train(b, x, d, &params, progress))?;
         self.codebook = Some(Arc::new(cb));
         Ok(self.report.insert(report))
     }
 
     pub fn codebook(&self) -> Result<&Arc<Codebook>> {
-        self.codebook.as_ref().ok_or_else(|| Error::InvalidState("the compressor is not trained".into()))
+        self.codebook
+            .as_ref()
+            .ok_or_else(|| Error::InvalidState("the compressor is not trained".into()))
     }
 
     pub fn report(&self) -> Option<&TrainReport> {

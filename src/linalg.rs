@@ -134,15 +134,25 @@ pub(crate) fn argmin(row: &[f32]) -> usize {
             acc[l] = if ch[l] < acc[l] { ch[l] } else { acc[l] };
         }
     }
-    let mut best = acc.iter().copied().fold(f32::INFINITY, |a, b| if b < a { b } else { a });
+    let mut best = acc
+        .iter()
+        .copied()
+        .fold(f32::INFINITY, |a, b| if b < a { b } else { a });
     for &v in chunks.remainder() {
         if v < best {
             best = v;
         }
     }
     // First position holding the minimum: eight at a time, then within the chunk.
-    let block = row.chunks(8).position(|c| c.iter().fold(false, |f, &v| f | (v == best))).unwrap_or(0);
-    block * 8 + row[block * 8..].iter().position(|&v| v == best).unwrap_or(0)
+    let block = row
+        .chunks(8)
+        .position(|c| c.iter().fold(false, |f, &v| f | (v == best)))
+        .unwrap_or(0);
+    block * 8
+        + row[block * 8..]
+            .iter()
+            .position(|&v| v == best)
+            .unwrap_or(0)
 }
 
 /// The `p` best columns of each row of `scores` (smaller is better), best first.

@@ -31,7 +31,9 @@ impl Metric {
         }
     }
     pub(crate) fn from_code(c: u32) -> Option<Metric> {
-        [Metric::L2, Metric::InnerProduct, Metric::Cosine].get(c as usize).copied()
+        [Metric::L2, Metric::InnerProduct, Metric::Cosine]
+            .get(c as usize)
+            .copied()
     }
 }
 
@@ -68,7 +70,9 @@ impl Rotation {
         }
     }
     pub(crate) fn from_code(c: u32) -> Option<Rotation> {
-        [Rotation::None, Rotation::Random, Rotation::Learned].get(c as usize).copied()
+        [Rotation::None, Rotation::Random, Rotation::Learned]
+            .get(c as usize)
+            .copied()
     }
 }
 
@@ -173,7 +177,10 @@ impl AnchorParams {
             invalid!("tol must be finite and >= 0, got {}", self.tol);
         }
         if !(self.initial_temp >= 0.0 && self.initial_temp.is_finite()) {
-            invalid!("initial_temp must be finite and >= 0, got {}", self.initial_temp);
+            invalid!(
+                "initial_temp must be finite and >= 0, got {}",
+                self.initial_temp
+            );
         }
         if !(self.cooling_rate > 0.0 && self.cooling_rate <= 1.0) {
             invalid!("cooling_rate must be in (0, 1], got {}", self.cooling_rate);
@@ -185,7 +192,10 @@ impl AnchorParams {
             invalid!("balance must be finite and >= 0, got {}", self.balance);
         }
         if !(self.merge_threshold >= 0.0 && self.merge_threshold.is_finite()) {
-            invalid!("merge_threshold must be finite and >= 0, got {}", self.merge_threshold);
+            invalid!(
+                "merge_threshold must be finite and >= 0, got {}",
+                self.merge_threshold
+            );
         }
         if self.split_factor.is_nan() || self.split_factor <= 1.0 {
             invalid!("split_factor must be > 1, got {}", self.split_factor);
@@ -259,7 +269,10 @@ impl TrainParams {
             invalid!("bits must be 8 or 4, got {}", self.bits);
         }
         if self.bytes_per_vector == 0 || self.bytes_per_vector > 4096 {
-            invalid!("bytes_per_vector must be in 1..=4096, got {}", self.bytes_per_vector);
+            invalid!(
+                "bytes_per_vector must be in 1..=4096, got {}",
+                self.bytes_per_vector
+            );
         }
         if self.pq_iters == 0 {
             invalid!("pq_iters must be >= 1");
@@ -281,7 +294,11 @@ pub struct SearchParams {
 
 impl Default for SearchParams {
     fn default() -> Self {
-        SearchParams { k: 10, nprobe: 16, rerank: 0 }
+        SearchParams {
+            k: 10,
+            nprobe: 16,
+            rerank: 0,
+        }
     }
 }
 

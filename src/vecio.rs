@@ -36,7 +36,11 @@ fn read_vecs<T: bytemuck::Pod>(path: &Path) -> Result<Matrix<T>> {
 
 fn parse_vecs<T: bytemuck::Pod>(bytes: &[u8], path: &Path) -> Result<Matrix<T>> {
     if bytes.is_empty() {
-        return Ok(Matrix { rows: 0, cols: 0, data: Vec::new() });
+        return Ok(Matrix {
+            rows: 0,
+            cols: 0,
+            data: Vec::new(),
+        });
     }
     if bytes.len() < 4 {
         return Err(corrupt(path, "shorter than one record header"));
@@ -48,7 +52,13 @@ fn parse_vecs<T: bytemuck::Pod>(bytes: &[u8], path: &Path) -> Result<Matrix<T>> 
     let d = d as usize;
     let rec = 4 + 4 * d;
     if bytes.len() % rec != 0 {
-        return Err(corrupt(path, format!("size {} is not a multiple of the record size {rec}", bytes.len())));
+        return Err(corrupt(
+            path,
+            format!(
+                "size {} is not a multiple of the record size {rec}",
+                bytes.len()
+            ),
+        ));
     }
     let n = bytes.len() / rec;
     let mut data = Vec::with_capacity(n * d);
@@ -58,7 +68,11 @@ fn parse_vecs<T: bytemuck::Pod>(bytes: &[u8], path: &Path) -> Result<Matrix<T>> 
         }
         data.extend_from_slice(&bytemuck::pod_collect_to_vec::<u8, T>(&r[4..]));
     }
-    Ok(Matrix { rows: n, cols: d, data })
+    Ok(Matrix {
+        rows: n,
+        cols: d,
+        data,
+    })
 }
 
 /// Parses `.fvecs` bytes.
@@ -94,7 +108,10 @@ fn write_atomic(
 
 fn write_vecs<T: bytemuck::Pod>(path: &Path, data: &[T], cols: usize) -> Result<()> {
     if cols == 0 || data.len() % cols != 0 {
-        return Err(Error::InvalidArgument(format!("cannot write {} values as rows of {cols}", data.len())));
+        return Err(Error::InvalidArgument(format!(
+            "cannot write {} values as rows of {cols}",
+            data.len()
+        )));
     }
     write_atomic(path, |w| {
         for row in data.chunks_exact(cols) {
@@ -123,17 +140,24 @@ pub fn read_npy(path: &Path) -> Result<NpyData> {
     }
     let (hlen, hstart) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize, 12),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
+            12,
+        ),
         v => return Err(corrupt(path, format!("unsupported .npy version {v}"))),
     };
-    let header = bytes.get(hstart..hstart.saturating_add(hlen)).ok_or_else(|| corrupt(path, "truncated header"))?;
+    let header = bytes
+        .get(hstart..hstart.saturating_add(hlen))
+        .ok_or_else(|| corrupt(path, "truncated header"))?;
     let header = std::str::from_utf8(header).map_err(|_| corrupt(path, "header is not text"))?;
     let field = |key: &str| -> Option<&str> {
         let at = header.find(&format!("'{key}'"))? + key.len() + 2;
         let rest = header[at..].trim_start().strip_prefix(':')?.trim_start();
         Some(rest)
     };
-    let descr = field("descr").and_then(|r| r.strip_prefix('\'')).and_then(|r| r.split('\'').next());
+    let descr = field("descr")
+        .and_then(|r| r.strip_prefix('\''))
+        .and_then(|r| r.split('\'').next());
     let descr = descr.ok_or_else(|| corrupt(path, "no descr"))?;
     if field("fortran_order").is_some_and(|r| r.starts_with("True")) {
         return Err(corrupt(path, "Fortran-order arrays are not supported"));
@@ -152,32 +176,67 @@ pub fn read_npy(path: &Path) -> Result<NpyData> {
     let (rows, cols) = match dims[..] {
         [n] => (1, n),
         [r, c] => (r, c),
-        _ => return Err(corrupt(path, format!("expected a 1-D or 2-D array, shape ({shape})"))),
+        _ => {
+            return Err(corrupt(
+                path,
+                format!("expected a 1-D or 2-D array, shape ({shape})"),
+            ))
+        }
     };
     let body = &bytes[hstart + hlen..];
-    let count = rows.checked_mul(cols).ok_or_else(|| corrupt(path, "shape overflows"))?;
-    fn take<T: bytemuck::Pod>(path: &Path, body: &[u8], rows: usize, cols: usize, count: usize) -> Result<Matrix<T>> {
-        let need = count.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| corrupt(path, "shape overflows"))?;
+    let count = rows
+        .checked_mul(cols)
+        .ok_or_else(|| corrupt(path, "shape overflows"))?;
+    fn take<T: bytemuck::Pod>(
+        path: &Path,
+        body: &[u8],
+        rows: usize,
+        cols: usize,
+        count: usize,
+    ) -> Result<Matrix<T>> {
+        let need = count
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| corrupt(path, "shape overflows"))?;
         if body.len() != need {
-            return Err(corrupt(path, format!("{} data bytes, shape needs {need}", body.len())));
+            return Err(corrupt(
+                path,
+                format!("{} data bytes, shape needs {need}", body.len()),
+            ));
         }
-        Ok(Matrix { rows, cols, data: bytemuck::pod_collect_to_vec(body) })
+        Ok(Matrix {
+            rows,
+            cols,
+            data: bytemuck::pod_collect_to_vec(body),
+        })
     }
     match descr {
         "<f4" => Ok(NpyData::F32(take(path, body, rows, cols, count)?)),
         "<f2" => Ok(NpyData::F16(take(path, body, rows, cols, count)?)),
         "|u1" | "<u1" => Ok(NpyData::U8(take(path, body, rows, cols, count)?)),
         "<i4" => Ok(NpyData::I32(take(path, body, rows, cols, count)?)),
-        other => Err(corrupt(path, format!("unsupported dtype {other:?} (f4, f2, u1, i4 little-endian)"))),
+        other => Err(corrupt(
+            path,
+            format!("unsupported dtype {other:?} (f4, f2, u1, i4 little-endian)"),
+        )),
     }
 }
 
 /// Writes a 2-D `.npy` file (atomically). `descr` is numpy's type string, e.g. `<f4`.
-pub fn write_npy<T: bytemuck::Pod>(path: &Path, data: &[T], rows: usize, cols: usize, descr: &str) -> Result<()> {
+pub fn write_npy<T: bytemuck::Pod>(
+    path: &Path,
+    data: &[T],
+    rows: usize,
+    cols: usize,
+    descr: &str,
+) -> Result<()> {
     if rows * cols != data.len() {
-        return Err(Error::InvalidArgument(format!("{} values do not make {rows} x {cols}", data.len())));
+        return Err(Error::InvalidArgument(format!(
+            "{} values do not make {rows} x {cols}",
+            data.len()
+        )));
     }
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    let mut header =
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));
     header.push('\n');
@@ -195,12 +254,17 @@ pub fn read_vectors(path: &Path) -> Result<Matrix<f32>> {
         Some("fvecs") => read_fvecs(path),
         Some("npy") => match read_npy(path)? {
             NpyData::F32(m) => Ok(m),
-            NpyData::F16(m) => {
-                Ok(Matrix { rows: m.rows, cols: m.cols, data: m.data.iter().map(|v| v.to_f32()).collect() })
-            }
+            NpyData::F16(m) => Ok(Matrix {
+                rows: m.rows,
+                cols: m.cols,
+                data: m.data.iter().map(|v| v.to_f32()).collect(),
+            }),
             _ => Err(corrupt(path, "expected float32 or float16 vectors")),
         },
-        _ => Err(Error::InvalidArgument(format!("{}: expected a .fvecs or .npy file", path.display()))),
+        _ => Err(Error::InvalidArgument(format!(
+            "{}: expected a .fvecs or .npy file",
+            path.display()
+        ))),
     }
 }
 
@@ -209,7 +273,10 @@ pub fn write_vectors(path: &Path, data: &[f32], cols: usize) -> Result<()> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("fvecs") => write_fvecs(path, data, cols),
         Some("npy") => write_npy(path, data, data.len() / cols.max(1), cols, "<f4"),
-        _ => Err(Error::InvalidArgument(format!("{}: expected a .fvecs or .npy output", path.display()))),
+        _ => Err(Error::InvalidArgument(format!(
+            "{}: expected a .fvecs or .npy output",
+            path.display()
+        ))),
     }
 }
 

@@ -27,7 +27,15 @@ fn build_and_run(name: &str, extra: &[&str], env: &[(&str, &str)]) {
     let lib = lib_dir();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-g", "-O1"])
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-g",
+            "-O1",
+        ])
         .args(extra)
         .arg("-I")
         .arg(root().join("include"))
@@ -41,13 +49,20 @@ fn build_and_run(name: &str, extra: &[&str], env: &[(&str, &str)]) {
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
     assert!(status.success(), "compiling the C harness ({name}) failed");
-    let run = Command::new(&exe).arg(&out).envs(env.iter().copied()).output().unwrap();
+    let run = Command::new(&exe)
+        .arg(&out)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     print!("{stdout}");
     eprint!("{stderr}");
     assert!(run.status.success(), "C harness ({name}) failed");
-    assert!(stdout.contains(" passed, 0 failed"), "C harness ({name}) printed no summary");
+    assert!(
+        stdout.contains(" passed, 0 failed"),
+        "C harness ({name}) printed no summary"
+    );
     let _ = std::fs::remove_dir_all(Path::new(&out));
 }
 
@@ -60,7 +75,14 @@ fn c_harness() {
 fn c_harness_under_sanitizers() {
     build_and_run(
         "asan",
-        &["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"],
-        &[("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1"), ("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")],
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-omit-frame-pointer",
+            "-fno-sanitize-recover=all",
+        ],
+        &[
+            ("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1"),
+            ("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1"),
+        ],
     );
 }

@@ -5,12 +5,24 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn vlc(args: &[&str], dir: &Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vlc")).args(args).current_dir(dir).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_vlc"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn data(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/glove-demo").join(name).display().to_string()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/glove-demo")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 #[test]
@@ -20,7 +32,8 @@ fn the_whole_pipeline_runs_from_the_command_line() {
     let base = data("base.fvecs");
     let query = vlc_compress::vecio::read_fvecs(Path::new(&data("query.fvecs"))).unwrap();
     let q16: Vec<half::f16> = query.data.iter().map(|&v| half::f16::from_f32(v)).collect();
-    vlc_compress::vecio::write_npy(&dir.join("q16.npy"), &q16, query.rows, query.cols, "<f2").unwrap();
+    vlc_compress::vecio::write_npy(&dir.join("q16.npy"), &q16, query.rows, query.cols, "<f2")
+        .unwrap();
 
     let run = |args: &[&str]| {
         let (ok, out, err) = vlc(args, &dir);
@@ -43,13 +56,48 @@ fn the_whole_pipeline_runs_from_the_command_line() {
     ]);
     let t: serde_json::Value = serde_json::from_str(t.trim()).unwrap();
     assert_eq!(t["codec_bytes"], 9);
-    run(&["encode", "--codebook", "cb.vlcc", "--input", "q16.npy", "--out", "codes.npy", "--json"]);
-    run(&["decode", "--codebook", "cb.vlcc", "--input", "codes.npy", "--out", "dec.fvecs"]);
+    run(&[
+        "encode",
+        "--codebook",
+        "cb.vlcc",
+        "--input",
+        "q16.npy",
+        "--out",
+        "codes.npy",
+        "--json",
+    ]);
+    run(&[
+        "decode",
+        "--codebook",
+        "cb.vlcc",
+        "--input",
+        "codes.npy",
+        "--out",
+        "dec.fvecs",
+    ]);
     let dec = vlc_compress::vecio::read_fvecs(&dir.join("dec.fvecs")).unwrap();
     assert_eq!((dec.rows, dec.cols), (query.rows, query.cols));
-    let mse: f32 = dec.data.iter().zip(&query.data).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / dec.rows as f32;
-    assert!(mse < 10.0, "decoded vectors are far from the queries: {mse}");
-    run(&["build", "--input", &base, "--codebook", "cb.vlcc", "--out", "ix.vlcc", "--json"]);
+    let mse: f32 = dec
+        .data
+        .iter()
+        .zip(&query.data)
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum::<f32>()
+        / dec.rows as f32;
+    assert!(
+        mse < 10.0,
+        "decoded vectors are far from the queries: {mse}"
+    );
+    run(&[
+        "build",
+        "--input",
+        &base,
+        "--codebook",
+        "cb.vlcc",
+        "--out",
+        "ix.vlcc",
+        "--json",
+    ]);
     run(&[
         "search",
         "--index",
@@ -64,7 +112,10 @@ fn the_whole_pipeline_runs_from_the_command_line() {
     ]);
     let r = vlc_compress::vecio::read_ivecs(&dir.join("r.ivecs")).unwrap();
     assert_eq!((r.rows, r.cols), (query.rows, 10));
-    run(&["search", "--index", "ix.vlcc", "--query", "q16.npy", "--rerank", "50", "--raw", &base, "--out", "r.npy"]);
+    run(&[
+        "search", "--index", "ix.vlcc", "--query", "q16.npy", "--rerank", "50", "--raw", &base,
+        "--out", "r.npy",
+    ]);
 
     let e = run(&[
         "eval",
@@ -84,7 +135,10 @@ fn the_whole_pipeline_runs_from_the_command_line() {
         "4,16",
         "--json",
     ]);
-    let rows: Vec<serde_json::Value> = e.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<serde_json::Value> = e
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(rows.len(), 2);
     for key in [
         "backend",
@@ -112,12 +166,45 @@ fn the_whole_pipeline_runs_from_the_command_line() {
     assert!(rows[1]["recall_at_10"].as_f64().unwrap() >= rows[0]["recall_at_10"].as_f64().unwrap());
 
     // Bad input fails with a message and a non-zero status, never a crash.
-    let (ok, _, err) = vlc(&["search", "--index", "missing.vlcc", "--query", "q16.npy", "--out", "x.ivecs"], &dir);
+    let (ok, _, err) = vlc(
+        &[
+            "search",
+            "--index",
+            "missing.vlcc",
+            "--query",
+            "q16.npy",
+            "--out",
+            "x.ivecs",
+        ],
+        &dir,
+    );
     assert!(!ok && err.contains("missing.vlcc"));
-    let (ok, _, err) = vlc(&["train", "--input", &base, "--out", "x.vlcc", "--anchors", "100000"], &dir);
+    let (ok, _, err) = vlc(
+        &[
+            "train",
+            "--input",
+            &base,
+            "--out",
+            "x.vlcc",
+            "--anchors",
+            "100000",
+        ],
+        &dir,
+    );
     assert!(!ok && err.contains("not enough data"), "{err}");
     std::fs::write(dir.join("junk.vlcc"), b"this is not an index").unwrap();
-    let (ok, _, err) = vlc(&["search", "--index", "junk.vlcc", "--query", "q16.npy", "--out", "x.ivecs"], &dir);
+    let (ok, _, err) = vlc(
+        &[
+            "search",
+            "--index",
+            "junk.vlcc",
+            "--query",
+            "q16.npy",
+            "--out",
+            "x.ivecs",
+        ],
+        &dir,
+    );
     assert!(!ok && err.contains("corrupt"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

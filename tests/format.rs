@@ -23,7 +23,11 @@ fn index_round_trips_through_files_and_memory_maps() {
     let dir = tempdir();
     let path = dir.join("a.vlcc");
     format::save_index(&ix, &path).unwrap();
-    let p = SearchParams { k: 5, nprobe: 4, rerank: 0 };
+    let p = SearchParams {
+        k: 5,
+        nprobe: 4,
+        rerank: 0,
+    };
     let want = ix.search(&x[..50 * d], &p, None).unwrap();
     for mmap in [true, false] {
         let back = format::load_index(&path, mmap).unwrap();
@@ -42,9 +46,15 @@ fn index_round_trips_through_files_and_memory_maps() {
     format::save_codebook(ix.codebook(), &cbp).unwrap();
     assert_eq!(&format::load_codebook(&cbp).unwrap(), &**ix.codebook());
     assert_eq!(&format::load_codebook(&path).unwrap(), &**ix.codebook());
-    assert!(matches!(format::load_index(&cbp, true), Err(Error::Corrupt(_))), "a codebook is not an index");
+    assert!(
+        matches!(format::load_index(&cbp, true), Err(Error::Corrupt(_))),
+        "a codebook is not an index"
+    );
     // Only the final file is left behind: no temporaries.
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 2, "{names:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -54,30 +64,44 @@ fn every_flipped_byte_and_truncation_is_an_error_not_a_panic() {
     let (ix, _, _) = small_index();
     let bytes = format::index_bytes(&ix);
     // Every header/table byte, then a stride through the sections.
-    let positions: Vec<usize> = (0..256.min(bytes.len())).chain((256..bytes.len()).step_by(97)).collect();
+    let positions: Vec<usize> = (0..256.min(bytes.len()))
+        .chain((256..bytes.len()).step_by(97))
+        .collect();
     for &i in &positions {
         let mut b = bytes.clone();
         b[i] ^= 0x5a;
         match format::read_index_bytes(&b) {
             Err(Error::Corrupt(_)) | Err(Error::UnsupportedVersion { .. }) => {}
             // Padding between sections is not covered by checksums: a flip there is harmless.
-            Ok(back) => assert_eq!(format::index_bytes(&back), bytes, "flip at {i} changed the content"),
+            Ok(back) => assert_eq!(
+                format::index_bytes(&back),
+                bytes,
+                "flip at {i} changed the content"
+            ),
             Err(e) => panic!("flip at {i}: unexpected {e}"),
         }
         // The codebook reader sees the same bytes: any answer but a panic is fine.
         let _ = format::read_codebook_bytes(&b);
     }
     for len in (0..bytes.len()).step_by(61).chain([bytes.len() - 1]) {
-        assert!(format::read_index_bytes(&bytes[..len]).is_err(), "truncated to {len}");
+        assert!(
+            format::read_index_bytes(&bytes[..len]).is_err(),
+            "truncated to {len}"
+        );
     }
     let mut v = bytes.clone();
     v[8] = 99;
     // Re-seal the header so only the version is wrong.
     let sum = xxhash_rust::xxh3::xxh3_64(&v[..56]);
     v[56..64].copy_from_slice(&sum.to_le_bytes());
-    assert!(matches!(format::read_index_bytes(&v), Err(Error::UnsupportedVersion { found: 99, .. })));
     assert!(matches!(
-        format::read_index_bytes(b"not a file at all, just some text padding it out to 64 bytes...."),
+        format::read_index_bytes(&v),
+        Err(Error::UnsupportedVersion { found: 99, .. })
+    ));
+    assert!(matches!(
+        format::read_index_bytes(
+            b"not a file at all, just some text padding it out to 64 bytes...."
+        ),
         Err(Error::Corrupt(_))
     ));
 }
@@ -90,17 +114,26 @@ fn failed_save_leaves_the_old_file_intact() {
     format::save_index(&ix, &path).unwrap();
     let before = std::fs::read(&path).unwrap();
     // Saving into a missing directory fails cleanly.
-    assert!(matches!(format::save_index(&ix, &dir.join("missing/x.vlcc")), Err(Error::Io { .. })));
+    assert!(matches!(
+        format::save_index(&ix, &dir.join("missing/x.vlcc")),
+        Err(Error::Io { .. })
+    ));
     assert_eq!(std::fs::read(&path).unwrap(), before);
-    assert!(matches!(format::load_index(&dir.join("nope.vlcc"), true), Err(Error::Io { .. })));
+    assert!(matches!(
+        format::load_index(&dir.join("nope.vlcc"), true),
+        Err(Error::Io { .. })
+    ));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
 fn tempdir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    let d =
-        std::env::temp_dir().join(format!("vlcc-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let d = std::env::temp_dir().join(format!(
+        "vlcc-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -4,7 +4,11 @@ mod common;
 use std::sync::Arc;
 use vlc_compress::{Compressor, DenseRaw, Error, Index, Metric, RawVectors, SearchParams};
 
-fn build(metric: Metric, bytes: usize, bits: u32) -> (common::Demo, Index, Arc<vlc_compress::Context>) {
+fn build(
+    metric: Metric,
+    bytes: usize,
+    bits: u32,
+) -> (common::Demo, Index, Arc<vlc_compress::Context>) {
     let demo = common::demo();
     let d = demo.base.cols;
     let mut p = common::small_params(256, bytes);
@@ -15,7 +19,8 @@ fn build(metric: Metric, bytes: usize, bits: u32) -> (common::Demo, Index, Arc<v
     c.train(&demo.base.data, d).unwrap();
     let mut ix = c.new_index().unwrap();
     let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
-    ctx.run(|b| ix.add(b, demo.base.data[..].into(), &ids)).unwrap();
+    ctx.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
+        .unwrap();
     (demo, ix, ctx)
 }
 
@@ -23,16 +28,39 @@ fn build(metric: Metric, bytes: usize, bits: u32) -> (common::Demo, Index, Arc<v
 fn recall_on_real_glove_subset() {
     let (demo, ix, _) = build(Metric::L2, 16, 8);
     assert_eq!(ix.len(), demo.base.rows);
-    let raw = DenseRaw { data: &demo.base.data, d: demo.base.cols };
+    let raw = DenseRaw {
+        data: &demo.base.data,
+        d: demo.base.cols,
+    };
     let mut last = 0.0;
     for nprobe in [1, 4, 16, 64] {
-        let r = ix.search(&demo.query.data, &SearchParams { k: 10, nprobe, rerank: 0 }, None).unwrap();
+        let r = ix
+            .search(
+                &demo.query.data,
+                &SearchParams {
+                    k: 10,
+                    nprobe,
+                    rerank: 0,
+                },
+                None,
+            )
+            .unwrap();
         let rec = common::recall(&r.ids, 10, &demo.gt.data, demo.gt.cols, 10);
         assert!(rec >= last, "recall must not drop with nprobe");
         last = rec;
     }
     assert!(last > 0.55, "recall@10 at nprobe 64 = {last}");
-    let r = ix.search(&demo.query.data, &SearchParams { k: 10, nprobe: 64, rerank: 100 }, Some(&raw)).unwrap();
+    let r = ix
+        .search(
+            &demo.query.data,
+            &SearchParams {
+                k: 10,
+                nprobe: 64,
+                rerank: 100,
+            },
+            Some(&raw),
+        )
+        .unwrap();
     let rec = common::recall(&r.ids, 10, &demo.gt.data, demo.gt.cols, 10);
     assert!(rec >= 0.95, "recall@10 with re-rank 100 = {rec}");
     // Re-ranked distances are exact and sorted.
@@ -52,7 +80,17 @@ fn recall_on_real_glove_subset() {
 #[test]
 fn four_bit_codes_search_too() {
     let (demo, ix, _) = build(Metric::L2, 16, 4);
-    let r = ix.search(&demo.query.data, &SearchParams { k: 10, nprobe: 32, rerank: 0 }, None).unwrap();
+    let r = ix
+        .search(
+            &demo.query.data,
+            &SearchParams {
+                k: 10,
+                nprobe: 32,
+                rerank: 0,
+            },
+            None,
+        )
+        .unwrap();
     let rec = common::recall(&r.ids, 10, &demo.gt.data, demo.gt.cols, 10);
     assert!(rec > 0.4, "4-bit recall@10 = {rec}");
 }
@@ -67,12 +105,29 @@ fn inner_product_and_cosine_find_the_true_neighbours() {
     let norm = |a: &[f32]| dot(a, a).sqrt().max(1e-30);
     for metric in [Metric::InnerProduct, Metric::Cosine] {
         let gt = match metric {
-            Metric::InnerProduct => common::brute_force(&demo.base.data, q, d, 10, |a, b| -dot(a, b)),
-            _ => common::brute_force(&demo.base.data, q, d, 10, |a, b| -dot(a, b) / (norm(a) * norm(b))),
+            Metric::InnerProduct => {
+                common::brute_force(&demo.base.data, q, d, 10, |a, b| -dot(a, b))
+            }
+            _ => common::brute_force(&demo.base.data, q, d, 10, |a, b| {
+                -dot(a, b) / (norm(a) * norm(b))
+            }),
         };
         let (_, ix, _) = build(metric, 16, 8);
-        let raw = DenseRaw { data: &demo.base.data, d };
-        let r = ix.search(q, &SearchParams { k: 10, nprobe: 64, rerank: 200 }, Some(&raw)).unwrap();
+        let raw = DenseRaw {
+            data: &demo.base.data,
+            d,
+        };
+        let r = ix
+            .search(
+                q,
+                &SearchParams {
+                    k: 10,
+                    nprobe: 64,
+                    rerank: 200,
+                },
+                Some(&raw),
+            )
+            .unwrap();
         let rec = common::recall(&r.ids, 10, &gt, 10, 10);
         assert!(rec > 0.9, "{metric:?} recall@10 with re-rank = {rec}");
         // Similarities come best first.
@@ -83,10 +138,16 @@ fn inner_product_and_cosine_find_the_true_neighbours() {
 #[test]
 fn concurrent_searches_match_sequential() {
     let (demo, ix, _) = build(Metric::L2, 8, 8);
-    let p = SearchParams { k: 10, nprobe: 8, rerank: 0 };
+    let p = SearchParams {
+        k: 10,
+        nprobe: 8,
+        rerank: 0,
+    };
     let want = ix.search(&demo.query.data, &p, None).unwrap();
     std::thread::scope(|s| {
-        let hs: Vec<_> = (0..8).map(|_| s.spawn(|| ix.search(&demo.query.data, &p, None).unwrap())).collect();
+        let hs: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| ix.search(&demo.query.data, &p, None).unwrap()))
+            .collect();
         for h in hs {
             assert_eq!(h.join().unwrap(), want);
         }
@@ -101,37 +162,85 @@ fn remove_merge_and_bad_search_input() {
     let gone: Vec<u64> = (0..1000).collect();
     assert_eq!(ix.remove(&gone).unwrap(), 1000);
     assert_eq!(ix.len(), n - 1000);
-    let r = ix.search(&demo.query.data, &SearchParams { k: 10, nprobe: 256, rerank: 0 }, None).unwrap();
+    let r = ix
+        .search(
+            &demo.query.data,
+            &SearchParams {
+                k: 10,
+                nprobe: 256,
+                rerank: 0,
+            },
+            None,
+        )
+        .unwrap();
     assert!(r.ids.iter().all(|&i| i >= 1000));
 
     // Merging an index built on the same codebook adds its vectors back.
     let mut other = Index::new(ix.codebook().clone());
-    ctx.run(|b| other.add(b, demo.base.data[..1000 * d].into(), &gone)).unwrap();
+    ctx.run(|b| other.add(b, demo.base.data[..1000 * d].into(), &gone))
+        .unwrap();
     ix.merge_from(&other).unwrap();
     assert_eq!(ix.len(), n);
 
     // k larger than the index: missing slots are marked.
     let mut tiny = Index::new(ix.codebook().clone());
-    ctx.run(|b| tiny.add(b, demo.base.data[..3 * d].into(), &[7, 8, 9])).unwrap();
-    let r = tiny.search(&demo.query.data[..d], &SearchParams { k: 5, nprobe: 256, rerank: 0 }, None).unwrap();
+    ctx.run(|b| tiny.add(b, demo.base.data[..3 * d].into(), &[7, 8, 9]))
+        .unwrap();
+    let r = tiny
+        .search(
+            &demo.query.data[..d],
+            &SearchParams {
+                k: 5,
+                nprobe: 256,
+                rerank: 0,
+            },
+            None,
+        )
+        .unwrap();
     assert_eq!(r.ids.iter().filter(|&&i| i == u64::MAX).count(), 2);
     assert!(r.distances[4].is_infinite());
 
     let p = SearchParams::default();
-    assert!(matches!(ix.search(&demo.query.data[..d + 1], &p, None), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        ix.search(&demo.query.data[..d + 1], &p, None),
+        Err(Error::InvalidArgument(_))
+    ));
     let mut nan = demo.query.data[..d].to_vec();
     nan[0] = f32::NAN;
-    assert!(matches!(ix.search(&nan, &p, None), Err(Error::NonFinite(_))));
-    for bad in [SearchParams { k: 0, ..p }, SearchParams { nprobe: 0, ..p }, SearchParams { rerank: 5, ..p }] {
-        assert!(matches!(ix.search(&demo.query.data[..d], &bad, None), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        ix.search(&nan, &p, None),
+        Err(Error::NonFinite(_))
+    ));
+    for bad in [
+        SearchParams { k: 0, ..p },
+        SearchParams { nprobe: 0, ..p },
+        SearchParams { rerank: 5, ..p },
+    ] {
+        assert!(matches!(
+            ix.search(&demo.query.data[..d], &bad, None),
+            Err(Error::InvalidArgument(_))
+        ));
     }
     let rr = SearchParams { rerank: 20, ..p };
     assert!(
-        matches!(ix.search(&demo.query.data[..d], &rr, None), Err(Error::InvalidArgument(_))),
+        matches!(
+            ix.search(&demo.query.data[..d], &rr, None),
+            Err(Error::InvalidArgument(_))
+        ),
         "rerank without raw"
     );
-    let short = DenseRaw { data: &demo.base.data[..10 * d], d };
-    assert!(ix.search(&demo.query.data[..d], &rr, Some(&short as &dyn RawVectors)).is_err(), "raw lacks ids");
-    assert!(matches!(ix.add(ctx.backend(), demo.base.data[..d].into(), &[1, 2]), Err(Error::InvalidArgument(_))));
+    let short = DenseRaw {
+        data: &demo.base.data[..10 * d],
+        d,
+    };
+    assert!(
+        ix.search(&demo.query.data[..d], &rr, Some(&short as &dyn RawVectors))
+            .is_err(),
+        "raw lacks ids"
+    );
+    assert!(matches!(
+        ix.add(ctx.backend(), demo.base.data[..d].into(), &[1, 2]),
+        Err(Error::InvalidArgument(_))
+    ));
     assert_eq!(ix.len(), n, "failed add adds nothing");
 }

@@ -7,8 +7,13 @@ use vlc_compress::{train::train_anchors, AnchorParams, Compressor, Error, NoProg
 fn anchors_are_bit_identical_for_any_thread_count() {
     let d = 32;
     let x = common::clustered(6000, d, 40, 7);
-    let p = AnchorParams { anchors: 64, max_iters: 12, ..AnchorParams::default() };
-    let run = |threads| common::ctx(threads).run(|b| train_anchors(b, &x, d, &p, &NoProgress).unwrap());
+    let p = AnchorParams {
+        anchors: 64,
+        max_iters: 12,
+        ..AnchorParams::default()
+    };
+    let run =
+        |threads| common::ctx(threads).run(|b| train_anchors(b, &x, d, &p, &NoProgress).unwrap());
     let one = run(1);
     let two = run(2);
     let four = run(4);
@@ -38,14 +43,34 @@ fn annealed_training_beats_plain_lloyd_on_real_data() {
     let demo = common::demo();
     let d = demo.base.cols;
     let ctx = common::ctx(2);
-    let ours = AnchorParams { anchors: 256, max_iters: 20, ..AnchorParams::default() };
+    let ours = AnchorParams {
+        anchors: 256,
+        max_iters: 20,
+        ..AnchorParams::default()
+    };
     // Plain Lloyd from a random sample, the same number of iterations: what FAISS Kmeans does.
-    let lloyd = AnchorParams { init: vlc_compress::Init::Sample, ..AnchorParams::lloyd(256, 20, ours.seed) };
+    let lloyd = AnchorParams {
+        init: vlc_compress::Init::Sample,
+        ..AnchorParams::lloyd(256, 20, ours.seed)
+    };
     let a = ctx.run(|b| train_anchors(b, &demo.base.data, d, &ours, &NoProgress).unwrap());
     let l = ctx.run(|b| train_anchors(b, &demo.base.data, d, &lloyd, &NoProgress).unwrap());
-    assert!(a.energy <= l.energy * 1.001, "energy {} vs lloyd {}", a.energy, l.energy);
-    assert!(a.max_over_mean() < l.max_over_mean(), "balance {} vs lloyd {}", a.max_over_mean(), l.max_over_mean());
-    assert_eq!(a.counts.iter().map(|&c| c as usize).sum::<usize>(), demo.base.rows);
+    assert!(
+        a.energy <= l.energy * 1.001,
+        "energy {} vs lloyd {}",
+        a.energy,
+        l.energy
+    );
+    assert!(
+        a.max_over_mean() < l.max_over_mean(),
+        "balance {} vs lloyd {}",
+        a.max_over_mean(),
+        l.max_over_mean()
+    );
+    assert_eq!(
+        a.counts.iter().map(|&c| c as usize).sum::<usize>(),
+        demo.base.rows
+    );
     assert!(a.history.len() >= 2);
 }
 
@@ -56,8 +81,14 @@ fn bad_training_input_is_an_error() {
     let x = common::clustered(100, d, 4, 1);
     let mut c = Compressor::new(ctx.clone(), common::small_params(16, 4));
     assert!(matches!(c.train(&[], d), Err(Error::NotEnoughData(_))));
-    assert!(matches!(c.train(&x[..d * 10], d), Err(Error::NotEnoughData(_))), "anchors > points");
-    assert!(matches!(c.train(&x[..d * 20 + 3], d), Err(Error::InvalidArgument(_))), "ragged");
+    assert!(
+        matches!(c.train(&x[..d * 10], d), Err(Error::NotEnoughData(_))),
+        "anchors > points"
+    );
+    assert!(
+        matches!(c.train(&x[..d * 20 + 3], d), Err(Error::InvalidArgument(_))),
+        "ragged"
+    );
     assert!(matches!(c.train(&x, 0), Err(Error::InvalidArgument(_))));
     let mut nan = x.clone();
     nan[17] = f32::NAN;

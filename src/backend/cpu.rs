@@ -63,7 +63,16 @@ impl KmeansSession for CpuSession<'_> {
     }
 
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {
-        linalg::nearest(self.x, &self.xn, &self.c, &self.cn, bias, self.d, &mut self.assign, &mut self.dist);
+        linalg::nearest(
+            self.x,
+            &self.xn,
+            &self.c,
+            &self.cn,
+            bias,
+            self.d,
+            &mut self.assign,
+            &mut self.dist,
+        );
         let k = self.cn.len();
         let mut counts = vec![0u32; k];
         for &a in &self.assign {
@@ -95,9 +104,11 @@ impl KmeansSession for CpuSession<'_> {
                     if drop == 0 {
                         return (f32::INFINITY, u32::MAX);
                     }
-                    let mut v: Vec<(f32, u32)> = all.iter().map(|&i| (dist[i as usize], i)).collect();
+                    let mut v: Vec<(f32, u32)> =
+                        all.iter().map(|&i| (dist[i as usize], i)).collect();
                     let keep = v.len() - drop;
-                    let cmp = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+                    let cmp =
+                        |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
                     *v.select_nth_unstable_by(keep - 1, cmp).1
                 })
                 .collect()
@@ -120,7 +131,10 @@ impl KmeansSession for CpuSession<'_> {
         // Sums over a fixed number of row chunks (set by n, k and d only, never by the thread
         // count): rows are read in order, each chunk adds into its own accumulators, and the
         // chunks are combined in order, so the result is the same on any number of threads.
-        let chunks = (n / 2048).min(8).min((64 << 20) / (k * d * 8).max(1)).max(1);
+        let chunks = (n / 2048)
+            .min(8)
+            .min((64 << 20) / (k * d * 8).max(1))
+            .max(1);
         let per = n.div_ceil(chunks);
         let partial: Vec<Vec<f64>> = (0..chunks)
             .into_par_iter()
@@ -129,7 +143,10 @@ impl KmeansSession for CpuSession<'_> {
                 for i in ch * per..((ch + 1) * per).min(n) {
                     if kept(i) {
                         let a = assign[i] as usize;
-                        for (s, v) in acc[a * d..(a + 1) * d].iter_mut().zip(&x[i * d..(i + 1) * d]) {
+                        for (s, v) in acc[a * d..(a + 1) * d]
+                            .iter_mut()
+                            .zip(&x[i * d..(i + 1) * d])
+                        {
                             *s += *v as f64;
                         }
                     }

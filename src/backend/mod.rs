@@ -32,7 +32,9 @@ impl std::str::FromStr for BackendKind {
             "cpu" => Ok(BackendKind::Cpu),
             "cuda" => Ok(BackendKind::Cuda),
             "wgpu" => Ok(BackendKind::Wgpu),
-            _ => Err(crate::Error::InvalidArgument(format!("unknown backend {s:?} (auto, cpu, cuda, wgpu)"))),
+            _ => Err(crate::Error::InvalidArgument(format!(
+                "unknown backend {s:?} (auto, cpu, cuda, wgpu)"
+            ))),
         }
     }
 }

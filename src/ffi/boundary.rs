@@ -13,7 +13,10 @@ pub(crate) struct FfiError {
 pub(crate) type FfiResult<T = ()> = Result<T, FfiError>;
 
 pub(crate) fn fail<T>(status: vlcc_status, message: impl Into<String>) -> FfiResult<T> {
-    Err(FfiError { status, message: message.into() })
+    Err(FfiError {
+        status,
+        message: message.into(),
+    })
 }
 
 thread_local! {
@@ -87,18 +90,36 @@ fn check_ptr<T>(p: *const T, len: usize, what: &str) -> FfiResult {
         return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
     }
     if (p as usize) % std::mem::align_of::<T>() != 0 {
-        return fail(vlcc_status::Unaligned, format!("{what} is not aligned to {} bytes", std::mem::align_of::<T>()));
+        return fail(
+            vlcc_status::Unaligned,
+            format!(
+                "{what} is not aligned to {} bytes",
+                std::mem::align_of::<T>()
+            ),
+        );
     }
-    if len.checked_mul(std::mem::size_of::<T>()).is_none_or(|b| b > isize::MAX as usize) {
-        return fail(vlcc_status::InvalidArgument, format!("{what}: {len} elements overflow the address space"));
+    if len
+        .checked_mul(std::mem::size_of::<T>())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return fail(
+            vlcc_status::InvalidArgument,
+            format!("{what}: {len} elements overflow the address space"),
+        );
     }
     Ok(())
 }
 
 /// Fails with `Overlap` when the byte ranges of `a` and `b` intersect.
 pub(crate) fn no_overlap<A, B>(a: &[A], b: &[B], what: &str) -> FfiResult {
-    let (a0, a1) = (a.as_ptr() as usize, a.as_ptr() as usize + std::mem::size_of_val(a));
-    let (b0, b1) = (b.as_ptr() as usize, b.as_ptr() as usize + std::mem::size_of_val(b));
+    let (a0, a1) = (
+        a.as_ptr() as usize,
+        a.as_ptr() as usize + std::mem::size_of_val(a),
+    );
+    let (b0, b1) = (
+        b.as_ptr() as usize,
+        b.as_ptr() as usize + std::mem::size_of_val(b),
+    );
     if a0 < b1 && b0 < a1 {
         return fail(vlcc_status::Overlap, format!("{what} overlap"));
     }
@@ -107,13 +128,29 @@ pub(crate) fn no_overlap<A, B>(a: &[A], b: &[B], what: &str) -> FfiResult {
 
 /// `n * d`, or `InvalidArgument` on overflow.
 pub(crate) fn count(n: usize, d: usize, what: &str) -> FfiResult<usize> {
-    n.checked_mul(d).map_or_else(|| fail(vlcc_status::InvalidArgument, format!("{what}: {n} x {d} overflows")), Ok)
+    n.checked_mul(d).map_or_else(
+        || {
+            fail(
+                vlcc_status::InvalidArgument,
+                format!("{what}: {n} x {d} overflows"),
+            )
+        },
+        Ok,
+    )
 }
 
 /// Output buffer of at least `need` elements.
-pub(crate) unsafe fn out_buf<'a, T>(p: *mut T, len: usize, need: usize, what: &str) -> FfiResult<&'a mut [T]> {
+pub(crate) unsafe fn out_buf<'a, T>(
+    p: *mut T,
+    len: usize,
+    need: usize,
+    what: &str,
+) -> FfiResult<&'a mut [T]> {
     if len < need {
-        return fail(vlcc_status::BufferTooSmall, format!("{what} holds {len} elements, {need} needed"));
+        return fail(
+            vlcc_status::BufferTooSmall,
+            format!("{what} holds {len} elements, {need} needed"),
+        );
     }
     slice_mut(p, need, what)
 }
@@ -152,12 +189,16 @@ pub(crate) unsafe fn handle_mut<'a, H, T>(p: *mut H, what: &str) -> FfiResult<&'
 }
 
 /// A C string path.
-pub(crate) unsafe fn c_path<'a>(p: *const std::ffi::c_char, what: &str) -> FfiResult<&'a std::path::Path> {
+pub(crate) unsafe fn c_path<'a>(
+    p: *const std::ffi::c_char,
+    what: &str,
+) -> FfiResult<&'a std::path::Path> {
     if p.is_null() {
         return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
     }
-    let s = std::ffi::CStr::from_ptr(p)
-        .to_str()
-        .map_err(|_| FfiError { status: vlcc_status::InvalidArgument, message: format!("{what} is not UTF-8") })?;
+    let s = std::ffi::CStr::from_ptr(p).to_str().map_err(|_| FfiError {
+        status: vlcc_status::InvalidArgument,
+        message: format!("{what} is not UTF-8"),
+    })?;
     Ok(std::path::Path::new(s))
 }

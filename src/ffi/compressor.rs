@@ -1,7 +1,8 @@
 //! `vlcc_compressor`: training parameters, training, and codec-mode encode/decode.
 
 use super::boundary::{
-    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out, FfiResult,
+    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out,
+    FfiResult,
 };
 use super::context::{context_arc, vlcc_context};
 use super::index::vlcc_buffer;
@@ -96,7 +97,10 @@ fn boxed(c: Compressor) -> *mut vlcc_compressor {
 
 fn whole(v: f64, name: &str, max: f64) -> FfiResult<u64> {
     if !(v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= max) {
-        return fail(vlcc_status::InvalidArgument, format!("{name} must be a whole number in 0..={max}, got {v}"));
+        return fail(
+            vlcc_status::InvalidArgument,
+            format!("{name} must be a whole number in 0..={max}, got {v}"),
+        );
     }
     Ok(v as u64)
 }
@@ -107,7 +111,10 @@ fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
     let usize_of = |name: &str| whole(v, name, BIG).map(|x| x as usize);
     let f32_of = |name: &str| -> FfiResult<f32> {
         if !v.is_finite() {
-            return fail(vlcc_status::InvalidArgument, format!("{name} must be finite"));
+            return fail(
+                vlcc_status::InvalidArgument,
+                format!("{name} must be finite"),
+            );
         }
         Ok(v as f32)
     };
@@ -118,7 +125,10 @@ fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
         4 => {
             p.metric = Metric::from_code(whole(v, "metric", 2.0)? as u32).expect("range checked");
         }
-        5 => p.rotation = Rotation::from_code(whole(v, "rotation", 2.0)? as u32).expect("range checked"),
+        5 => {
+            p.rotation =
+                Rotation::from_code(whole(v, "rotation", 2.0)? as u32).expect("range checked")
+        }
         6 => a.max_iters = usize_of("max_iters")?,
         7 => {
             if !v.is_finite() {
@@ -140,7 +150,12 @@ fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
         19 => p.opq_iters = usize_of("opq_iters")?,
         20 => a.init = [Init::KMeansPlusPlus, Init::Sample][whole(v, "init", 1.0)? as usize],
         21 => p.opq_train_points = usize_of("opq_train_points")?,
-        _ => return fail(vlcc_status::InvalidArgument, format!("unknown parameter {param}")),
+        _ => {
+            return fail(
+                vlcc_status::InvalidArgument,
+                format!("unknown parameter {param}"),
+            )
+        }
     }
     Ok(())
 }
@@ -169,14 +184,22 @@ fn get(p: &TrainParams, param: u32) -> FfiResult<f64> {
         19 => p.opq_iters as f64,
         20 => (a.init == Init::Sample) as u32 as f64,
         21 => p.opq_train_points as f64,
-        _ => return fail(vlcc_status::InvalidArgument, format!("unknown parameter {param}")),
+        _ => {
+            return fail(
+                vlcc_status::InvalidArgument,
+                format!("unknown parameter {param}"),
+            )
+        }
     })
 }
 
 /// Creates an untrained compressor with default parameters on `ctx` (which it keeps alive).
 /// `*out` receives it, owned by the caller; free with `vlcc_compressor_free`.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_new(ctx: *const vlcc_context, out: *mut *mut vlcc_compressor) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_compressor_new(
+    ctx: *const vlcc_context,
+    out: *mut *mut vlcc_compressor,
+) -> vlcc_status {
     ffi_boundary! {
         need_out(out, "out")?;
         let ctx = context_arc(ctx)?;
@@ -196,7 +219,11 @@ pub unsafe extern "C" fn vlcc_compressor_free(c: *mut vlcc_compressor) {
 /// next `vlcc_compressor_train`. An unknown parameter or a value out of range fails with
 /// VLCC_STATUS_INVALID_ARGUMENT and leaves every parameter unchanged. Exclusive access.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_set_param(c: *mut vlcc_compressor, param: u32, value: f64) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_compressor_set_param(
+    c: *mut vlcc_compressor,
+    param: u32,
+    value: f64,
+) -> vlcc_status {
     ffi_boundary! {
         let c = compressor_mut(c)?;
         let mut p = c.params().clone();
@@ -241,7 +268,10 @@ pub unsafe extern "C" fn vlcc_compressor_train(
 
 /// Stores the vector dimension of the trained codebook in `*out` (INVALID_STATE if untrained).
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_dim(c: *const vlcc_compressor, out: *mut usize) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_compressor_dim(
+    c: *const vlcc_compressor,
+    out: *mut usize,
+) -> vlcc_status {
     ffi_boundary! {
         let d = compressor_ref(c)?.codebook()?.dim();
         write_out(out, d, "out")
@@ -251,7 +281,10 @@ pub unsafe extern "C" fn vlcc_compressor_dim(c: *const vlcc_compressor, out: *mu
 /// Stores the codec-mode code size in bytes per vector (anchor id + residual code) in `*out`:
 /// `vlcc_compressor_encode` writes `n * code_size` bytes. INVALID_STATE if untrained.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_code_size(c: *const vlcc_compressor, out: *mut usize) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_compressor_code_size(
+    c: *const vlcc_compressor,
+    out: *mut usize,
+) -> vlcc_status {
     ffi_boundary! {
         let s = compressor_ref(c)?.codebook()?.codec_size();
         write_out(out, s, "out")
@@ -260,7 +293,10 @@ pub unsafe extern "C" fn vlcc_compressor_code_size(c: *const vlcc_compressor, ou
 
 /// Stores the codebook's fingerprint (a hash of its contents) in `*out`.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_fingerprint(c: *const vlcc_compressor, out: *mut u64) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_compressor_fingerprint(
+    c: *const vlcc_compressor,
+    out: *mut u64,
+) -> vlcc_status {
     ffi_boundary! {
         let f = compressor_ref(c)?.codebook()?.fingerprint();
         write_out(out, f, "out")
@@ -302,7 +338,13 @@ pub unsafe extern "C" fn vlcc_compressor_train_report(
     }
 }
 
-unsafe fn encode_into(c: *const vlcc_compressor, x: Vectors<'_>, n: usize, out: *mut u8, out_len: usize) -> FfiResult {
+unsafe fn encode_into(
+    c: *const vlcc_compressor,
+    x: Vectors<'_>,
+    n: usize,
+    out: *mut u8,
+    out_len: usize,
+) -> FfiResult {
     let c = compressor_ref(c)?;
     let cb = c.codebook()?;
     let need = count(n, cb.codec_size(), "codes")?;
@@ -377,7 +419,10 @@ pub unsafe extern "C" fn vlcc_compressor_decode(
 /// Saves the trained codebook to `path` (UTF-8), atomically: a temporary file is written,
 /// synced and renamed, so `path` holds the old file or the new one, never a partial one.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_save_codebook(c: *const vlcc_compressor, path: *const c_char) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_compressor_save_codebook(
+    c: *const vlcc_compressor,
+    path: *const c_char,
+) -> vlcc_status {
     ffi_boundary! {
         let cb = compressor_ref(c)?.codebook()?;
         format::save_codebook(cb, c_path(path, "path")?)?;

@@ -27,16 +27,27 @@ pub enum vlcc_backend {
 }
 
 pub(crate) fn backend_kind(code: u32) -> Option<BackendKind> {
-    [BackendKind::Auto, BackendKind::Cpu, BackendKind::Cuda, BackendKind::Wgpu].get(code as usize).copied()
+    [
+        BackendKind::Auto,
+        BackendKind::Cpu,
+        BackendKind::Cuda,
+        BackendKind::Wgpu,
+    ]
+    .get(code as usize)
+    .copied()
 }
 
 /// Borrows the context behind a handle.
-pub(crate) unsafe fn context_ref<'a>(p: *const vlcc_context) -> super::boundary::FfiResult<&'a Context> {
+pub(crate) unsafe fn context_ref<'a>(
+    p: *const vlcc_context,
+) -> super::boundary::FfiResult<&'a Context> {
     handle::<vlcc_context, Context>(p, "context")
 }
 
 /// A new reference to the context behind a handle.
-pub(crate) unsafe fn context_arc(p: *const vlcc_context) -> super::boundary::FfiResult<Arc<Context>> {
+pub(crate) unsafe fn context_arc(
+    p: *const vlcc_context,
+) -> super::boundary::FfiResult<Arc<Context>> {
     context_ref(p)?;
     let raw = p as *const Context;
     Arc::increment_strong_count(raw);
@@ -78,7 +89,10 @@ pub unsafe extern "C" fn vlcc_context_free(ctx: *mut vlcc_context) {
 
 /// Stores the backend the context runs on (a `vlcc_backend` value; AUTO is resolved) in `*out`.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_context_backend(ctx: *const vlcc_context, out: *mut u32) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_context_backend(
+    ctx: *const vlcc_context,
+    out: *mut u32,
+) -> vlcc_status {
     ffi_boundary! {
         let c = context_ref(ctx)?;
         let code = match c.backend().kind() {
@@ -93,7 +107,10 @@ pub unsafe extern "C" fn vlcc_context_backend(ctx: *const vlcc_context, out: *mu
 
 /// Stores the number of CPU threads of the context's pool in `*out`.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_context_threads(ctx: *const vlcc_context, out: *mut usize) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_context_threads(
+    ctx: *const vlcc_context,
+    out: *mut usize,
+) -> vlcc_status {
     ffi_boundary! {
         let c = context_ref(ctx)?;
         write_out(out, c.threads(), "out")
@@ -103,7 +120,10 @@ pub unsafe extern "C" fn vlcc_context_threads(ctx: *const vlcc_context, out: *mu
 /// Caps the working memory of each training call made through this context, in bytes (0 = no
 /// cap, the default). A call that would need more fails with VLCC_STATUS_OUT_OF_MEMORY.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_context_set_memory_cap(ctx: *const vlcc_context, bytes: usize) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_context_set_memory_cap(
+    ctx: *const vlcc_context,
+    bytes: usize,
+) -> vlcc_status {
     ffi_boundary! {
         context_ref(ctx)?.set_memory_cap(bytes);
         Ok(())

@@ -1,7 +1,8 @@
 //! `vlcc_index`: add with ids, search, remove, stats, save/load (memory-mapped), serialize.
 
 use super::boundary::{
-    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out, FfiResult,
+    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out,
+    FfiResult,
 };
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
@@ -39,7 +40,10 @@ impl vlcc_buffer {
     pub(crate) fn from_vec(v: Vec<u8>) -> vlcc_buffer {
         let b = v.into_boxed_slice();
         let len = b.len();
-        vlcc_buffer { data: Box::into_raw(b) as *mut u8, len }
+        vlcc_buffer {
+            data: Box::into_raw(b) as *mut u8,
+            len,
+        }
     }
 }
 
@@ -80,7 +84,10 @@ fn boxed(ctx: Arc<Context>, index: Index) -> *mut vlcc_index {
 /// Creates an empty index on the compressor's trained codebook and context. The index keeps
 /// what it needs: the compressor may be freed first. `*out` receives it, owned by the caller.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_index_new(c: *const vlcc_compressor, out: *mut *mut vlcc_index) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_index_new(
+    c: *const vlcc_compressor,
+    out: *mut *mut vlcc_index,
+) -> vlcc_status {
     ffi_boundary! {
         need_out(out, "out")?;
         let c = compressor_ref(c)?;
@@ -115,7 +122,12 @@ unsafe fn add(
 /// caller's `ids` (n values; duplicates are allowed, `remove` drops them all). Nothing is added
 /// on error. Exclusive access.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_index_add(ix: *mut vlcc_index, x: *const f32, n: usize, ids: *const u64) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_index_add(
+    ix: *mut vlcc_index,
+    x: *const f32,
+    n: usize,
+    ids: *const u64,
+) -> vlcc_status {
     ffi_boundary! {
         add(ix, |d| Ok(Vectors::F32(slice(x, count(n, d, "vectors")?, "x")?)), n, ids)
     }
@@ -206,7 +218,10 @@ pub unsafe extern "C" fn vlcc_index_remove(
 /// (same fingerprint), else VLCC_STATUS_CODEBOOK_MISMATCH. `ix` needs exclusive access; `other`
 /// is only read and must be a different handle.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_index_merge(ix: *mut vlcc_index, other: *const vlcc_index) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_index_merge(
+    ix: *mut vlcc_index,
+    other: *const vlcc_index,
+) -> vlcc_status {
     ffi_boundary! {
         if std::ptr::eq(ix as *const vlcc_index, other) {
             return fail(vlcc_status::InvalidArgument, "cannot merge an index into itself");
@@ -238,7 +253,10 @@ pub unsafe extern "C" fn vlcc_index_dim(ix: *const vlcc_index, out: *mut usize) 
 
 /// Stores sizes and balance in `*out`.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_index_stats(ix: *const vlcc_index, out: *mut vlcc_index_info) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_index_stats(
+    ix: *const vlcc_index,
+    out: *mut vlcc_index_info,
+) -> vlcc_status {
     ffi_boundary! {
         let s = index_ref(ix)?.index.stats();
         let v = vlcc_index_info {
@@ -258,7 +276,10 @@ pub unsafe extern "C" fn vlcc_index_stats(ix: *const vlcc_index, out: *mut vlcc_
 /// Saves the index (codebook, ids and codes) to `path` atomically (temporary file, fsync,
 /// rename): `path` holds the old file or the new one, never a partial one.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_index_save(ix: *const vlcc_index, path: *const c_char) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_index_save(
+    ix: *const vlcc_index,
+    path: *const c_char,
+) -> vlcc_status {
     ffi_boundary! {
         let h = index_ref(ix)?;
         format::save_index(&h.index, c_path(path, "path")?)?;
@@ -288,7 +309,10 @@ pub unsafe extern "C" fn vlcc_index_load(
 /// Serializes the index into a library-owned buffer (the same bytes as its file); release it
 /// with `vlcc_buffer_free`.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_index_serialize(ix: *const vlcc_index, out: *mut vlcc_buffer) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_index_serialize(
+    ix: *const vlcc_index,
+    out: *mut vlcc_buffer,
+) -> vlcc_status {
     ffi_boundary! {
         need_out(out, "out")?;
         let bytes = format::index_bytes(&index_ref(ix)?.index);
@@ -321,7 +345,9 @@ pub unsafe extern "C" fn vlcc_buffer_free(buf: *mut vlcc_buffer) {
     }
     let b = &mut *buf;
     if !b.data.is_null() {
-        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(b.data, b.len)));
+        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            b.data, b.len,
+        )));
     }
     b.data = std::ptr::null_mut();
     b.len = 0;

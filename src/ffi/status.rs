@@ -65,7 +65,10 @@ impl From<&Error> for vlcc_status {
 
 impl From<Error> for FfiError {
     fn from(e: Error) -> Self {
-        FfiError { status: (&e).into(), message: e.to_string() }
+        FfiError {
+            status: (&e).into(),
+            message: e.to_string(),
+        }
     }
 }
 
@@ -103,7 +106,11 @@ pub extern "C" fn vlcc_status_str(status: u32) -> *const c_char {
 /// (to query the length). From Go, call this on the same OS thread as the failed call
 /// (`runtime.LockOSThread` around both). Always returns VLCC_STATUS_OK.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_last_error_message(buf: *mut c_char, len: usize, out_len: *mut usize) -> vlcc_status {
+pub unsafe extern "C" fn vlcc_last_error_message(
+    buf: *mut c_char,
+    len: usize,
+    out_len: *mut usize,
+) -> vlcc_status {
     let msg = last_error_copy();
     if !out_len.is_null() {
         *out_len = msg.len();

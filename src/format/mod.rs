@@ -55,13 +55,19 @@ pub(crate) fn align_up(x: usize) -> usize {
 
 /// Writes through `f` into a temporary file beside `path`, fsyncs, then renames it into place.
 /// On any error the temporary file is removed and `path` is untouched.
-pub fn write_atomically(path: &Path, f: impl FnOnce(&File) -> std::io::Result<()>) -> crate::Result<()> {
+pub fn write_atomically(
+    path: &Path,
+    f: impl FnOnce(&File) -> std::io::Result<()>,
+) -> crate::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .ok_or_else(|| crate::Error::InvalidArgument(format!("{} is not a file path", path.display())))?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| {
+        crate::Error::InvalidArgument(format!("{} is not a file path", path.display()))
+    })?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.tmp-{}-{}",
         name.to_string_lossy(),
@@ -69,7 +75,10 @@ pub fn write_atomically(path: &Path, f: impl FnOnce(&File) -> std::io::Result<()
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     let run = || -> std::io::Result<()> {
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         f(&file)?;
         file.sync_all()?;
         drop(file);

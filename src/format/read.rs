@@ -21,10 +21,14 @@ struct Layout {
 
 impl Layout {
     fn get(&self, id: u32) -> Option<Range<usize>> {
-        self.sections.iter().find(|s| s.0 == id).map(|s| s.1.clone())
+        self.sections
+            .iter()
+            .find(|s| s.0 == id)
+            .map(|s| s.1.clone())
     }
     fn need(&self, id: u32, name: &str) -> Result<Range<usize>> {
-        self.get(id).map_or_else(|| corrupt(format!("missing {name} section")), Ok)
+        self.get(id)
+            .map_or_else(|| corrupt(format!("missing {name} section")), Ok)
     }
 }
 
@@ -37,7 +41,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 fn layout(b: &[u8]) -> Result<Layout> {
     if b.len() < HEADER {
-        return corrupt(format!("{} bytes is shorter than the {HEADER}-byte header", b.len()));
+        return corrupt(format!(
+            "{} bytes is shorter than the {HEADER}-byte header",
+            b.len()
+        ));
     }
     if b[..8] != MAGIC {
         return corrupt("not a vlc_compress file (bad magic)");
@@ -47,7 +54,10 @@ fn layout(b: &[u8]) -> Result<Layout> {
     }
     let version = u32_at(b, 8);
     if version != VERSION {
-        return Err(Error::UnsupportedVersion { found: version, supported: VERSION });
+        return Err(Error::UnsupportedVersion {
+            found: version,
+            supported: VERSION,
+        });
     }
     let kind = u32_at(b, 12);
     let count = u32_at(b, 16) as usize;
@@ -55,7 +65,11 @@ fn layout(b: &[u8]) -> Result<Layout> {
         return corrupt(format!("bad section count {count}"));
     }
     if u64_at(b, 24) != b.len() as u64 {
-        return corrupt(format!("file is {} bytes, header says {} (truncated?)", b.len(), u64_at(b, 24)));
+        return corrupt(format!(
+            "file is {} bytes, header says {} (truncated?)",
+            b.len(),
+            u64_at(b, 24)
+        ));
     }
     let table = HEADER..HEADER + count * ENTRY;
     if table.end > b.len() {
@@ -70,7 +84,9 @@ fn layout(b: &[u8]) -> Result<Layout> {
         let off = u64_at(e, 8);
         let len = u64_at(e, 16);
         let end = off.checked_add(len).filter(|&x| x <= b.len() as u64);
-        let Some(end) = end else { return corrupt(format!("section {id} runs past the end")) };
+        let Some(end) = end else {
+            return corrupt(format!("section {id} runs past the end"));
+        };
         if off % ALIGN as u64 != 0 || (off as usize) < table.end {
             return corrupt(format!("section {id} is misplaced"));
         }
@@ -88,7 +104,10 @@ fn layout(b: &[u8]) -> Result<Layout> {
 
 fn floats(b: &[u8], r: Range<usize>, count: usize, name: &str) -> Result<Vec<f32>> {
     if Some(r.len()) != count.checked_mul(4) {
-        return corrupt(format!("{name}: {} bytes, expected {count} floats", r.len()));
+        return corrupt(format!(
+            "{name}: {} bytes, expected {count} floats",
+            r.len()
+        ));
     }
     Ok(bytemuck::pod_collect_to_vec(&b[r]))
 }
@@ -104,25 +123,44 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
     }
     let mb = &b[m];
     let f = |i: usize| u32_at(mb, i * 4) as usize;
-    let (d, metric, nlist, nsub, bits, dsub, rotation) = (f(0), f(1), f(2), f(3), f(4) as u32, f(5), f(6));
+    let (d, metric, nlist, nsub, bits, dsub, rotation) =
+        (f(0), f(1), f(2), f(3), f(4) as u32, f(5), f(6));
     let ntotal = u64_at(mb, 32);
     let fingerprint = u64_at(mb, 40);
-    let metric = Metric::from_code(metric as u32).map_or_else(|| corrupt(format!("unknown metric {metric}")), Ok)?;
-    let rotation =
-        Rotation::from_code(rotation as u32).map_or_else(|| corrupt(format!("unknown rotation {rotation}")), Ok)?;
+    let metric = Metric::from_code(metric as u32)
+        .map_or_else(|| corrupt(format!("unknown metric {metric}")), Ok)?;
+    let rotation = Rotation::from_code(rotation as u32)
+        .map_or_else(|| corrupt(format!("unknown rotation {rotation}")), Ok)?;
     if d == 0 || nlist == 0 || nsub == 0 || dsub == 0 || (bits != 4 && bits != 8) {
-        return corrupt(format!("bad shape d={d} lists={nlist} M={nsub} dsub={dsub} bits={bits}"));
+        return corrupt(format!(
+            "bad shape d={d} lists={nlist} M={nsub} dsub={dsub} bits={bits}"
+        ));
     }
     let dp = nsub.checked_mul(dsub).filter(|&v| v >= d && v <= 1 << 20);
-    let Some(dp) = dp else { return corrupt("bad quantizer dimension") };
-    let anchors = floats(b, l.need(sec::ANCHORS, "anchors")?, nlist.saturating_mul(d), "anchors")?;
+    let Some(dp) = dp else {
+        return corrupt("bad quantizer dimension");
+    };
+    let anchors = floats(
+        b,
+        l.need(sec::ANCHORS, "anchors")?,
+        nlist.saturating_mul(d),
+        "anchors",
+    )?;
     let rot = match l.get(sec::ROTATION) {
         Some(r) => floats(b, r, dp * dp, "rotation")?,
         None => Vec::new(),
     };
-    let pq_len = nsub.checked_mul(1 << bits).and_then(|v| v.checked_mul(dsub)).unwrap_or(usize::MAX);
+    let pq_len = nsub
+        .checked_mul(1 << bits)
+        .and_then(|v| v.checked_mul(dsub))
+        .unwrap_or(usize::MAX);
     let centroids = floats(b, l.need(sec::PQ, "quantizer")?, pq_len, "quantizer")?;
-    let pq = ProductQuantizer { nsub, bits, dsub, centroids };
+    let pq = ProductQuantizer {
+        nsub,
+        bits,
+        dsub,
+        centroids,
+    };
     let cb = Codebook::from_parts(d, metric, anchors, rotation, rot, pq)?;
     if cb.fingerprint != fingerprint || u64_at(b, 32) != fingerprint {
         return corrupt("codebook fingerprint does not match its contents");
@@ -148,14 +186,20 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
     if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) || offsets[nl] != meta.ntotal {
         return corrupt("list offsets are not increasing from 0 to the vector count");
     }
-    let n = usize::try_from(meta.ntotal).map_err(|_| Error::Corrupt("vector count too large".into()))?;
+    let n = usize::try_from(meta.ntotal)
+        .map_err(|_| Error::Corrupt("vector count too large".into()))?;
     let ids = l.need(sec::IDS, "ids")?;
     let codes = l.need(sec::CODES, "codes")?;
     let cs = cb.code_size();
     if Some(ids.len()) != n.checked_mul(8) || Some(codes.len()) != n.checked_mul(cs) {
         return corrupt("ids or codes section size does not match the vector count");
     }
-    Ok(ListLayout { offsets, ids, codes, code_size: cs })
+    Ok(ListLayout {
+        offsets,
+        ids,
+        codes,
+        code_size: cs,
+    })
 }
 
 /// Lists read in place from a memory map.
@@ -173,7 +217,10 @@ impl MappedLists {
         let (a, b) = (self.offsets[j] as usize, self.offsets[j + 1] as usize);
         // Sections are 64-byte aligned and the map is page aligned, so the cast cannot fail.
         let ids: &[u64] = bytemuck::cast_slice(&self.map[self.ids.clone()]);
-        (&ids[a..b], &self.map[self.codes.start + a * self.code_size..self.codes.start + b * self.code_size])
+        (
+            &ids[a..b],
+            &self.map[self.codes.start + a * self.code_size..self.codes.start + b * self.code_size],
+        )
     }
 }
 
@@ -217,7 +264,8 @@ fn open_map(path: &Path) -> Result<memmap2::Mmap> {
     // SAFETY: the map is read-only. Like every memory-mapped reader, we rely on the file not
     // being truncated or rewritten in place while mapped; the library itself only ever replaces
     // files by rename, which leaves existing maps intact.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(format!("mapping {}", path.display()), e))
+    unsafe { memmap2::Mmap::map(&file) }
+        .map_err(|e| Error::io(format!("mapping {}", path.display()), e))
 }
 
 /// Loads a codebook from a codebook or index file.
@@ -239,6 +287,12 @@ pub fn load_index(path: &Path, mmap: bool) -> Result<Index> {
     if bytemuck::try_cast_slice::<u8, u64>(&map[ll.ids.clone()]).is_err() {
         return corrupt("ids section is not 8-byte aligned");
     }
-    let mapped = MappedLists { map, offsets: ll.offsets, ids: ll.ids, codes: ll.codes, code_size: ll.code_size };
+    let mapped = MappedLists {
+        map,
+        offsets: ll.offsets,
+        ids: ll.ids,
+        codes: ll.codes,
+        code_size: ll.code_size,
+    };
     Ok(Index::with_lists(Arc::new(cb), Lists::Mapped(mapped)))
 }

@@ -46,17 +46,34 @@ fn meta(cb: &Codebook, ntotal: u64) -> Vec<u8> {
 
 fn codebook_sections<'a>(cb: &'a Codebook, meta: &'a [u8]) -> Vec<Section<'a>> {
     let mut s = vec![
-        Section { id: sec::META, parts: vec![meta] },
-        Section { id: sec::ANCHORS, parts: vec![bytemuck::cast_slice(&cb.anchors)] },
+        Section {
+            id: sec::META,
+            parts: vec![meta],
+        },
+        Section {
+            id: sec::ANCHORS,
+            parts: vec![bytemuck::cast_slice(&cb.anchors)],
+        },
     ];
     if !cb.rot.is_empty() {
-        s.push(Section { id: sec::ROTATION, parts: vec![bytemuck::cast_slice(&cb.rot)] });
+        s.push(Section {
+            id: sec::ROTATION,
+            parts: vec![bytemuck::cast_slice(&cb.rot)],
+        });
     }
-    s.push(Section { id: sec::PQ, parts: vec![bytemuck::cast_slice(&cb.pq.centroids)] });
+    s.push(Section {
+        id: sec::PQ,
+        parts: vec![bytemuck::cast_slice(&cb.pq.centroids)],
+    });
     s
 }
 
-fn emit(w: &mut impl Write, kind: Kind, fingerprint: u64, sections: &[Section]) -> std::io::Result<()> {
+fn emit(
+    w: &mut impl Write,
+    kind: Kind,
+    fingerprint: u64,
+    sections: &[Section],
+) -> std::io::Result<()> {
     let table_end = HEADER + sections.len() * ENTRY;
     let mut table = Vec::with_capacity(sections.len() * ENTRY);
     let mut at = align_up(table_end);
@@ -112,9 +129,20 @@ fn with_sections<R>(ix: Option<&Index>, cb: &Codebook, f: impl FnOnce(Kind, &[Se
             }
             let m = meta(cb, offsets[nl]);
             let mut s = codebook_sections(cb, &m);
-            s.push(Section { id: sec::LIST_OFFSETS, parts: vec![bytemuck::cast_slice(&offsets)] });
-            s.push(Section { id: sec::IDS, parts: (0..nl).map(|j| bytemuck::cast_slice(ix.list(j).0)).collect() });
-            s.push(Section { id: sec::CODES, parts: (0..nl).map(|j| ix.list(j).1).collect() });
+            s.push(Section {
+                id: sec::LIST_OFFSETS,
+                parts: vec![bytemuck::cast_slice(&offsets)],
+            });
+            s.push(Section {
+                id: sec::IDS,
+                parts: (0..nl)
+                    .map(|j| bytemuck::cast_slice(ix.list(j).0))
+                    .collect(),
+            });
+            s.push(Section {
+                id: sec::CODES,
+                parts: (0..nl).map(|j| ix.list(j).1).collect(),
+            });
             f(Kind::Index, &s)
         }
     }
@@ -130,7 +158,8 @@ fn save(path: &Path, ix: Option<&Index>, cb: &Codebook) -> crate::Result<()> {
 
 fn to_bytes(ix: Option<&Index>, cb: &Codebook) -> Vec<u8> {
     let mut out = Vec::new();
-    with_sections(ix, cb, |kind, s| emit(&mut out, kind, cb.fingerprint, s)).expect("writing to memory cannot fail");
+    with_sections(ix, cb, |kind, s| emit(&mut out, kind, cb.fingerprint, s))
+        .expect("writing to memory cannot fail");
     out
 }
 

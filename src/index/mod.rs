@@ -13,7 +13,10 @@ use std::sync::Arc;
 /// Inverted lists, either owned or used in place from a memory-mapped file.
 #[derive(Debug)]
 pub(crate) enum Lists {
-    Owned { ids: Vec<Vec<u64>>, codes: Vec<Vec<u8>> },
+    Owned {
+        ids: Vec<Vec<u64>>,
+        codes: Vec<Vec<u8>>,
+    },
     Mapped(crate::format::MappedLists),
 }
 
@@ -51,7 +54,13 @@ impl Index {
     /// An empty index on a trained codebook.
     pub fn new(cb: Arc<Codebook>) -> Index {
         let m = cb.anchors();
-        Index::with_lists(cb, Lists::Owned { ids: vec![Vec::new(); m], codes: vec![Vec::new(); m] })
+        Index::with_lists(
+            cb,
+            Lists::Owned {
+                ids: vec![Vec::new(); m],
+                codes: vec![Vec::new(); m],
+            },
+        )
     }
 
     pub(crate) fn with_lists(cb: Arc<Codebook>, lists: Lists) -> Index {
@@ -97,7 +106,11 @@ impl Index {
             code_size: self.cb.code_size(),
             largest_list: largest,
             empty_lists: sizes.iter().filter(|&&s| s == 0).count(),
-            max_list_over_mean: if mean > 0.0 { largest as f64 / mean } else { 0.0 },
+            max_list_over_mean: if mean > 0.0 {
+                largest as f64 / mean
+            } else {
+                0.0
+            },
             payload_bytes: n * (self.cb.code_size() + 8),
             memory_mapped: matches!(self.lists, Lists::Mapped(_)),
         }
@@ -179,8 +192,9 @@ impl Index {
             )));
         }
         let m = self.nlist();
-        let theirs: Vec<(Vec<u64>, Vec<u8>)> =
-            (0..m).map(|j| (other.list(j).0.to_vec(), other.list(j).1.to_vec())).collect();
+        let theirs: Vec<(Vec<u64>, Vec<u8>)> = (0..m)
+            .map(|j| (other.list(j).0.to_vec(), other.list(j).1.to_vec()))
+            .collect();
         let (lids, lcodes) = self.owned_lists()?;
         for (j, (i, c)) in theirs.into_iter().enumerate() {
             lids[j].extend(i);

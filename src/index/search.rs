@@ -35,7 +35,8 @@ impl RawVectors for DenseRaw<'_> {
     }
     fn get(&self, id: u64) -> Option<&[f32]> {
         let i = usize::try_from(id).ok()?;
-        self.data.get(i.checked_mul(self.d)?..(i + 1).checked_mul(self.d)?)
+        self.data
+            .get(i.checked_mul(self.d)?..(i + 1).checked_mul(self.d)?)
     }
 }
 
@@ -70,11 +71,17 @@ impl Tables {
         for (p, a) in padded.chunks_exact_mut(dp).zip(cb.anchors.chunks_exact(d)) {
             p[..d].copy_from_slice(a);
         }
-        let rot_anchors = if cb.rot.is_empty() { padded } else { rotation::apply(&cb.rot, &padded, dp) };
+        let rot_anchors = if cb.rot.is_empty() {
+            padded
+        } else {
+            rotation::apply(&cb.rot, &padded, dp)
+        };
         let per = cb.pq.nsub * cb.pq.ksub();
         let l2_terms = (cb.metric == Metric::L2 && m * per * 4 <= cap_bytes).then(|| {
             let mut t = vec![0f32; m * per];
-            t.par_chunks_mut(per).zip(rot_anchors.par_chunks(dp)).for_each(|(out, ra)| list_terms(cb, ra, out));
+            t.par_chunks_mut(per)
+                .zip(rot_anchors.par_chunks(dp))
+                .for_each(|(out, ra)| list_terms(cb, ra, out));
             t
         });
         let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
@@ -86,7 +93,12 @@ impl Tables {
                 }
             }
         }
-        Tables { l2_terms, rot_anchors, anchor_norms: linalg::row_norms(&cb.anchors, d), cent_t }
+        Tables {
+            l2_terms,
+            rot_anchors,
+            anchor_norms: linalg::row_norms(&cb.anchors, d),
+            cent_t,
+        }
     }
 }
 
@@ -126,7 +138,11 @@ struct TopK {
 
 impl TopK {
     fn new(k: usize) -> Self {
-        TopK { k, heap: BinaryHeap::with_capacity(k + 1), worst: f32::INFINITY }
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+            worst: f32::INFINITY,
+        }
     }
     #[inline]
     fn push(&mut self, d: f32, id: u64) {
@@ -157,7 +173,12 @@ const QUERY_BLOCK: usize = 16;
 impl Index {
     /// Searches `queries` (nq x d). Safe to call from many threads at once.
     /// With `p.rerank > 0`, the best `rerank` candidates are re-scored exactly against `raw`.
-    pub fn search(&self, queries: &[f32], p: &SearchParams, raw: Option<&dyn RawVectors>) -> Result<SearchResults> {
+    pub fn search(
+        &self,
+        queries: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+    ) -> Result<SearchResults> {
         p.validate()?;
         let d = self.cb.dim();
         if queries.len() % d != 0 {
@@ -171,7 +192,10 @@ impl Index {
             (0, _) => None,
             (_, None) => return Err(Error::InvalidArgument("rerank needs raw vectors".into())),
             (_, Some(r)) if r.dim() != d => {
-                return Err(Error::InvalidArgument(format!("raw vectors have dimension {}, index {d}", r.dim())))
+                return Err(Error::InvalidArgument(format!(
+                    "raw vectors have dimension {}, index {d}",
+                    r.dim()
+                )))
             }
             (_, Some(r)) => Some(r),
         };
@@ -179,7 +203,11 @@ impl Index {
         let q = prepare(queries, d, self.cb.metric);
         let k = p.k;
         let mut ids = vec![u64::MAX; nq * k];
-        let missing = if self.cb.metric == Metric::L2 { f32::INFINITY } else { f32::NEG_INFINITY };
+        let missing = if self.cb.metric == Metric::L2 {
+            f32::INFINITY
+        } else {
+            f32::NEG_INFINITY
+        };
         let mut dist = vec![missing; nq * k];
         let blocks: Vec<Result<()>> = q
             .par_chunks(QUERY_BLOCK * d)
@@ -188,7 +216,11 @@ impl Index {
             .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
             .collect();
         blocks.into_iter().collect::<Result<()>>()?;
-        Ok(SearchResults { k, ids, distances: dist })
+        Ok(SearchResults {
+            k,
+            ids,
+            distances: dist,
+        })
     }
 
     fn search_block(
@@ -210,7 +242,11 @@ impl Index {
         for (p_, qv) in qpad.chunks_exact_mut(dp).zip(qb.chunks_exact(d)) {
             p_[..d].copy_from_slice(qv);
         }
-        let qy = if cb.rot.is_empty() { qpad } else { rotation::apply(&cb.rot, &qpad, dp) };
+        let qy = if cb.rot.is_empty() {
+            qpad
+        } else {
+            rotation::apply(&cb.rot, &qpad, dp)
+        };
         let l2 = cb.metric == Metric::L2;
         let want = p.k.max(p.rerank);
         let mut coarse = vec![0f32; m];
@@ -219,7 +255,11 @@ impl Index {
         // -2 <Rq_j, c> for L2 (added to the list's terms), -<Rq_j, c> for inner product.
         let mut qci = vec![0f32; nsub * ks];
         let mut lut = vec![0f32; nsub * ks];
-        let mut fly = if self.tables.l2_terms.is_none() && l2 { vec![0f32; nsub * ks] } else { Vec::new() };
+        let mut fly = if self.tables.l2_terms.is_none() && l2 {
+            vec![0f32; nsub * ks]
+        } else {
+            Vec::new()
+        };
         let mut pair = Vec::new();
         let scale = if l2 { -2.0 } else { -1.0 };
         for i in 0..r {
@@ -253,26 +293,38 @@ impl Index {
                     let terms: &[f32] = match &self.tables.l2_terms {
                         Some(t) => &t[a * nsub * ks..(a + 1) * nsub * ks],
                         None => {
-                            list_terms(cb, &self.tables.rot_anchors[a * dp..(a + 1) * dp], &mut fly);
+                            list_terms(
+                                cb,
+                                &self.tables.rot_anchors[a * dp..(a + 1) * dp],
+                                &mut fly,
+                            );
                             &fly
                         }
                     };
                     for ((l, t), c) in lut.iter_mut().zip(terms).zip(&qci) {
                         *l = t + c;
                     }
-                    scan(coarse[a], &lut, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top);
+                    scan(
+                        coarse[a], &lut, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top,
+                    );
                 } else {
-                    scan(coarse[a], &qci, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top);
+                    scan(
+                        coarse[a], &qci, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top,
+                    );
                 }
             }
             let mut cands = top.sorted();
             if let Some(raw) = raw {
                 for c in cands.iter_mut() {
-                    let v = raw
-                        .get(c.1)
-                        .ok_or_else(|| Error::InvalidArgument(format!("raw vectors have no vector for id {}", c.1)))?;
+                    let v = raw.get(c.1).ok_or_else(|| {
+                        Error::InvalidArgument(format!("raw vectors have no vector for id {}", c.1))
+                    })?;
                     let v = prepare(v, d, cb.metric);
-                    c.0 = if l2 { linalg::l2_sq(qv, &v) } else { -linalg::dot(qv, &v) };
+                    c.0 = if l2 {
+                        linalg::l2_sq(qv, &v)
+                    } else {
+                        -linalg::dot(qv, &v)
+                    };
                 }
                 cands.sort_unstable();
             }
@@ -297,7 +349,10 @@ fn scan(
     top: &mut TopK,
 ) {
     if bits == 8 {
-        let tabs: Vec<&[f32; 256]> = lut.chunks_exact(256).map(|c| c.try_into().unwrap()).collect();
+        let tabs: Vec<&[f32; 256]> = lut
+            .chunks_exact(256)
+            .map(|c| c.try_into().unwrap())
+            .collect();
         for (code, &id) in codes.chunks_exact(nsub).zip(ids) {
             let mut s = base;
             for (t, &c) in tabs.iter().zip(code) {
@@ -311,7 +366,11 @@ fn scan(
         pair.resize(nbytes, [0f32; 256]);
         for (b, t) in pair.iter_mut().enumerate() {
             let lo = &lut[2 * b * 16..2 * b * 16 + 16];
-            let hi: &[f32] = if 2 * b + 1 < nsub { &lut[(2 * b + 1) * 16..(2 * b + 2) * 16] } else { &[0f32; 16] };
+            let hi: &[f32] = if 2 * b + 1 < nsub {
+                &lut[(2 * b + 1) * 16..(2 * b + 2) * 16]
+            } else {
+                &[0f32; 16]
+            };
             for (v, slot) in t.iter_mut().enumerate() {
                 *slot = lo[v & 15] + hi[v >> 4];
             }

@@ -38,7 +38,12 @@ impl Vectors<'_> {
     pub(crate) fn rows_f32(&self, start: usize, rows: usize, d: usize) -> Cow<'_, [f32]> {
         match self {
             Vectors::F32(x) => Cow::Borrowed(&x[start * d..(start + rows) * d]),
-            Vectors::F16(x) => Cow::Owned(x[start * d..(start + rows) * d].iter().map(|v| v.to_f32()).collect()),
+            Vectors::F16(x) => Cow::Owned(
+                x[start * d..(start + rows) * d]
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect(),
+            ),
         }
     }
 }
@@ -104,7 +109,10 @@ impl Codebook {
             return Err(Error::NotEnoughData("no training vectors".into()));
         }
         if x.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!("{} values are not a whole number of {d}-d vectors", x.len())));
+            return Err(Error::InvalidArgument(format!(
+                "{} values are not a whole number of {d}-d vectors",
+                x.len()
+            )));
         }
         check_finite(x, "training vectors")?;
         let x = prepare(x, d, p.metric);
@@ -119,7 +127,11 @@ impl Codebook {
         let dp = nsub * dsub;
         let rng = Rng::new(p.anchor.seed ^ 0x9a);
         let sample = if p.pq_train_points > 0 && n > p.pq_train_points {
-            Cow::Owned(train::anneal::gather(&x, d, &rng.fork(1).sample_indices(n, p.pq_train_points)))
+            Cow::Owned(train::anneal::gather(
+                &x,
+                d,
+                &rng.fork(1).sample_indices(n, p.pq_train_points),
+            ))
         } else {
             Cow::Borrowed(&x[..])
         };
@@ -134,13 +146,26 @@ impl Codebook {
                 // OPQ: alternate a few Lloyd steps of a warm-started quantizer with the
                 // orthogonal Procrustes fit of the rotation to its reconstructions.
                 // The rotation is fitted on a sample; the final quantizer uses every point.
-                let keep = if p.opq_train_points == 0 { resid.len() } else { p.opq_train_points * dp };
+                let keep = if p.opq_train_points == 0 {
+                    resid.len()
+                } else {
+                    p.opq_train_points * dp
+                };
                 let fit = &resid[..resid.len().min(keep)];
                 let mut r = rotation::random_orthogonal(dp, seed);
                 let mut pq: Option<ProductQuantizer> = None;
                 for _ in 0..p.opq_iters {
                     let y = rotation::apply(&r, fit, dp);
-                    let q = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, 4, seed, pq.as_ref())?;
+                    let q = ProductQuantizer::train(
+                        backend,
+                        &y,
+                        dp,
+                        nsub,
+                        p.bits,
+                        4,
+                        seed,
+                        pq.as_ref(),
+                    )?;
                     let mut yhat = vec![0f32; y.len()];
                     q.decode(&q.encode(backend, &y)?, &mut yhat);
                     r = rotation::procrustes(fit, &yhat, dp);
@@ -149,12 +174,20 @@ impl Codebook {
                 r
             }
         };
-        let y = if rot.is_empty() { resid } else { rotation::apply(&rot, &resid, dp) };
+        let y = if rot.is_empty() {
+            resid
+        } else {
+            rotation::apply(&rot, &resid, dp)
+        };
         let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None)?;
         let mut yhat = vec![0f32; y.len()];
         pq.decode(&pq.encode(backend, &y)?, &mut yhat);
-        let pq_mse =
-            y.iter().zip(&yhat).map(|(a, b)| ((a - b) * (a - b)) as f64).sum::<f64>() / (y.len() / dp).max(1) as f64;
+        let pq_mse = y
+            .iter()
+            .zip(&yhat)
+            .map(|(a, b)| ((a - b) * (a - b)) as f64)
+            .sum::<f64>()
+            / (y.len() / dp).max(1) as f64;
         progress.report("codebooks", 1, 1);
 
         let report = TrainReport {
@@ -165,7 +198,10 @@ impl Codebook {
             pq_seconds: t1.elapsed().as_secs_f64(),
             pq_mse,
         };
-        Ok((Codebook::from_parts(d, p.metric, anchors.centroids, p.rotation, rot, pq)?, report))
+        Ok((
+            Codebook::from_parts(d, p.metric, anchors.centroids, p.rotation, rot, pq)?,
+            report,
+        ))
     }
 
     /// Assembles a codebook from its parts, checking every size (used by the file reader).
@@ -180,22 +216,43 @@ impl Codebook {
         let dp = pq.dim();
         let bad = |m: String| Err(Error::Corrupt(m));
         if d == 0 || anchors.is_empty() || anchors.len() % d != 0 {
-            return bad(format!("anchors ({} values) do not fit d = {d}", anchors.len()));
+            return bad(format!(
+                "anchors ({} values) do not fit d = {d}",
+                anchors.len()
+            ));
         }
         if pq.nsub == 0 || pq.dsub == 0 || dp < d || (pq.bits != 8 && pq.bits != 4) {
-            return bad(format!("bad quantizer shape M={} dsub={} bits={} for d={d}", pq.nsub, pq.dsub, pq.bits));
+            return bad(format!(
+                "bad quantizer shape M={} dsub={} bits={} for d={d}",
+                pq.nsub, pq.dsub, pq.bits
+            ));
         }
         if pq.centroids.len() != pq.nsub * pq.ksub() * pq.dsub {
             return bad("quantizer centroid count".into());
         }
-        if (rotation == Rotation::None) != rot.is_empty() || (!rot.is_empty() && rot.len() != dp * dp) {
+        if (rotation == Rotation::None) != rot.is_empty()
+            || (!rot.is_empty() && rot.len() != dp * dp)
+        {
             return bad("rotation size".into());
         }
         check_finite(&anchors, "anchors")?;
         check_finite(&rot, "rotation")?;
         check_finite(&pq.centroids, "quantizer centroids")?;
-        let rot_t = if rot.is_empty() { Vec::new() } else { rotation::transpose(&rot, dp) };
-        let mut cb = Codebook { d, metric, anchors, rotation, rot, rot_t, pq, fingerprint: 0 };
+        let rot_t = if rot.is_empty() {
+            Vec::new()
+        } else {
+            rotation::transpose(&rot, dp)
+        };
+        let mut cb = Codebook {
+            d,
+            metric,
+            anchors,
+            rotation,
+            rot,
+            rot_t,
+            pq,
+            fingerprint: 0,
+        };
         cb.fingerprint = cb.compute_fingerprint();
         Ok(cb)
     }
@@ -258,10 +315,17 @@ impl Codebook {
     }
 
     /// Nearest anchor and residual code of each row of `x` (n x d).
-    pub fn encode_parts(&self, backend: &dyn Backend, x: Vectors<'_>) -> Result<(Vec<u32>, Vec<u8>)> {
+    pub fn encode_parts(
+        &self,
+        backend: &dyn Backend,
+        x: Vectors<'_>,
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
         let d = self.d;
         if x.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!("{} values are not a whole number of {d}-d vectors", x.len())));
+            return Err(Error::InvalidArgument(format!(
+                "{} values are not a whole number of {d}-d vectors",
+                x.len()
+            )));
         }
         let n = x.len() / d;
         let dp = self.pq.dim();
@@ -274,7 +338,11 @@ impl Codebook {
             let block = prepare(&block, d, self.metric);
             let (a, _) = backend.nearest(&block, d, &self.anchors)?;
             let r = residuals(&block, d, dp, &self.anchors, &a);
-            let y = if self.rot.is_empty() { r } else { rotation::apply(&self.rot, &r, dp) };
+            let y = if self.rot.is_empty() {
+                r
+            } else {
+                rotation::apply(&self.rot, &r, dp)
+            };
             codes.extend(self.pq.encode(backend, &y)?);
             ids.extend(a);
         }
@@ -286,22 +354,34 @@ impl Codebook {
         let (d, dp, cs) = (self.d, self.pq.dim(), self.code_size());
         let n = anchor_ids.len();
         if codes.len() != n * cs {
-            return Err(Error::InvalidArgument(format!("{} code bytes for {n} vectors of {cs} bytes", codes.len())));
+            return Err(Error::InvalidArgument(format!(
+                "{} code bytes for {n} vectors of {cs} bytes",
+                codes.len()
+            )));
         }
         let m = self.anchors() as u32;
         if let Some(bad) = anchor_ids.iter().find(|&&a| a >= m) {
-            return Err(Error::InvalidArgument(format!("anchor id {bad} out of range (codebook has {m})")));
+            return Err(Error::InvalidArgument(format!(
+                "anchor id {bad} out of range (codebook has {m})"
+            )));
         }
         let mut y = vec![0f32; n * dp];
         self.pq.decode(codes, &mut y);
-        let r = if self.rot.is_empty() { y } else { rotation::apply(&self.rot_t, &y, dp) };
+        let r = if self.rot.is_empty() {
+            y
+        } else {
+            rotation::apply(&self.rot_t, &y, dp)
+        };
         let mut out = vec![0f32; n * d];
-        out.par_chunks_mut(d).zip(r.par_chunks(dp)).zip(anchor_ids.par_iter()).for_each(|((o, rr), &a)| {
-            let anc = &self.anchors[a as usize * d..(a as usize + 1) * d];
-            for t in 0..d {
-                o[t] = anc[t] + rr[t];
-            }
-        });
+        out.par_chunks_mut(d)
+            .zip(r.par_chunks(dp))
+            .zip(anchor_ids.par_iter())
+            .for_each(|((o, rr), &a)| {
+                let anc = &self.anchors[a as usize * d..(a as usize + 1) * d];
+                for t in 0..d {
+                    o[t] = anc[t] + rr[t];
+                }
+            });
         Ok(out)
     }
 
@@ -358,11 +438,14 @@ pub(crate) fn prepare(x: &[f32], d: usize, metric: Metric) -> Cow<'_, [f32]> {
 /// `x - anchor`, zero-padded from d to dp columns.
 fn residuals(x: &[f32], d: usize, dp: usize, anchors: &[f32], assign: &[u32]) -> Vec<f32> {
     let mut out = vec![0f32; assign.len() * dp];
-    out.par_chunks_mut(dp).zip(x.par_chunks(d)).zip(assign.par_iter()).for_each(|((o, xr), &a)| {
-        let anc = &anchors[a as usize * d..(a as usize + 1) * d];
-        for t in 0..d {
-            o[t] = xr[t] - anc[t];
-        }
-    });
+    out.par_chunks_mut(dp)
+        .zip(x.par_chunks(d))
+        .zip(assign.par_iter())
+        .for_each(|((o, xr), &a)| {
+            let anc = &anchors[a as usize * d..(a as usize + 1) * d];
+            for t in 0..d {
+                o[t] = xr[t] - anc[t];
+            }
+        });
     out
 }

@@ -60,7 +60,9 @@ impl ProductQuantizer {
             .map(|j| {
                 let sub = extract_sub(y, dpad, j * dsub, dsub);
                 let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
-                let init = warm.filter(|w| w.dsub == dsub && w.bits == bits && k <= n).map(|w| w.sub(j));
+                let init = warm
+                    .filter(|w| w.dsub == dsub && w.bits == bits && k <= n)
+                    .map(|w| w.sub(j));
                 let r = anneal::train_anchors_from(backend, &sub, dsub, &p, init, &NoProgress)?;
                 let mut c = r.centroids;
                 // Fewer points than centroids: repeat the last ones (never chosen twice).
@@ -78,7 +80,12 @@ impl ProductQuantizer {
         for s in subs {
             centroids.extend(s?);
         }
-        Ok(ProductQuantizer { nsub, bits, dsub, centroids })
+        Ok(ProductQuantizer {
+            nsub,
+            bits,
+            dsub,
+            centroids,
+        })
     }
 
     /// Codes of `y` (n x M*dsub), `code_size` bytes each.
@@ -101,13 +108,15 @@ impl ProductQuantizer {
     pub fn decode(&self, codes: &[u8], out: &mut [f32]) {
         let cs = self.code_size();
         let dp = self.dim();
-        out.par_chunks_mut(dp).zip(codes.par_chunks(cs)).for_each(|(o, code)| {
-            for j in 0..self.nsub {
-                let c = get_code(code, j, self.bits) as usize;
-                let src = &self.sub(j)[c * self.dsub..(c + 1) * self.dsub];
-                o[j * self.dsub..(j + 1) * self.dsub].copy_from_slice(src);
-            }
-        });
+        out.par_chunks_mut(dp)
+            .zip(codes.par_chunks(cs))
+            .for_each(|(o, code)| {
+                for j in 0..self.nsub {
+                    let c = get_code(code, j, self.bits) as usize;
+                    let src = &self.sub(j)[c * self.dsub..(c + 1) * self.dsub];
+                    o[j * self.dsub..(j + 1) * self.dsub].copy_from_slice(src);
+                }
+            });
     }
 }
 

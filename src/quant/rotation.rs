@@ -115,7 +115,11 @@ mod tests {
         for i in 0..dp {
             for j in 0..dp {
                 let want = if i == j { 1.0 } else { 0.0 };
-                assert!((g[i * dp + j] - want).abs() < 1e-5, "R R^T [{i},{j}] = {}", g[i * dp + j]);
+                assert!(
+                    (g[i * dp + j] - want).abs() < 1e-5,
+                    "R R^T [{i},{j}] = {}",
+                    g[i * dp + j]
+                );
             }
         }
         assert_ne!(r, identity(dp));

@@ -74,12 +74,17 @@ pub fn train_anchors_from(
         return Err(Error::InvalidArgument("dimension must be >= 1".into()));
     }
     if x.len() % d != 0 {
-        return Err(Error::InvalidArgument(format!("{} values are not a whole number of {d}-d vectors", x.len())));
+        return Err(Error::InvalidArgument(format!(
+            "{} values are not a whole number of {d}-d vectors",
+            x.len()
+        )));
     }
     let n = x.len() / d;
     let k = p.anchors;
     if n < k {
-        return Err(Error::NotEnoughData(format!("{n} training points for {k} anchors (need n >= anchors)")));
+        return Err(Error::NotEnoughData(format!(
+            "{n} training points for {k} anchors (need n >= anchors)"
+        )));
     }
     crate::error::check_finite(x, "training vectors")?;
     let rng = Rng::new(p.seed);
@@ -95,7 +100,9 @@ pub fn train_anchors_from(
     let ns = xs.len() / d;
 
     if init.is_some_and(|c| c.len() != k * d) {
-        return Err(Error::InvalidArgument(format!("initial anchors must be {k} x {d}")));
+        return Err(Error::InvalidArgument(format!(
+            "initial anchors must be {k} x {d}"
+        )));
     }
     let mut c = match (init, p.init) {
         (Some(c), _) => c.to_vec(),
@@ -136,16 +143,30 @@ pub fn train_anchors_from(
         let spread = sess.update(p.trim * heat)?;
 
         let empties = stats.counts.contains(&0);
-        let maintain = p.maintenance_interval > 0 && (it + 1) % p.maintenance_interval == 0 && it + 1 < p.max_iters;
+        let maintain = p.maintenance_interval > 0
+            && (it + 1) % p.maintenance_interval == 0
+            && it + 1 < p.max_iters;
         if empties || maintain {
             c = sess.centroids()?;
-            maintenance(&mut c, d, &stats.counts, &spread, p, maintain, &mut split_rng);
+            maintenance(
+                &mut c,
+                d,
+                &stats.counts,
+                &spread,
+                p,
+                maintain,
+                &mut split_rng,
+            );
             sess.set_centroids(&c)?;
         }
         bias = (p.balance > 0.0 && heat > 0.0).then(|| {
             let mean = ns as f32 / k as f32;
             let scale = p.balance * heat * energy as f32;
-            stats.counts.iter().map(|&v| scale * (v as f32 / mean - 1.0)).collect()
+            stats
+                .counts
+                .iter()
+                .map(|&v| scale * (v as f32 / mean - 1.0))
+                .collect()
         });
     }
     // A last plain assignment: the energy and counts of the anchors we return.
@@ -153,7 +174,14 @@ pub fn train_anchors_from(
     let energy = stats.energy / ns as f64;
     history.push(energy);
     progress.report("anchors", p.max_iters, p.max_iters);
-    Ok(AnchorResult { centroids: sess.centroids()?, energy, counts: stats.counts, iterations, history, points: ns })
+    Ok(AnchorResult {
+        centroids: sess.centroids()?,
+        energy,
+        counts: stats.counts,
+        iterations,
+        history,
+        points: ns,
+    })
 }
 
 pub(crate) fn gather(x: &[f32], d: usize, idx: &[usize]) -> Vec<f32> {
@@ -169,12 +197,19 @@ pub(crate) fn gather(x: &[f32], d: usize, idx: &[usize]) -> Vec<f32> {
 fn kmeans_pp(x: &[f32], d: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
     let n = x.len() / d;
     let s = n.min(8 * k.max(32));
-    let pts = if s < n { Cow::Owned(gather(x, d, &rng.sample_indices(n, s))) } else { Cow::Borrowed(x) };
+    let pts = if s < n {
+        Cow::Owned(gather(x, d, &rng.sample_indices(n, s)))
+    } else {
+        Cow::Borrowed(x)
+    };
     let row = |i: usize| &pts[i * d..(i + 1) * d];
     let mut c = Vec::with_capacity(k * d);
     let first = rng.below(s);
     c.extend_from_slice(row(first));
-    let mut best: Vec<f32> = (0..s).into_par_iter().map(|i| linalg::l2_sq(row(i), row(first))).collect();
+    let mut best: Vec<f32> = (0..s)
+        .into_par_iter()
+        .map(|i| linalg::l2_sq(row(i), row(first)))
+        .collect();
     for _ in 1..k {
         let total: f64 = best.iter().map(|&v| v as f64).sum();
         let pick = if total > 0.0 {
@@ -208,7 +243,15 @@ const RESEAT_EVERY: usize = 32;
 
 /// Merge anchors that sit on top of each other, re-seed empty ones, and split overloaded ones
 /// into the freed slots, so that the anchor count stays fixed and lists stay balanced.
-fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &AnchorParams, full: bool, rng: &mut Rng) {
+fn maintenance(
+    c: &mut [f32],
+    d: usize,
+    counts: &[u32],
+    spread: &[f32],
+    p: &AnchorParams,
+    full: bool,
+    rng: &mut Rng,
+) {
     let k = counts.len();
     let n: u64 = counts.iter().map(|&v| v as u64).sum();
     let mean = n as f64 / k as f64;
@@ -231,7 +274,8 @@ fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &Anch
                 let (big, small) = if load[j] >= load[o] { (j, o) } else { (o, j) };
                 let (wb, ws) = (load[big], load[small]);
                 for t in 0..d {
-                    c[big * d + t] = ((c[big * d + t] as f64 * wb + c[small * d + t] as f64 * ws) / (wb + ws)) as f32;
+                    c[big * d + t] = ((c[big * d + t] as f64 * wb + c[small * d + t] as f64 * ws)
+                        / (wb + ws)) as f32;
                 }
                 load[big] += ws;
                 load[small] = 0.0;
@@ -240,12 +284,18 @@ fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &Anch
         }
     }
     // A cluster's cost: its points times their mean squared distance (its share of the energy).
-    let mut cost: Vec<f64> = (0..k).map(|j| load[j] * spread[j].max(0.0) as f64).collect();
+    let mut cost: Vec<f64> = (0..k)
+        .map(|j| load[j] * spread[j].max(0.0) as f64)
+        .collect();
     if full {
         // Free more slots from near-empty anchors while some anchor is overloaded.
-        let over = (0..k).filter(|&j| load[j] > p.split_factor as f64 * mean).count();
+        let over = (0..k)
+            .filter(|&j| load[j] > p.split_factor as f64 * mean)
+            .count();
         if over > free.len() {
-            let mut small: Vec<usize> = (0..k).filter(|&j| load[j] > 0.0 && load[j] < 0.25 * mean).collect();
+            let mut small: Vec<usize> = (0..k)
+                .filter(|&j| load[j] > 0.0 && load[j] < 0.25 * mean)
+                .collect();
             small.sort_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
             for j in small.into_iter().take(over - free.len()) {
                 load[j] = 0.0;
@@ -270,7 +320,9 @@ fn maintenance(c: &mut [f32], d: usize, counts: &[u32], spread: &[f32], p: &Anch
     for slot in free {
         // The costliest cluster gives up half its points: two copies pushed apart along a
         // random direction by half its radius; the next assignment separates them.
-        let Some(big) = (0..k).max_by(|&a, &b| cost[a].total_cmp(&cost[b]).then(b.cmp(&a))) else { break };
+        let Some(big) = (0..k).max_by(|&a, &b| cost[a].total_cmp(&cost[b]).then(b.cmp(&a))) else {
+            break;
+        };
         if load[big] < 2.0 {
             break;
         }

@@ -29,7 +29,11 @@ pub fn clustered(n: usize, d: usize, clusters: usize, seed: u64) -> Vec<f32> {
 }
 
 pub fn small_params(anchors: usize, bytes: usize) -> TrainParams {
-    let mut p = TrainParams { bytes_per_vector: bytes, pq_iters: 10, ..TrainParams::default() };
+    let mut p = TrainParams {
+        bytes_per_vector: bytes,
+        pq_iters: 10,
+        ..TrainParams::default()
+    };
     p.anchor.anchors = anchors;
     p.anchor.max_iters = 10;
     p
@@ -41,16 +45,29 @@ pub fn recall(ids: &[u64], k: usize, gt: &[i32], gt_cols: usize, at: usize) -> f
     let mut hit = 0;
     for q in 0..nq {
         let truth = &gt[q * gt_cols..q * gt_cols + at];
-        hit += ids[q * k..q * k + at].iter().filter(|&&f| truth.iter().any(|&t| t as u64 == f)).count();
+        hit += ids[q * k..q * k + at]
+            .iter()
+            .filter(|&&f| truth.iter().any(|&t| t as u64 == f))
+            .count();
     }
     hit as f64 / (nq * at) as f64
 }
 
 /// Exact top-k by brute force (smaller score is better).
-pub fn brute_force(base: &[f32], q: &[f32], d: usize, k: usize, score: impl Fn(&[f32], &[f32]) -> f32) -> Vec<i32> {
+pub fn brute_force(
+    base: &[f32],
+    q: &[f32],
+    d: usize,
+    k: usize,
+    score: impl Fn(&[f32], &[f32]) -> f32,
+) -> Vec<i32> {
     let mut out = Vec::new();
     for qv in q.chunks_exact(d) {
-        let mut s: Vec<(f32, usize)> = base.chunks_exact(d).map(|b| score(qv, b)).zip(0..).collect();
+        let mut s: Vec<(f32, usize)> = base
+            .chunks_exact(d)
+            .map(|b| score(qv, b))
+            .zip(0..)
+            .collect();
         s.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         out.extend(s.iter().take(k).map(|p| p.1 as i32));
     }

@@ -5,7 +5,9 @@ use super::{AnnealOpts, AnyResult, RunOpts};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use vlc_compress::{synth, train, vecio, AnchorParams, Compressor, NoProgress, SearchParams, TrainParams};
+use vlc_compress::{
+    synth, train, vecio, AnchorParams, Compressor, NoProgress, SearchParams, TrainParams,
+};
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
@@ -76,13 +78,22 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
     let base = serde_json::json!({"backend": ctx.backend().kind().name(), "threads": ctx.threads(), "n": n, "d": d, "anchors": a.anchors});
     let with = |extra: serde_json::Value| {
         let mut o = base.clone();
-        o.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        o.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         o
     };
     if has("train") {
-        let mut p = AnchorParams { anchors: a.anchors, max_iters: a.iters, tol: 0.0, ..AnchorParams::default() };
+        let mut p = AnchorParams {
+            anchors: a.anchors,
+            max_iters: a.iters,
+            tol: 0.0,
+            ..AnchorParams::default()
+        };
         a.anneal.apply(&mut p);
-        let (secs, r) = best(a.repeat, || Ok(ctx.run(|b| train::train_anchors(b, &x, d, &p, &NoProgress))?))?;
+        let (secs, r) = best(a.repeat, || {
+            Ok(ctx.run(|b| train::train_anchors(b, &x, d, &p, &NoProgress))?)
+        })?;
         rows.push(with(serde_json::json!({
             "stage": "train", "iters": r.iterations, "seconds": secs, "energy": r.energy,
             "max_list_over_mean": r.max_over_mean(), "points_used": r.points,
@@ -90,7 +101,10 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
         })));
     }
     if has("encode") || has("search") {
-        let mut params = TrainParams { bytes_per_vector: a.bytes, ..TrainParams::default() };
+        let mut params = TrainParams {
+            bytes_per_vector: a.bytes,
+            ..TrainParams::default()
+        };
         params.anchor.anchors = a.anchors;
         params.anchor.max_iters = a.iters;
         a.anneal.apply(&mut params.anchor);
@@ -106,8 +120,14 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             let ids: Vec<u64> = (0..n as u64).collect();
             ctx.run(|b| index.add(b, x[..].into(), &ids))?;
             let nq = a.queries.min(n);
-            let p = SearchParams { k: 10, nprobe: a.nprobe, rerank: 0 };
-            let (secs, _) = best(a.repeat, || Ok(ctx.run(|_| index.search(&x[..nq * d], &p, None))?))?;
+            let p = SearchParams {
+                k: 10,
+                nprobe: a.nprobe,
+                rerank: 0,
+            };
+            let (secs, _) = best(a.repeat, || {
+                Ok(ctx.run(|_| index.search(&x[..nq * d], &p, None))?)
+            })?;
             rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "queries": nq, "nprobe": a.nprobe, "seconds": secs, "qps": nq as f64 / secs})));
         }
     }
@@ -116,11 +136,17 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             println!("{r}");
         }
     } else {
-        println!("{:>8} {:>8} {:>6} {:>8} {:>10} {:>14}", "stage", "n", "d", "anchors", "seconds", "throughput");
+        println!(
+            "{:>8} {:>8} {:>6} {:>8} {:>10} {:>14}",
+            "stage", "n", "d", "anchors", "seconds", "throughput"
+        );
         for r in &rows {
             let tp = match r["stage"].as_str() {
                 Some("train") => format!("{:.1} GFLOP/s", r["gflops"].as_f64().unwrap_or(0.0)),
-                Some("encode") => format!("{:.0} vec/s", r["vectors_per_second"].as_f64().unwrap_or(0.0)),
+                Some("encode") => format!(
+                    "{:.0} vec/s",
+                    r["vectors_per_second"].as_f64().unwrap_or(0.0)
+                ),
                 _ => format!("{:.0} QPS", r["qps"].as_f64().unwrap_or(0.0)),
             };
             println!(

@@ -33,8 +33,15 @@ pub(crate) struct Bar(indicatif::ProgressBar);
 
 impl Bar {
     pub fn new(quiet: bool) -> Bar {
-        let b = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(1) };
-        b.set_style(indicatif::ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} {elapsed}").unwrap());
+        let b = if quiet {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(1)
+        };
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} {elapsed}")
+                .unwrap(),
+        );
         Bar(b)
     }
     pub fn finish(&self) {
@@ -69,7 +76,10 @@ pub(crate) fn recall(ids: &[u64], k: usize, gt: &vecio::Matrix<i32>, at: usize) 
     for q in 0..nq {
         let truth = &gt.data[q * gt.cols..q * gt.cols + at];
         let found = &ids[q * k..q * k + at];
-        hit += found.iter().filter(|&&f| truth.iter().any(|&t| t as i64 as u64 == f)).count();
+        hit += found
+            .iter()
+            .filter(|&&f| truth.iter().any(|&t| t as i64 as u64 == f))
+            .count();
     }
     hit as f64 / (nq * at) as f64
 }
@@ -91,7 +101,11 @@ fn run_eval(
         return Err(format!("base is {}-d, queries {}-d", base.cols, query.cols).into());
     }
     if gt.rows != query.rows || gt.cols < 10 {
-        return Err(format!("ground truth is {} x {}, need {} rows of >= 10", gt.rows, gt.cols, query.rows).into());
+        return Err(format!(
+            "ground truth is {} x {}, need {} rows of >= 10",
+            gt.rows, gt.cols, query.rows
+        )
+        .into());
     }
     let ctx = run.context()?;
     let mut c = Compressor::new(ctx.clone(), train.params());
@@ -106,10 +120,17 @@ fn run_eval(
     ctx.run(|b| index.add(b, base.data[..].into(), &ids))?;
     let encode_seconds = t.elapsed().as_secs_f64();
     let stats = index.stats();
-    let raw = DenseRaw { data: &base.data, d: base.cols };
+    let raw = DenseRaw {
+        data: &base.data,
+        d: base.cols,
+    };
     let mut rows = Vec::new();
     for &(nprobe, rerank) in probes {
-        let p = SearchParams { k: 10, nprobe, rerank };
+        let p = SearchParams {
+            k: 10,
+            nprobe,
+            rerank,
+        };
         // One untimed warm-up, then the best of repeated runs (at least 0.5 s or 10 runs),
         // as peers' benchmarks do: a single cold run mostly measures page faults.
         let search = || ctx.run(|_| index.search(&query.data, &p, Some(&raw as &dyn RawVectors)));
@@ -167,7 +188,10 @@ fn print_rows(rows: &[serde_json::Value], json: bool) {
             f(r, "encode_seconds")
         );
     }
-    println!("{:>7} {:>7} {:>10} {:>11} {:>10}", "nprobe", "rerank", "recall@1", "recall@10", "QPS");
+    println!(
+        "{:>7} {:>7} {:>10} {:>11} {:>10}",
+        "nprobe", "rerank", "recall@1", "recall@10", "QPS"
+    );
     for r in rows {
         println!(
             "{:>7} {:>7} {:>10.4} {:>11.4} {:>10.0}",

@@ -7,11 +7,16 @@ use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vlc_compress::{
-    format, vecio, BackendKind, Compressor, Context, DenseRaw, Metric, Rotation, SearchParams, TrainParams,
+    format, vecio, BackendKind, Compressor, Context, DenseRaw, Metric, Rotation, SearchParams,
+    TrainParams,
 };
 
 #[derive(Parser)]
-#[command(name = "vlc", version, about = "Compact codes for float embeddings: train, encode, search, evaluate")]
+#[command(
+    name = "vlc",
+    version,
+    about = "Compact codes for float embeddings: train, encode, search, evaluate"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -56,7 +61,11 @@ pub(crate) struct RunOpts {
 
 impl RunOpts {
     fn context(&self) -> vlc_compress::Result<Arc<Context>> {
-        Ok(Arc::new(Context::new(self.backend, self.device, self.threads)?))
+        Ok(Arc::new(Context::new(
+            self.backend,
+            self.device,
+            self.threads,
+        )?))
     }
 }
 
@@ -299,7 +308,10 @@ fn train(a: TrainArgs) -> AnyResult {
 }
 
 fn load_compressor(path: &Path, ctx: Arc<Context>) -> AnyResult<Compressor> {
-    Ok(Compressor::with_codebook(ctx, Arc::new(format::load_codebook(path)?)))
+    Ok(Compressor::with_codebook(
+        ctx,
+        Arc::new(format::load_codebook(path)?),
+    ))
 }
 
 fn encode(a: EncodeArgs) -> AnyResult {
@@ -324,9 +336,12 @@ fn decode(a: DecodeArgs) -> AnyResult {
         _ => return Err("codes must be a uint8 .npy written by `vlc encode`".into()),
     };
     if codes.cols != cb.codec_size() {
-        return Err(
-            format!("codes have {} bytes per vector, the codebook expects {}", codes.cols, cb.codec_size()).into()
-        );
+        return Err(format!(
+            "codes have {} bytes per vector, the codebook expects {}",
+            codes.cols,
+            cb.codec_size()
+        )
+        .into());
     }
     let x = cb.decode(&codes.data)?;
     vecio::write_vectors(&a.out, &x, cb.dim())?;
@@ -359,18 +374,39 @@ fn search(a: SearchArgs) -> AnyResult {
     let index = format::load_index(&a.index, true)?;
     let q = vecio::read_vectors(&a.query)?;
     let raw = a.raw.as_deref().map(vecio::read_vectors).transpose()?;
-    let dense = raw.as_ref().map(|r| DenseRaw { data: &r.data, d: r.cols });
-    let p = SearchParams { k: a.k, nprobe: a.nprobe, rerank: a.rerank };
+    let dense = raw.as_ref().map(|r| DenseRaw {
+        data: &r.data,
+        d: r.cols,
+    });
+    let p = SearchParams {
+        k: a.k,
+        nprobe: a.nprobe,
+        rerank: a.rerank,
+    };
     let t = std::time::Instant::now();
-    let res = ctx.run(|_| index.search(&q.data, &p, dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors)))?;
+    let res = ctx.run(|_| {
+        index.search(
+            &q.data,
+            &p,
+            dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors),
+        )
+    })?;
     let secs = t.elapsed().as_secs_f64();
     match a.out.extension().and_then(|e| e.to_str()) {
         Some("ivecs") => {
-            let ids: Vec<i32> = res.ids.iter().map(|&i| i32::try_from(i).unwrap_or(-1)).collect();
+            let ids: Vec<i32> = res
+                .ids
+                .iter()
+                .map(|&i| i32::try_from(i).unwrap_or(-1))
+                .collect();
             vecio::write_ivecs(&a.out, &ids, a.k)?
         }
         Some("npy") => {
-            let ids: Vec<i64> = res.ids.iter().map(|&i| i64::try_from(i).unwrap_or(-1)).collect();
+            let ids: Vec<i64> = res
+                .ids
+                .iter()
+                .map(|&i| i64::try_from(i).unwrap_or(-1))
+                .collect();
             vecio::write_npy(&a.out, &ids, q.rows, a.k, "<i8")?
         }
         _ => return Err("--out must end in .ivecs or .npy".into()),
