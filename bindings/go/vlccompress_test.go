@@ -31,6 +31,15 @@ func clustered(n int, seed uint32) []float32 {
 	return x
 }
 
+// rowIDs returns 0..n-1: ids equal to row numbers.
+func rowIDs(n int) []uint64 {
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	return ids
+}
+
 func trained(t *testing.T, ctx *Context, x []float32) *Compressor {
 	t.Helper()
 	c, err := NewCompressor(ctx)
@@ -84,10 +93,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ix.Close()
-	ids := make([]uint64, 3000)
-	for i := range ids {
-		ids[i] = uint64(i)
-	}
+	ids := rowIDs(3000)
 	if err := ix.Add(x, ids); err != nil {
 		t.Fatal(err)
 	}
@@ -169,10 +175,7 @@ func TestConcurrentSearches(t *testing.T) {
 	}
 	c.Close() // the index keeps what it needs
 	defer ix.Close()
-	ids := make([]uint64, 3000)
-	for i := range ids {
-		ids[i] = uint64(i)
-	}
+	ids := rowIDs(3000)
 	if err := ix.Add(x, ids); err != nil {
 		t.Fatal(err)
 	}

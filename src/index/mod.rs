@@ -6,9 +6,24 @@ mod search;
 pub use search::{DenseRaw, RawVectors, SearchResults};
 
 use crate::backend::Backend;
-use crate::error::{try_vec, Error, Result};
+use crate::error::{Error, Result};
 use crate::quant::{Codebook, Vectors};
 use std::sync::Arc;
+
+/// recall@`at`: the fraction of each query's true top-`at` (`gt`: rows of `gt_cols` ids, nearest
+/// first) found among its first `at` returned ids (`ids`: `k` per query), averaged over queries.
+pub fn recall_at(ids: &[u64], k: usize, gt: &[i32], gt_cols: usize, at: usize) -> f64 {
+    let nq = ids.len() / k;
+    let mut hit = 0usize;
+    for q in 0..nq {
+        let truth = &gt[q * gt_cols..q * gt_cols + at];
+        hit += ids[q * k..q * k + at]
+            .iter()
+            .filter(|&&f| truth.iter().any(|&t| t as u64 == f))
+            .count();
+    }
+    hit as f64 / (nq * at).max(1) as f64
+}
 
 /// Inverted lists, either owned or used in place from a memory-mapped file.
 #[derive(Debug)]
@@ -206,8 +221,7 @@ impl Index {
     /// Approximate vectors of every stored vector with its id, list by list.
     pub fn reconstruct_all(&self) -> Result<(Vec<u64>, Vec<f32>)> {
         let n = self.len();
-        let mut ids = try_vec(0, 0u64, "ids")?;
-        ids.reserve(n);
+        let mut ids = Vec::with_capacity(n);
         let mut anchors = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.cb.code_size());
         for j in 0..self.nlist() {

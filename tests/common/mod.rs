@@ -41,16 +41,7 @@ pub fn small_params(anchors: usize, bytes: usize) -> TrainParams {
 
 /// recall@at of `ids` (k per query) against ground truth rows.
 pub fn recall(ids: &[u64], k: usize, gt: &[i32], gt_cols: usize, at: usize) -> f64 {
-    let nq = ids.len() / k;
-    let mut hit = 0;
-    for q in 0..nq {
-        let truth = &gt[q * gt_cols..q * gt_cols + at];
-        hit += ids[q * k..q * k + at]
-            .iter()
-            .filter(|&&f| truth.iter().any(|&t| t as u64 == f))
-            .count();
-    }
-    hit as f64 / (nq * at) as f64
+    vlc_compress::recall_at(ids, k, gt, gt_cols, at)
 }
 
 /// Exact top-k by brute force (smaller score is better).

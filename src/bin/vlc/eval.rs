@@ -4,7 +4,7 @@ use super::{AnyResult, RunOpts, TrainOpts};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use vlc_compress::{vecio, Compressor, DenseRaw, Progress, RawVectors, SearchParams};
+use vlc_compress::{recall_at, vecio, Compressor, DenseRaw, Progress, RawVectors, SearchParams};
 
 #[derive(Args)]
 pub(crate) struct EvalArgs {
@@ -67,21 +67,6 @@ pub(crate) fn print_object(v: &serde_json::Value, json: bool) {
             println!("{k:>20}  {}", v.to_string().trim_matches('"'));
         }
     }
-}
-
-/// Fraction of each query's true top-`at` found in its returned top-`at`.
-pub(crate) fn recall(ids: &[u64], k: usize, gt: &vecio::Matrix<i32>, at: usize) -> f64 {
-    let nq = ids.len() / k;
-    let mut hit = 0usize;
-    for q in 0..nq {
-        let truth = &gt.data[q * gt.cols..q * gt.cols + at];
-        let found = &ids[q * k..q * k + at];
-        hit += found
-            .iter()
-            .filter(|&&f| truth.iter().any(|&t| t as i64 as u64 == f))
-            .count();
-    }
-    hit as f64 / (nq * at) as f64
 }
 
 struct Data {
@@ -152,7 +137,7 @@ fn run_eval(
             "compression_ratio": (base.cols * 4) as f64 / stats.code_size as f64,
             "train_seconds": train_seconds, "encode_seconds": encode_seconds,
             "nprobe": nprobe, "rerank": rerank,
-            "recall_at_1": recall(&res.ids, 10, gt, 1), "recall_at_10": recall(&res.ids, 10, gt, 10),
+            "recall_at_1": recall_at(&res.ids, 10, &gt.data, gt.cols, 1), "recall_at_10": recall_at(&res.ids, 10, &gt.data, gt.cols, 10),
             "qps": query.rows as f64 / secs, "threads": ctx.threads(),
             "energy": rep.energy, "max_list_over_mean": stats.max_list_over_mean,
             "h2d_bytes": tr.h2d_bytes, "d2h_bytes": tr.d2h_bytes,
