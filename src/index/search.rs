@@ -231,6 +231,37 @@ impl Index {
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { self.search_block_avx2(qb, p, raw, ids, dist) };
+        }
+        self.search_block_any(qb, p, raw, ids, dist)
+    }
+
+    /// The same code compiled for AVX2 (no FMA: results equal the baseline build's).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn search_block_avx2(
+        &self,
+        qb: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        ids: &mut [u64],
+        dist: &mut [f32],
+    ) -> Result<()> {
+        self.search_block_any(qb, p, raw, ids, dist)
+    }
+
+    #[inline(always)]
+    fn search_block_any(
+        &self,
+        qb: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        ids: &mut [u64],
+        dist: &mut [f32],
+    ) -> Result<()> {
         let cb = &*self.cb;
         let (d, m, dp) = (cb.d, cb.anchors(), cb.pq.dim());
         let (nsub, ks) = (cb.pq.nsub, cb.pq.ksub());
@@ -338,6 +369,7 @@ impl Index {
 }
 
 /// Sums table entries over each code of one list and offers the totals to the heap.
+#[inline(always)]
 fn scan(
     base: f32,
     lut: &[f32],
