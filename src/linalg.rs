@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn argmin_is_the_first_minimum() {
-        let mut rng = crate::rng::SplitMix64::new(7);
+        let mut rng = crate::rng::Rng::new(7);
         for len in [1usize, 3, 8, 9, 17, 64, 100, 257] {
             for _ in 0..50 {
                 // Few distinct values, so ties across lanes and in the tail are common.
