@@ -6,6 +6,7 @@
 //! (counts, energy, spreads) come back per iteration.
 
 mod cpu;
+pub mod cuda;
 mod unavailable;
 
 pub use cpu::CpuBackend;
@@ -106,10 +107,20 @@ pub trait Backend: Send + Sync {
 pub fn open(kind: BackendKind, device: usize) -> Result<Box<dyn Backend>> {
     match kind {
         BackendKind::Cpu => Ok(Box::new(CpuBackend)),
-        BackendKind::Cuda => unavailable::cuda(device),
+        BackendKind::Cuda => open_cuda(device),
         BackendKind::Wgpu => unavailable::wgpu(device),
-        BackendKind::Auto => unavailable::cuda(device)
+        BackendKind::Auto => open_cuda(device)
             .or_else(|_| unavailable::wgpu(device))
             .or_else(|_| Ok(Box::new(CpuBackend) as Box<dyn Backend>)),
     }
+}
+
+/// A driver or library that misbehaves while starting must not take the caller down: a panic
+/// here becomes `BackendUnavailable`, so AUTO still falls back.
+fn open_cuda(device: usize) -> Result<Box<dyn Backend>> {
+    std::panic::catch_unwind(|| cuda::open(device)).unwrap_or_else(|_| {
+        Err(crate::Error::BackendUnavailable(
+            "CUDA failed while starting".into(),
+        ))
+    })
 }

@@ -3,12 +3,6 @@
 use super::Backend;
 use crate::error::{Error, Result};
 
-pub(super) fn cuda(_device: usize) -> Result<Box<dyn Backend>> {
-    Err(Error::BackendUnavailable(
-        "this build has no CUDA backend (feature `cuda`)".into(),
-    ))
-}
-
 pub(super) fn wgpu(_device: usize) -> Result<Box<dyn Backend>> {
     Err(Error::BackendUnavailable(
         "this build has no WGPU backend (feature `wgpu`)".into(),

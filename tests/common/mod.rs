@@ -11,7 +11,12 @@ pub struct Demo {
 }
 
 pub fn demo() -> Demo {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glove-demo");
+    // From the source tree, or relative to the working directory when the test binary was
+    // carried elsewhere (GPU runs).
+    let mut dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glove-demo");
+    if !dir.exists() {
+        dir = "tests/data/glove-demo".into();
+    }
     Demo {
         base: vecio::read_fvecs(&dir.join("base.fvecs")).unwrap(),
         query: vecio::read_fvecs(&dir.join("query.fvecs")).unwrap(),

@@ -91,11 +91,16 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             ..AnchorParams::default()
         };
         a.anneal.apply(&mut p);
+        let t0 = ctx.backend().transfers();
         let (secs, r) = best(a.repeat, || {
             Ok(ctx.run(|b| train::train_anchors(b, &x, d, &p, &NoProgress))?)
         })?;
+        let t1 = ctx.backend().transfers();
+        let runs = a.repeat.max(1) as u64;
         rows.push(with(serde_json::json!({
             "stage": "train", "iters": r.iterations, "seconds": secs, "energy": r.energy,
+            "h2d_bytes": (t1.h2d_bytes - t0.h2d_bytes) / runs,
+            "d2h_bytes": (t1.d2h_bytes - t0.d2h_bytes) / runs,
             "max_list_over_mean": r.max_over_mean(), "points_used": r.points,
             "gflops": 2.0 * (r.points * a.anchors * d * (r.iterations + 1)) as f64 / secs / 1e9,
         })));

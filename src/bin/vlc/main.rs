@@ -129,6 +129,9 @@ pub(crate) struct AnnealOpts {
     /// Split anchors holding more than this times the mean load.
     #[arg(long)]
     split_factor: Option<f32>,
+    /// Train anchors on at most this many sampled points per anchor (0 = all points).
+    #[arg(long)]
+    max_points_per_anchor: Option<usize>,
 }
 
 impl AnnealOpts {
@@ -153,6 +156,9 @@ impl AnnealOpts {
         }
         if let Some(v) = self.split_factor {
             a.split_factor = v;
+        }
+        if let Some(v) = self.max_points_per_anchor {
+            a.max_points_per_anchor = v;
         }
     }
 }

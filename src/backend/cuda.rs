@@ -1,0 +1,611 @@
+//! The CUDA backend: cudarc with the driver, NVRTC and cuBLAS loaded at run time, so one
+//! binary runs with or without a GPU. Kernels are `kernels/*.cu`, compiled once per context.
+//!
+//! A k-means session keeps points, centroids, assignments and distances on the device. Per
+//! iteration only O(k) values cross: the bias and group offsets up, counts, energy and
+//! spreads down.
+
+use super::{AssignStats, Backend, BackendKind, KmeansSession, Transfers};
+use crate::error::{Error, Result};
+use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig,
+    PushKernelArg, ValidAsZeroBits,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Every kernel source, by file name: compiled together at context creation and by the tests.
+pub const KERNELS: &[(&str, &str)] = &[("kmeans.cu", include_str!("../../kernels/kmeans.cu"))];
+
+/// PTX target: Ampere and newer JIT it; fixed so that CI compiles exactly what runs.
+const ARCH: &str = "compute_80";
+
+/// Rows of the dots matrix per GEMM: about 64 MB, so a chunk stays mostly in L2.
+const DOTS_BYTES: usize = 64 << 20;
+
+/// Compiles one kernel file to PTX through NVRTC.
+pub fn compile(name: &str, src: &str) -> Result<cudarc::nvrtc::Ptx> {
+    nvrtc_present()?;
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(ARCH),
+        name: Some(name.into()),
+        // No a*b+c contraction: the kernels round like the CPU reference does.
+        fmad: Some(false),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(src, opts)
+        .map_err(|e| Error::Device(format!("NVRTC could not compile {name}: {e}")))
+}
+
+fn nvrtc_present() -> Result<()> {
+    // SAFETY: only probes whether the shared library can be opened.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::BackendUnavailable(
+            "the NVRTC library (libnvrtc) was not found".into(),
+        ))
+    }
+}
+
+/// A launch's result as ours (the optional timing events are not used).
+fn ran<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<()> {
+    r.map(|_| ()).map_err(|e| dev_err(what, e))
+}
+
+fn dev_err(what: &str, e: DriverError) -> Error {
+    if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        Error::OutOfMemory(format!("CUDA: {what}: {e}"))
+    } else {
+        Error::Device(format!("CUDA: {what}: {e}"))
+    }
+}
+
+struct Kernels {
+    row_norms: CudaFunction,
+    offsets: CudaFunction,
+    argmin_rows: CudaFunction,
+    count_energy: CudaFunction,
+    bisect_count: CudaFunction,
+    bisect_step: CudaFunction,
+    scatter: CudaFunction,
+    reduce_means: CudaFunction,
+}
+
+/// What one context owns on the device. One lock: cuBLAS handles and launches are not
+/// meant to be shared across threads without it.
+struct Device {
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    k: Kernels,
+}
+
+pub struct CudaBackend {
+    dev: Mutex<Device>,
+    name: String,
+    sms: u32,
+    h2d: AtomicU64,
+    d2h: AtomicU64,
+}
+
+/// Opens device `ordinal`: checks the libraries, creates the context, compiles the kernels.
+pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
+    // SAFETY: probes for the shared libraries without calling into them; cudarc panics on a
+    // missing library otherwise.
+    let (driver, blas) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::cublas::sys::is_culib_present(),
+        )
+    };
+    if !driver {
+        return Err(Error::BackendUnavailable(
+            "no CUDA driver (libcuda) on this machine".into(),
+        ));
+    }
+    if !blas {
+        return Err(Error::BackendUnavailable(
+            "the cuBLAS library (libcublas) was not found".into(),
+        ));
+    }
+    nvrtc_present()?;
+    let count =
+        CudaContext::device_count().map_err(|e| Error::BackendUnavailable(format!("CUDA: {e}")))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(Error::BackendUnavailable(format!(
+            "CUDA device {ordinal} requested, {count} present"
+        )));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("create context", e))?;
+    let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+    let sms = ctx
+        .attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+        .map_err(|e| dev_err("query device", e))? as u32;
+    let stream = ctx.default_stream();
+    let blas = CudaBlas::new(stream.clone())
+        .map_err(|e| Error::Device(format!("cuBLAS: create handle: {e}")))?;
+    let (_, src) = KERNELS[0];
+    let module = ctx
+        .load_module(compile("kmeans.cu", src)?)
+        .map_err(|e| dev_err("load kernels", e))?;
+    let f = |n: &str| {
+        module
+            .load_function(n)
+            .map_err(|e| dev_err(&format!("load kernel {n}"), e))
+    };
+    let k = Kernels {
+        row_norms: f("row_norms")?,
+        offsets: f("offsets")?,
+        argmin_rows: f("argmin_rows")?,
+        count_energy: f("count_energy")?,
+        bisect_count: f("bisect_count")?,
+        bisect_step: f("bisect_step")?,
+        scatter: f("scatter")?,
+        reduce_means: f("reduce_means")?,
+    };
+    Ok(Box::new(CudaBackend {
+        dev: Mutex::new(Device { stream, blas, k }),
+        name,
+        sms,
+        h2d: 0.into(),
+        d2h: 0.into(),
+    }))
+}
+
+/// Grid for a grid-stride loop over `n` items: enough blocks to fill every SM a few times.
+fn strided(n: usize, sms: u32) -> LaunchConfig {
+    let blocks = (n.div_ceil(256) as u32).clamp(1, sms * 8);
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// One warp per row, eight rows per block.
+fn per_row(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.div_ceil(8) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn as_i32(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} {v} exceeds 2^31 - 1")))
+}
+
+impl CudaBackend {
+    fn lock(&self) -> MutexGuard<'_, Device> {
+        // A panic while holding the lock leaves nothing half-updated on the host side.
+        self.dev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn up<T: DeviceRepr>(&self, s: &Arc<CudaStream>, v: &[T]) -> Result<CudaSlice<T>> {
+        self.h2d
+            .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
+        s.clone_htod(v).map_err(|e| dev_err("upload", e))
+    }
+
+    fn up_into<T: DeviceRepr>(
+        &self,
+        s: &Arc<CudaStream>,
+        v: &[T],
+        d: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        self.h2d
+            .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
+        s.memcpy_htod(v, d).map_err(|e| dev_err("upload", e))
+    }
+
+    fn down<T: DeviceRepr>(&self, s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.d2h.fetch_add(d.num_bytes() as u64, Ordering::Relaxed);
+        s.clone_dtoh(d).map_err(|e| dev_err("download", e))
+    }
+
+    fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        s: &Arc<CudaStream>,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        s.alloc_zeros(n.max(1)).map_err(|e| dev_err("allocate", e))
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+    fn describe(&self) -> String {
+        format!("cuda ({}, {} SMs)", self.name, self.sms)
+    }
+    fn kmeans_session<'a>(&'a self, x: &'a [f32], d: usize) -> Result<Box<dyn KmeansSession + 'a>> {
+        Ok(Box::new(CudaSession::new(self, x, d)?))
+    }
+    fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
+        let mut s = CudaSession::new(self, x, d)?;
+        s.set_centroids(centroids)?;
+        s.assign(None)?;
+        let dev = self.lock();
+        let a = self.down(&dev.stream, &s.assign)?;
+        let dist = self.down(&dev.stream, &s.dist)?;
+        Ok((a, dist))
+    }
+    fn transfers(&self) -> Transfers {
+        Transfers {
+            h2d_bytes: self.h2d.load(Ordering::Relaxed),
+            d2h_bytes: self.d2h.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A training set on the device.
+struct CudaSession<'a> {
+    b: &'a CudaBackend,
+    n: usize,
+    d: usize,
+    k: usize,
+    x: CudaSlice<f32>,
+    xn: CudaSlice<f32>,
+    assign: CudaSlice<u32>,
+    dist: CudaSlice<f32>,
+    order: CudaSlice<u32>,
+    /// Per-centroid buffers, sized at `set_centroids`.
+    c: Option<Centroids>,
+    /// Counts of the last assignment (host copy: they set the group offsets).
+    counts: Vec<u32>,
+}
+
+struct Centroids {
+    c: CudaSlice<f32>,
+    cn: CudaSlice<f32>,
+    off: CudaSlice<f32>,
+    bias: CudaSlice<f32>,
+    dots: CudaSlice<f32>,
+    chunk: usize,
+    counts: CudaSlice<u32>,
+    energy: CudaSlice<f64>,
+    lo: CudaSlice<u32>,
+    hi: CudaSlice<u32>,
+    below: CudaSlice<u32>,
+    keep: CudaSlice<u32>,
+    start: CudaSlice<u32>,
+    cursor: CudaSlice<u32>,
+    spread: CudaSlice<f32>,
+}
+
+impl<'a> CudaSession<'a> {
+    fn new(b: &'a CudaBackend, x: &[f32], d: usize) -> Result<Self> {
+        if d == 0 || x.len() % d != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} values are not a whole number of {d}-d vectors",
+                x.len()
+            )));
+        }
+        let n = x.len() / d;
+        as_i32(n, "points")?;
+        as_i32(d, "dimension")?;
+        let dev = b.lock();
+        let s = &dev.stream;
+        let xd = b.up(s, x)?;
+        let mut xn = CudaBackend::zeros::<f32>(s, n)?;
+        let (ni, di) = (n as i32, d as i32);
+        // SAFETY: x holds n*d floats and xn n floats, as the kernel reads and writes.
+        unsafe {
+            s.launch_builder(&dev.k.row_norms)
+                .arg(&xd)
+                .arg(&ni)
+                .arg(&di)
+                .arg(&mut xn)
+                .launch(per_row(n))
+        }
+        .map_err(|e| dev_err("row norms", e))?;
+        Ok(CudaSession {
+            b,
+            n,
+            d,
+            k: 0,
+            x: xd,
+            xn,
+            assign: CudaBackend::zeros(s, n)?,
+            dist: CudaBackend::zeros(s, n)?,
+            order: CudaBackend::zeros(s, n)?,
+            c: None,
+            counts: Vec::new(),
+        })
+    }
+
+    fn buffers(&self, s: &Arc<CudaStream>, k: usize) -> Result<Centroids> {
+        let z32 = |n| CudaBackend::zeros::<u32>(s, n);
+        let zf = |n| CudaBackend::zeros::<f32>(s, n);
+        let chunk = (DOTS_BYTES / (4 * k)).clamp(256, self.n.max(1));
+        Ok(Centroids {
+            c: zf(k * self.d)?,
+            cn: zf(k)?,
+            off: zf(k)?,
+            bias: zf(k)?,
+            dots: zf(chunk * k)?,
+            chunk,
+            counts: z32(k)?,
+            energy: CudaBackend::zeros::<f64>(s, 1)?,
+            lo: z32(k)?,
+            hi: z32(k)?,
+            below: z32(k)?,
+            keep: z32(k)?,
+            start: z32(k + 1)?,
+            cursor: z32(k)?,
+            spread: zf(k)?,
+        })
+    }
+}
+
+impl KmeansSession for CudaSession<'_> {
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
+        let d = self.d;
+        if centroids.is_empty() || centroids.len() % d != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} centroid values are not a whole number of {d}-d vectors",
+                centroids.len()
+            )));
+        }
+        let k = centroids.len() / d;
+        as_i32(k, "centroids")?;
+        let dev = self.b.lock();
+        let s = &dev.stream;
+        if self.k != k || self.c.is_none() {
+            self.c = Some(self.buffers(s, k)?);
+            self.k = k;
+        }
+        let cb = self.c.as_mut().expect("centroid buffers were just made");
+        self.b.up_into(s, centroids, &mut cb.c)?;
+        let (ki, di) = (k as i32, d as i32);
+        // SAFETY: c holds k*d floats, cn k floats.
+        unsafe {
+            s.launch_builder(&dev.k.row_norms)
+                .arg(&cb.c)
+                .arg(&ki)
+                .arg(&di)
+                .arg(&mut cb.cn)
+                .launch(per_row(k))
+        }
+        .map_err(|e| dev_err("centroid norms", e))?;
+        Ok(())
+    }
+
+    fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {
+        let (n, d, k) = (self.n, self.d, self.k);
+        let cb = self
+            .c
+            .as_mut()
+            .ok_or_else(|| Error::InvalidState("assign before set_centroids".into()))?;
+        let b = self.b;
+        let dev = b.lock();
+        let s = &dev.stream;
+        let use_bias: i32 = match bias {
+            Some(v) if v.len() == k => {
+                b.up_into(s, v, &mut cb.bias)?;
+                1
+            }
+            Some(v) => {
+                return Err(Error::InvalidArgument(format!(
+                    "bias has {} values for {k} centroids",
+                    v.len()
+                )))
+            }
+            None => 0,
+        };
+        let (ni, di, ki) = (n as i32, d as i32, k as i32);
+        // SAFETY (all launches below): every buffer was sized from n, d and k at creation,
+        // and the kernels index within those sizes.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.offsets)
+                    .arg(&cb.cn)
+                    .arg(&cb.bias)
+                    .arg(&use_bias)
+                    .arg(&ki)
+                    .arg(&mut cb.off)
+                    .launch(LaunchConfig::for_num_elems(k as u32))
+            },
+            "offsets",
+        )?;
+        let mut row0 = 0usize;
+        while row0 < n {
+            let rows = cb.chunk.min(n - row0);
+            // Row-major dots (rows x k) = column-major (k x rows) = C (k x d) . X_chunk^T.
+            let cfg = GemmConfig {
+                transa: cublasOperation_t::CUBLAS_OP_T,
+                transb: cublasOperation_t::CUBLAS_OP_N,
+                m: ki,
+                n: rows as i32,
+                k: di,
+                alpha: 1.0f32,
+                lda: di,
+                ldb: di,
+                beta: 0.0f32,
+                ldc: ki,
+            };
+            let xs = self.x.slice(row0 * d..(row0 + rows) * d);
+            unsafe { dev.blas.gemm(cfg, &cb.c, &xs, &mut cb.dots) }
+                .map_err(|e| Error::Device(format!("cuBLAS sgemm: {e}")))?;
+            let (ri, r0) = (rows as i32, row0 as i32);
+            ran(
+                unsafe {
+                    s.launch_builder(&dev.k.argmin_rows)
+                        .arg(&cb.dots)
+                        .arg(&ri)
+                        .arg(&ki)
+                        .arg(&cb.off)
+                        .arg(&cb.bias)
+                        .arg(&use_bias)
+                        .arg(&self.xn)
+                        .arg(&r0)
+                        .arg(&mut self.assign)
+                        .arg(&mut self.dist)
+                        .launch(per_row(rows))
+                },
+                "argmin",
+            )?;
+            row0 += rows;
+        }
+        s.memset_zeros(&mut cb.counts)
+            .map_err(|e| dev_err("clear counts", e))?;
+        s.memset_zeros(&mut cb.energy)
+            .map_err(|e| dev_err("clear energy", e))?;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.count_energy)
+                    .arg(&self.assign)
+                    .arg(&self.dist)
+                    .arg(&ni)
+                    .arg(&mut cb.counts)
+                    .arg(&mut cb.energy)
+                    .launch(strided(n, b.sms))
+            },
+            "counts",
+        )?;
+        let counts = b.down(s, &cb.counts)?;
+        let energy = b.down(s, &cb.energy)?[0];
+        self.counts.clone_from(&counts);
+        Ok(AssignStats { counts, energy })
+    }
+
+    fn update(&mut self, trim: f32) -> Result<Vec<f32>> {
+        let (n, d, k) = (self.n, self.d, self.k);
+        let cb = self
+            .c
+            .as_mut()
+            .ok_or_else(|| Error::InvalidState("update before set_centroids".into()))?;
+        if self.counts.len() != k {
+            return Err(Error::InvalidState("update before assign".into()));
+        }
+        let b = self.b;
+        let dev = b.lock();
+        let s = &dev.stream;
+        let (ni, di, ki) = (n as i32, d as i32, k as i32);
+        // The same kept count as the CPU: drop floor(count * trim) farthest points.
+        let keep: Vec<u32> = self
+            .counts
+            .iter()
+            .map(|&c| c - (c as f32 * trim).floor() as u32)
+            .collect();
+        let trims = trim > 0.0 && keep.iter().zip(&self.counts).any(|(a, b)| a != b);
+        if trims {
+            b.up_into(s, &keep, &mut cb.keep)?;
+            s.memset_zeros(&mut cb.lo)
+                .map_err(|e| dev_err("clear", e))?;
+            s.memset_zeros(&mut cb.below)
+                .map_err(|e| dev_err("clear", e))?;
+            b.up_into(s, &vec![0x7f80_0000u32; k], &mut cb.hi)?;
+            // 31 halvings of [0, bits(inf)] leave lo = hi = the keep-th smallest distance.
+            for _ in 0..31 {
+                ran(
+                    unsafe {
+                        s.launch_builder(&dev.k.bisect_count)
+                            .arg(&self.assign)
+                            .arg(&self.dist)
+                            .arg(&ni)
+                            .arg(&cb.lo)
+                            .arg(&cb.hi)
+                            .arg(&mut cb.below)
+                            .launch(strided(n, b.sms))
+                    },
+                    "trim count",
+                )?;
+                ran(
+                    unsafe {
+                        s.launch_builder(&dev.k.bisect_step)
+                            .arg(&mut cb.lo)
+                            .arg(&mut cb.hi)
+                            .arg(&mut cb.below)
+                            .arg(&cb.keep)
+                            .arg(&ki)
+                            .launch(LaunchConfig::for_num_elems(k as u32))
+                    },
+                    "trim step",
+                )?;
+            }
+        } else {
+            b.up_into(s, &vec![u32::MAX; k], &mut cb.hi)?;
+        }
+        // Group offsets from the counts the host already has.
+        let mut start = Vec::with_capacity(k + 1);
+        let mut acc = 0u32;
+        start.push(0);
+        for &c in &self.counts {
+            acc += c;
+            start.push(acc);
+        }
+        b.up_into(s, &start, &mut cb.start)?;
+        b.up_into(s, &start[..k], &mut cb.cursor)?;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.scatter)
+                    .arg(&self.assign)
+                    .arg(&ni)
+                    .arg(&mut cb.cursor)
+                    .arg(&mut self.order)
+                    .launch(strided(n, b.sms))
+            },
+            "group",
+        )?;
+        let threads = (d.div_ceil(32) * 32).clamp(32, 256) as u32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.reduce_means)
+                    .arg(&self.x)
+                    .arg(&di)
+                    .arg(&self.dist)
+                    .arg(&self.order)
+                    .arg(&cb.start)
+                    .arg(&cb.hi)
+                    .arg(&mut cb.c)
+                    .arg(&mut cb.spread)
+                    .launch(LaunchConfig {
+                        grid_dim: (k as u32, 1, 1),
+                        block_dim: (threads, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+            },
+            "means",
+        )?;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.row_norms)
+                    .arg(&cb.c)
+                    .arg(&ki)
+                    .arg(&di)
+                    .arg(&mut cb.cn)
+                    .launch(per_row(k))
+            },
+            "centroid norms",
+        )?;
+        b.down(s, &cb.spread)
+    }
+
+    fn centroids(&mut self) -> Result<Vec<f32>> {
+        let cb = self
+            .c
+            .as_ref()
+            .ok_or_else(|| Error::InvalidState("no centroids yet".into()))?;
+        let dev = self.b.lock();
+        self.b.down(&dev.stream, &cb.c)
+    }
+
+    fn assignment(&mut self) -> Result<Vec<u32>> {
+        let dev = self.b.lock();
+        self.b.down(&dev.stream, &self.assign)
+    }
+}
+
+/// Free and total bytes on device `ordinal` (for leak checks and reports).
+pub fn memory_info(ordinal: usize) -> Result<(usize, usize)> {
+    let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("create context", e))?;
+    ctx.mem_get_info().map_err(|e| dev_err("memory info", e))
+}

@@ -1,0 +1,152 @@
+//! The CUDA backend against the CPU reference on the same data. These run where a GPU is;
+//! elsewhere they skip, unless `VLCC_REQUIRE_CUDA` is set (GPU runs), where skipping fails.
+
+mod common;
+use std::sync::Arc;
+use vlc_compress::backend::cuda;
+use vlc_compress::train::train_anchors;
+use vlc_compress::{
+    AnchorParams, BackendKind, Compressor, Context, Error, NoProgress, SearchParams,
+};
+
+fn gpu() -> Option<Arc<Context>> {
+    match Context::new(BackendKind::Cuda, 0, 0) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) if std::env::var_os("VLCC_REQUIRE_CUDA").is_some() => panic!("no CUDA: {e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn anchors_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let demo = common::demo();
+    let synth = common::clustered(60_000, 96, 300, 5);
+    for (name, x, d) in [
+        ("glove-demo", &demo.base.data, demo.base.cols),
+        ("clustered", &synth, 96),
+    ] {
+        for (anchors, trim) in [(256, 0.05), (1000, 0.0)] {
+            let p = AnchorParams {
+                anchors,
+                trim,
+                ..AnchorParams::default()
+            };
+            let cpu = common::ctx(0)
+                .run(|b| train_anchors(b, x, d, &p, &NoProgress))
+                .unwrap();
+            let gpu = g.run(|b| train_anchors(b, x, d, &p, &NoProgress)).unwrap();
+            let rel = (gpu.energy - cpu.energy).abs() / cpu.energy;
+            eprintln!(
+                "{name} k={anchors} trim={trim}: energy cpu {} cuda {} ({rel:.2e})",
+                cpu.energy, gpu.energy
+            );
+            assert!(rel < 0.01, "{name}: energy differs by {rel}");
+            assert_eq!(
+                gpu.counts.iter().map(|&c| c as usize).sum::<usize>(),
+                gpu.points
+            );
+        }
+    }
+    let t = g.backend().transfers();
+    assert!(t.h2d_bytes > 0 && t.d2h_bytes > 0);
+}
+
+#[test]
+fn codes_and_recall_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let demo = common::demo();
+    let d = demo.base.cols;
+    let cpu_ctx = common::ctx(0);
+    let mut c = Compressor::new(cpu_ctx.clone(), common::small_params(256, 16));
+    c.train(&demo.base.data, d).unwrap();
+    let cb = c.codebook().unwrap().clone();
+    // One codebook, two backends: the codes must agree for nearly every vector.
+    let on_cpu = cpu_ctx
+        .run(|b| cb.encode(b, demo.base.data[..].into()))
+        .unwrap();
+    let on_gpu = g.run(|b| cb.encode(b, demo.base.data[..].into())).unwrap();
+    let size = on_cpu.len() / demo.base.rows;
+    let same = on_cpu
+        .chunks_exact(size)
+        .zip(on_gpu.chunks_exact(size))
+        .filter(|(a, b)| a == b)
+        .count();
+    let frac = same as f64 / demo.base.rows as f64;
+    eprintln!("identical codes: {frac:.4}");
+    assert!(frac >= 0.99, "only {frac} of codes are identical");
+
+    // Trained on each backend, searched the same way: recall within half a point.
+    let recall = |ctx: &Arc<Context>| {
+        let mut c = Compressor::new(ctx.clone(), common::small_params(256, 16));
+        c.train(&demo.base.data, d).unwrap();
+        let mut ix = c.new_index().unwrap();
+        let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
+        ctx.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
+            .unwrap();
+        let p = SearchParams {
+            k: 10,
+            nprobe: 16,
+            rerank: 0,
+        };
+        let r = ix.search(&demo.query.data, &p, None).unwrap();
+        common::recall(&r.ids, 10, &demo.gt.data, demo.gt.cols, 10)
+    };
+    let (rc, rg) = (recall(&cpu_ctx), recall(&g));
+    eprintln!("recall@10 cpu {rc:.4} cuda {rg:.4}");
+    assert!((rc - rg).abs() <= 0.005, "recall cpu {rc} vs cuda {rg}");
+}
+
+#[test]
+fn contexts_free_their_device_memory() {
+    if gpu().is_none() {
+        return;
+    }
+    let x = common::clustered(100_000, 64, 200, 3);
+    let p = AnchorParams {
+        anchors: 512,
+        max_iters: 5,
+        ..AnchorParams::default()
+    };
+    let round = || {
+        let g = Context::new(BackendKind::Cuda, 0, 0).unwrap();
+        g.run(|b| train_anchors(b, &x, 64, &p, &NoProgress))
+            .unwrap();
+    };
+    round();
+    let (before, _) = cuda::memory_info(0).unwrap();
+    for _ in 0..10 {
+        round();
+    }
+    let (after, _) = cuda::memory_info(0).unwrap();
+    let lost = before.saturating_sub(after);
+    eprintln!("free before {before}, after 10 rounds {after}");
+    assert!(
+        lost < 16 << 20,
+        "{lost} bytes of device memory lost over 10 rounds"
+    );
+}
+
+#[test]
+fn bad_devices_and_inputs_are_errors() {
+    if gpu().is_none() {
+        return;
+    }
+    assert!(matches!(
+        Context::new(BackendKind::Cuda, 99, 0),
+        Err(Error::BackendUnavailable(_))
+    ));
+    let g = gpu().unwrap();
+    let x = vec![1.0f32; 10 * 8];
+    let p = AnchorParams {
+        anchors: 20,
+        ..AnchorParams::default()
+    };
+    assert!(g.run(|b| train_anchors(b, &x, 8, &p, &NoProgress)).is_err());
+    // 2^27 centroids need a 128 GiB distance block: more than the device holds.
+    let huge = g.run(|b| b.nearest(&x, 8, &vec![0.0; 8 << 27]));
+    assert!(matches!(huge, Err(Error::OutOfMemory(_))), "{huge:?}");
+}
