@@ -80,31 +80,6 @@ extern "C" __global__ void count_energy(const unsigned* __restrict__ assign,
     }
 }
 
-// Trim cutoff by bisection over the bits of non-negative floats (their order is the order of
-// the unsigned bit patterns). Each centroid j searches the smallest t in [lo, hi] with
-// #{i in j : bits(dist_i) <= t} >= keep[j]; after 31 rounds lo = hi = the keep-th distance.
-extern "C" __global__ void bisect_count(const unsigned* __restrict__ assign,
-                                        const float* __restrict__ dist, int n,
-                                        const unsigned* __restrict__ lo,
-                                        const unsigned* __restrict__ hi,
-                                        unsigned* __restrict__ below) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        unsigned a = assign[i];
-        unsigned mid = lo[a] + ((hi[a] - lo[a]) >> 1);
-        if ((unsigned)__float_as_int(dist[i]) <= mid) atomicAdd(&below[a], 1u);
-    }
-}
-
-extern "C" __global__ void bisect_step(unsigned* __restrict__ lo, unsigned* __restrict__ hi,
-                                       unsigned* __restrict__ below,
-                                       const unsigned* __restrict__ keep, int k) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= k) return;
-    unsigned mid = lo[j] + ((hi[j] - lo[j]) >> 1);
-    if (below[j] >= keep[j]) hi[j] = mid; else lo[j] = mid + 1;
-    below[j] = 0;
-}
-
 // Counting sort of point indices by centroid: cursor starts at each group's offset.
 extern "C" __global__ void scatter(const unsigned* __restrict__ assign, int n,
                                    unsigned* __restrict__ cursor, unsigned* __restrict__ order) {
@@ -112,54 +87,87 @@ extern "C" __global__ void scatter(const unsigned* __restrict__ assign, int n,
         order[atomicAdd(&cursor[assign[i]], 1u)] = (unsigned)i;
 }
 
-// One block per centroid: the mean of its points at or below the cutoff (in double), written
-// over the centroid when any point is kept; spread = mean kept distance. `cut` holds distance
-// bits (0xffffffff keeps everything).
-extern "C" __global__ void reduce_means(const float* __restrict__ x, int d,
+// Block-wide sum, returned to every thread. `sh` holds one slot per warp.
+template <typename T>
+__device__ T block_sum(T v, T* sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T t = 0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += sh[w];
+    __syncthreads();
+    return t;
+}
+
+#define DIMS_PER_LANE 8
+#define MAX_WARPS 8
+
+// One block (up to 8 warps) per centroid j, over its members order[start[j] .. start[j+1]]:
+// 1. the trim cutoff: the keep-th smallest distance, keep = count - floor(count * trim), found
+//    by bisection over the bits of non-negative floats (their order is that of the bits);
+// 2. spread = mean kept distance;
+// 3. the centroid = mean of the kept points (left as is when it has no points). Warps take
+//    members in turn, lanes take dimensions, so each row is read whole and coalesced.
+extern "C" __global__ void update_means(const float* __restrict__ x, int d,
                                         const float* __restrict__ dist,
                                         const unsigned* __restrict__ order,
-                                        const unsigned* __restrict__ start,
-                                        const unsigned* __restrict__ cut,
+                                        const unsigned* __restrict__ start, float trim,
                                         float* __restrict__ c, float* __restrict__ spread) {
-    __shared__ double part[32];
-    __shared__ unsigned kept_shared;
-    int j = blockIdx.x;
-    unsigned b = start[j], e = start[j + 1], cj = cut[j];
-    // Kept count and spread first: thread-strided over members, then a block sum.
-    double s = 0.0;
+    __shared__ unsigned su[MAX_WARPS];
+    __shared__ double sd[MAX_WARPS];
+    __shared__ float acc_sh[MAX_WARPS][32 * DIMS_PER_LANE];
+    const int j = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nw = blockDim.x >> 5;
+    const unsigned b = start[j], e = start[j + 1], count = e - b;
+    if (count == 0) {
+        if (threadIdx.x == 0) spread[j] = 0.f;
+        return;
+    }
+    const unsigned drop = (unsigned)floorf((float)count * trim);
+    unsigned cut = 0xffffffffu;
+    if (drop > 0) {
+        const unsigned keep = count - drop;
+        unsigned lo = 0, hi = 0x7f800000u;
+        while (lo < hi) {  // uniform: every thread sees the same sums
+            unsigned mid = lo + ((hi - lo) >> 1), below = 0;
+            for (unsigned p = b + threadIdx.x; p < e; p += blockDim.x)
+                below += (unsigned)__float_as_int(dist[order[p]]) <= mid;
+            if (block_sum(below, su) >= keep) hi = mid; else lo = mid + 1;
+        }
+        cut = lo;
+    }
     unsigned kept = 0;
+    double s = 0.0;
     for (unsigned p = b + threadIdx.x; p < e; p += blockDim.x) {
         float v = dist[order[p]];
-        if ((unsigned)__float_as_int(v) <= cj) { s += (double)v; kept++; }
+        if ((unsigned)__float_as_int(v) <= cut) { kept++; s += (double)v; }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        s += __shfl_xor_sync(FULL, s, o);
-        kept += __shfl_xor_sync(FULL, kept, o);
-    }
-    if (threadIdx.x == 0) kept_shared = 0;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) {
-        part[threadIdx.x / 32] = s;
-        atomicAdd(&kept_shared, kept);
-    }
-    __syncthreads();
-    unsigned total = kept_shared;
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < (int)(blockDim.x / 32); w++) t += part[w];
-        spread[j] = total ? (float)(t / total) : 0.f;
-    }
-    if (total == 0) return;
-    double inv = 1.0 / total;
-    // Each thread owns dimensions t, t + blockDim.x, ...: rows are read whole, coalesced.
-    for (int t0 = 0; t0 < d; t0 += blockDim.x) {
-        int t = t0 + threadIdx.x;
-        if (t >= d) break;
-        double acc = 0.0;
-        for (unsigned p = b; p < e; p++) {
+    kept = block_sum(kept, su);
+    s = block_sum(s, sd);
+    if (threadIdx.x == 0) spread[j] = (float)(s / kept);
+    const double inv = 1.0 / kept;
+    for (int t0 = 0; t0 < d; t0 += 32 * DIMS_PER_LANE) {
+        float acc[DIMS_PER_LANE];
+#pragma unroll
+        for (int r = 0; r < DIMS_PER_LANE; r++) acc[r] = 0.f;
+        for (unsigned p = b + w; p < e; p += nw) {
             unsigned i = order[p];
-            if ((unsigned)__float_as_int(dist[i]) <= cj) acc += (double)x[(size_t)i * d + t];
+            if ((unsigned)__float_as_int(dist[i]) > cut) continue;
+            const float* row = x + (size_t)i * d + t0;
+#pragma unroll
+            for (int r = 0; r < DIMS_PER_LANE; r++) {
+                int t = lane + 32 * r;
+                if (t0 + t < d) acc[r] += row[t];
+            }
         }
-        c[(size_t)j * d + t] = (float)(acc * inv);
+#pragma unroll
+        for (int r = 0; r < DIMS_PER_LANE; r++) acc_sh[w][lane + 32 * r] = acc[r];
+        __syncthreads();
+        for (int t = threadIdx.x; t < 32 * DIMS_PER_LANE && t0 + t < d; t += blockDim.x) {
+            double tot = 0.0;
+            for (int v = 0; v < nw; v++) tot += (double)acc_sh[v][t];
+            c[(size_t)j * d + t0 + t] = (float)(tot * inv);
+        }
+        __syncthreads();
     }
 }

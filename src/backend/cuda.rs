@@ -67,10 +67,8 @@ struct Kernels {
     offsets: CudaFunction,
     argmin_rows: CudaFunction,
     count_energy: CudaFunction,
-    bisect_count: CudaFunction,
-    bisect_step: CudaFunction,
     scatter: CudaFunction,
-    reduce_means: CudaFunction,
+    update_means: CudaFunction,
 }
 
 /// What one context owns on the device. One lock: cuBLAS handles and launches are not
@@ -118,6 +116,9 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         )));
     }
     let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("create context", e))?;
+    // SAFETY: this context's work all goes through one stream, in order, so cudarc's
+    // per-buffer events (several driver calls per launch) add nothing but overhead.
+    unsafe { ctx.disable_event_tracking() };
     let name = ctx.name().unwrap_or_else(|_| "unknown".into());
     let sms = ctx
         .attribute(
@@ -141,10 +142,8 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         offsets: f("offsets")?,
         argmin_rows: f("argmin_rows")?,
         count_energy: f("count_energy")?,
-        bisect_count: f("bisect_count")?,
-        bisect_step: f("bisect_step")?,
         scatter: f("scatter")?,
-        reduce_means: f("reduce_means")?,
+        update_means: f("update_means")?,
     };
     Ok(Box::new(CudaBackend {
         dev: Mutex::new(Device { stream, blas, k }),
@@ -267,10 +266,6 @@ struct Centroids {
     chunk: usize,
     counts: CudaSlice<u32>,
     energy: CudaSlice<f64>,
-    lo: CudaSlice<u32>,
-    hi: CudaSlice<u32>,
-    below: CudaSlice<u32>,
-    keep: CudaSlice<u32>,
     start: CudaSlice<u32>,
     cursor: CudaSlice<u32>,
     spread: CudaSlice<f32>,
@@ -320,7 +315,7 @@ impl<'a> CudaSession<'a> {
     fn buffers(&self, s: &Arc<CudaStream>, k: usize) -> Result<Centroids> {
         let z32 = |n| CudaBackend::zeros::<u32>(s, n);
         let zf = |n| CudaBackend::zeros::<f32>(s, n);
-        let chunk = (DOTS_BYTES / (4 * k)).clamp(256, self.n.max(1));
+        let chunk = (DOTS_BYTES / (4 * k)).max(256).min(self.n.max(1));
         Ok(Centroids {
             c: zf(k * self.d)?,
             cn: zf(k)?,
@@ -330,10 +325,6 @@ impl<'a> CudaSession<'a> {
             chunk,
             counts: z32(k)?,
             energy: CudaBackend::zeros::<f64>(s, 1)?,
-            lo: z32(k)?,
-            hi: z32(k)?,
-            below: z32(k)?,
-            keep: z32(k)?,
             start: z32(k + 1)?,
             cursor: z32(k)?,
             spread: zf(k)?,
@@ -489,51 +480,6 @@ impl KmeansSession for CudaSession<'_> {
         let dev = b.lock();
         let s = &dev.stream;
         let (ni, di, ki) = (n as i32, d as i32, k as i32);
-        // The same kept count as the CPU: drop floor(count * trim) farthest points.
-        let keep: Vec<u32> = self
-            .counts
-            .iter()
-            .map(|&c| c - (c as f32 * trim).floor() as u32)
-            .collect();
-        let trims = trim > 0.0 && keep.iter().zip(&self.counts).any(|(a, b)| a != b);
-        if trims {
-            b.up_into(s, &keep, &mut cb.keep)?;
-            s.memset_zeros(&mut cb.lo)
-                .map_err(|e| dev_err("clear", e))?;
-            s.memset_zeros(&mut cb.below)
-                .map_err(|e| dev_err("clear", e))?;
-            b.up_into(s, &vec![0x7f80_0000u32; k], &mut cb.hi)?;
-            // 31 halvings of [0, bits(inf)] leave lo = hi = the keep-th smallest distance.
-            for _ in 0..31 {
-                ran(
-                    unsafe {
-                        s.launch_builder(&dev.k.bisect_count)
-                            .arg(&self.assign)
-                            .arg(&self.dist)
-                            .arg(&ni)
-                            .arg(&cb.lo)
-                            .arg(&cb.hi)
-                            .arg(&mut cb.below)
-                            .launch(strided(n, b.sms))
-                    },
-                    "trim count",
-                )?;
-                ran(
-                    unsafe {
-                        s.launch_builder(&dev.k.bisect_step)
-                            .arg(&mut cb.lo)
-                            .arg(&mut cb.hi)
-                            .arg(&mut cb.below)
-                            .arg(&cb.keep)
-                            .arg(&ki)
-                            .launch(LaunchConfig::for_num_elems(k as u32))
-                    },
-                    "trim step",
-                )?;
-            }
-        } else {
-            b.up_into(s, &vec![u32::MAX; k], &mut cb.hi)?;
-        }
         // Group offsets from the counts the host already has.
         let mut start = Vec::with_capacity(k + 1);
         let mut acc = 0u32;
@@ -555,16 +501,17 @@ impl KmeansSession for CudaSession<'_> {
             },
             "group",
         )?;
-        let threads = (d.div_ceil(32) * 32).clamp(32, 256) as u32;
+        // Eight warps, or fewer for small groups: warps take members in turn.
+        let threads = (n.div_ceil(k).div_ceil(32) * 32).clamp(32, 256) as u32;
         ran(
             unsafe {
-                s.launch_builder(&dev.k.reduce_means)
+                s.launch_builder(&dev.k.update_means)
                     .arg(&self.x)
                     .arg(&di)
                     .arg(&self.dist)
                     .arg(&self.order)
                     .arg(&cb.start)
-                    .arg(&cb.hi)
+                    .arg(&trim)
                     .arg(&mut cb.c)
                     .arg(&mut cb.spread)
                     .launch(LaunchConfig {
