@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project: `bash scripts/test.sh` on a fresh clone. Installs what the
-# tests need first (Debian packages, the pinned cbindgen CLI); every step is idempotent.
+# tests need first (Debian packages, the pinned cbindgen CLI, the NVRTC wheel); every step is
+# idempotent. With CI set, a test that cannot find NVRTC fails instead of skipping.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -27,6 +28,19 @@ CBINDGEN_VERSION=0.29.4
 if ! cbindgen --version 2>/dev/null | grep -qF "$CBINDGEN_VERSION"; then
   cargo install --locked cbindgen --version "$CBINDGEN_VERSION"
 fi
+
+step "NVRTC (the CUDA kernels compile in the tests, GPU or not)"
+# Pinned to the CUDA 13.0 line: a newer NVRTC writes PTX that 13.0 drivers refuse.
+whl=$root/.whl
+if [ ! -e "$whl/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-pip
+  fi
+  python3 -m pip install -q --disable-pip-version-check --target "$whl" \
+    nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.96
+fi
+export LD_LIBRARY_PATH="$whl/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 step "generated header is up to date"
 cbindgen --config cbindgen.toml --output include/vlc_compress.h --verify \

@@ -149,6 +149,7 @@ fn bad_devices_and_inputs_are_errors() {
     };
     assert!(g.run(|b| train_anchors(b, &x, 8, &p, &NoProgress)).is_err());
     // 2^27 centroids need a 128 GiB distance block: more than the device holds.
-    let huge = g.run(|b| b.nearest(&x, 8, &vec![0.0; 8 << 27]));
+    let rows = vec![1.0f32; 4096 * 8];
+    let huge = g.run(|b| b.nearest(&rows, 8, &vec![0.0; 8 << 27]));
     assert!(matches!(huge, Err(Error::OutOfMemory(_))), "{huge:?}");
 }

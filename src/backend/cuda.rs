@@ -240,8 +240,49 @@ impl Backend for CudaBackend {
     }
 }
 
+/// With `VLCC_CUDA_TRACE` set, each step is synchronized and timed, and the totals are
+/// printed when the session ends: where an iteration's time goes, without a profiler.
+struct Trace {
+    last: Option<std::time::Instant>,
+    spent: Vec<(&'static str, f64)>,
+}
+
+impl Trace {
+    fn new() -> Trace {
+        let on = std::env::var_os("VLCC_CUDA_TRACE").is_some();
+        Trace {
+            last: on.then(std::time::Instant::now),
+            spent: Vec::new(),
+        }
+    }
+    fn mark(&mut self, s: &CudaStream, step: &'static str) {
+        let Some(last) = self.last else { return };
+        let _ = s.synchronize();
+        let now = std::time::Instant::now();
+        let dt = (now - last).as_secs_f64();
+        match self.spent.iter_mut().find(|(n, _)| *n == step) {
+            Some((_, t)) => *t += dt,
+            None => self.spent.push((step, dt)),
+        }
+        self.last = Some(now);
+    }
+}
+
+impl Drop for Trace {
+    fn drop(&mut self) {
+        if self.last.is_some() {
+            let total: f64 = self.spent.iter().map(|(_, t)| t).sum();
+            for (n, t) in &self.spent {
+                eprintln!("cuda trace {n:>12}: {:9.3} ms", t * 1e3);
+            }
+            eprintln!("cuda trace {:>12}: {:9.3} ms", "total", total * 1e3);
+        }
+    }
+}
+
 /// A training set on the device.
 struct CudaSession<'a> {
+    trace: Trace,
     b: &'a CudaBackend,
     n: usize,
     d: usize,
@@ -284,6 +325,7 @@ impl<'a> CudaSession<'a> {
         as_i32(d, "dimension")?;
         let dev = b.lock();
         let s = &dev.stream;
+        let mut trace = Trace::new();
         let xd = b.up(s, x)?;
         let mut xn = CudaBackend::zeros::<f32>(s, n)?;
         let (ni, di) = (n as i32, d as i32);
@@ -297,7 +339,9 @@ impl<'a> CudaSession<'a> {
                 .launch(per_row(n))
         }
         .map_err(|e| dev_err("row norms", e))?;
+        trace.mark(s, "upload");
         Ok(CudaSession {
+            trace,
             b,
             n,
             d,
@@ -349,6 +393,7 @@ impl KmeansSession for CudaSession<'_> {
         as_i32(k, "centroids")?;
         let dev = self.b.lock();
         let s = &dev.stream;
+        self.trace.mark(s, "host");
         if self.k != k || self.c.is_none() {
             self.c = Some(self.buffers(s, k)?);
             self.k = k;
@@ -366,6 +411,7 @@ impl KmeansSession for CudaSession<'_> {
                 .launch(per_row(k))
         }
         .map_err(|e| dev_err("centroid norms", e))?;
+        self.trace.mark(s, "set_centroids");
         Ok(())
     }
 
@@ -378,6 +424,7 @@ impl KmeansSession for CudaSession<'_> {
         let b = self.b;
         let dev = b.lock();
         let s = &dev.stream;
+        self.trace.mark(s, "host");
         let use_bias: i32 = match bias {
             Some(v) if v.len() == k => {
                 b.up_into(s, v, &mut cb.bias)?;
@@ -445,6 +492,7 @@ impl KmeansSession for CudaSession<'_> {
             )?;
             row0 += rows;
         }
+        self.trace.mark(s, "gemm+argmin");
         s.memset_zeros(&mut cb.counts)
             .map_err(|e| dev_err("clear counts", e))?;
         s.memset_zeros(&mut cb.energy)
@@ -464,6 +512,7 @@ impl KmeansSession for CudaSession<'_> {
         let counts = b.down(s, &cb.counts)?;
         let energy = b.down(s, &cb.energy)?[0];
         self.counts.clone_from(&counts);
+        self.trace.mark(s, "counts");
         Ok(AssignStats { counts, energy })
     }
 
@@ -479,6 +528,7 @@ impl KmeansSession for CudaSession<'_> {
         let b = self.b;
         let dev = b.lock();
         let s = &dev.stream;
+        self.trace.mark(s, "host");
         let (ni, di, ki) = (n as i32, d as i32, k as i32);
         // Group offsets from the counts the host already has.
         let mut start = Vec::with_capacity(k + 1);
@@ -501,6 +551,7 @@ impl KmeansSession for CudaSession<'_> {
             },
             "group",
         )?;
+        self.trace.mark(s, "scatter");
         // Eight warps, or fewer for small groups: warps take members in turn.
         let threads = (n.div_ceil(k).div_ceil(32) * 32).clamp(32, 256) as u32;
         ran(
@@ -522,6 +573,7 @@ impl KmeansSession for CudaSession<'_> {
             },
             "means",
         )?;
+        self.trace.mark(s, "means");
         ran(
             unsafe {
                 s.launch_builder(&dev.k.row_norms)
@@ -533,7 +585,9 @@ impl KmeansSession for CudaSession<'_> {
             },
             "centroid norms",
         )?;
-        b.down(s, &cb.spread)
+        let spread = b.down(s, &cb.spread);
+        self.trace.mark(s, "norms+spread");
+        spread
     }
 
     fn centroids(&mut self) -> Result<Vec<f32>> {
@@ -542,7 +596,10 @@ impl KmeansSession for CudaSession<'_> {
             .as_ref()
             .ok_or_else(|| Error::InvalidState("no centroids yet".into()))?;
         let dev = self.b.lock();
-        self.b.down(&dev.stream, &cb.c)
+        self.trace.mark(&dev.stream, "host");
+        let c = self.b.down(&dev.stream, &cb.c);
+        self.trace.mark(&dev.stream, "get_centroids");
+        c
     }
 
     fn assignment(&mut self) -> Result<Vec<u32>> {
