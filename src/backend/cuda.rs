@@ -16,7 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Every kernel source, by file name: compiled together at context creation and by the tests.
-pub const KERNELS: &[(&str, &str)] = &[("kmeans.cu", include_str!("../../kernels/kmeans.cu"))];
+pub const KERNELS: &[(&str, &str)] = &[
+    ("kmeans.cu", include_str!("../../kernels/kmeans.cu")),
+    ("encode.cu", include_str!("../../kernels/encode.cu")),
+];
+
+/// Largest sub-vector the PQ kernel keeps in registers; wider ones go through `nearest`.
+const MAX_DSUB: usize = 32;
 
 /// PTX target: Ampere and newer JIT it; fixed so that CI compiles exactly what runs.
 const ARCH: &str = "compute_80";
@@ -69,6 +75,7 @@ struct Kernels {
     count_energy: CudaFunction,
     scatter: CudaFunction,
     update_means: CudaFunction,
+    pq_assign: CudaFunction,
 }
 
 /// What one context owns on the device. One lock: cuBLAS handles and launches are not
@@ -128,22 +135,26 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
     let stream = ctx.default_stream();
     let blas = CudaBlas::new(stream.clone())
         .map_err(|e| Error::Device(format!("cuBLAS: create handle: {e}")))?;
-    let (_, src) = KERNELS[0];
-    let module = ctx
-        .load_module(compile("kmeans.cu", src)?)
-        .map_err(|e| dev_err("load kernels", e))?;
-    let f = |n: &str| {
-        module
+    let mut modules = Vec::new();
+    for (name, src) in KERNELS {
+        let m = ctx
+            .load_module(compile(name, src)?)
+            .map_err(|e| dev_err(&format!("load {name}"), e))?;
+        modules.push(m);
+    }
+    let f = |i: usize, n: &str| {
+        modules[i]
             .load_function(n)
             .map_err(|e| dev_err(&format!("load kernel {n}"), e))
     };
     let k = Kernels {
-        row_norms: f("row_norms")?,
-        offsets: f("offsets")?,
-        argmin_rows: f("argmin_rows")?,
-        count_energy: f("count_energy")?,
-        scatter: f("scatter")?,
-        update_means: f("update_means")?,
+        row_norms: f(0, "row_norms")?,
+        offsets: f(0, "offsets")?,
+        argmin_rows: f(0, "argmin_rows")?,
+        count_energy: f(0, "count_energy")?,
+        scatter: f(0, "scatter")?,
+        update_means: f(0, "update_means")?,
+        pq_assign: f(1, "pq_assign")?,
     };
     Ok(Box::new(CudaBackend {
         dev: Mutex::new(Device { stream, blas, k }),
@@ -231,6 +242,46 @@ impl Backend for CudaBackend {
         let a = self.down(&dev.stream, &s.assign)?;
         let dist = self.down(&dev.stream, &s.dist)?;
         Ok((a, dist))
+    }
+    fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
+        let dp = nsub * dsub;
+        let ksub = books.len() / dp.max(1);
+        if dsub == 0 || dsub > MAX_DSUB || ksub > 256 || y.len() % dp != 0 {
+            return super::pq_assign_by_nearest(self, y, nsub, dsub, books);
+        }
+        let n = y.len() / dp;
+        as_i32(n, "rows")?;
+        let dev = self.lock();
+        let s = &dev.stream;
+        let yd = self.up(s, y)?;
+        let bd = self.up(s, books)?;
+        let mut out = CudaBackend::zeros::<u8>(s, n * nsub)?;
+        let (ni, dpi, dsi, ki, nsi) = (n as i32, dp as i32, dsub as i32, ksub as i32, nsub as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(128) as u32, nsub as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: (4 * ksub * (dsub + 1)) as u32,
+        };
+        // SAFETY: y holds n x dp floats, books nsub x ksub x dsub, out n x nsub bytes; the
+        // shared block holds one sub-codebook and its norms.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.pq_assign)
+                    .arg(&yd)
+                    .arg(&ni)
+                    .arg(&dpi)
+                    .arg(&dsi)
+                    .arg(&ki)
+                    .arg(&bd)
+                    .arg(&mut out)
+                    .arg(&nsi)
+                    .launch(cfg)
+            },
+            "pq assign",
+        )?;
+        let mut v = self.down(s, &out)?;
+        v.truncate(n * nsub);
+        Ok(v)
     }
     fn transfers(&self) -> Transfers {
         Transfers {

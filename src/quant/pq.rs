@@ -94,11 +94,10 @@ impl ProductQuantizer {
         let n = y.len() / dp;
         let cs = self.code_size();
         let mut codes = vec![0u8; n * cs];
-        for j in 0..self.nsub {
-            let sub = extract_sub(y, dp, j * self.dsub, self.dsub);
-            let (a, _) = backend.nearest(&sub, self.dsub, self.sub(j))?;
-            for (i, &c) in a.iter().enumerate() {
-                set_code(&mut codes[i * cs..(i + 1) * cs], j, self.bits, c as u8);
+        let idx = backend.pq_assign(y, self.nsub, self.dsub, &self.centroids)?;
+        for (code, row) in codes.chunks_exact_mut(cs).zip(idx.chunks_exact(self.nsub)) {
+            for (j, &c) in row.iter().enumerate() {
+                set_code(code, j, self.bits, c);
             }
         }
         Ok(codes)

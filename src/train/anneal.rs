@@ -17,6 +17,8 @@ use crate::params::{AnchorParams, Init};
 use crate::rng::Rng;
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 /// Trained anchors and how training went.
 #[derive(Clone, Debug)]
@@ -317,10 +319,19 @@ fn maintenance(
     }
     free.sort_unstable();
     free.dedup();
+    // Costliest first (smaller index on ties); entries whose cost has changed since they were
+    // pushed are stale and skipped, so each split costs O(log k), not O(k).
+    let mut heap: BinaryHeap<Costly> = (0..k).map(|j| Costly(cost[j], j)).collect();
     for slot in free {
         // The costliest cluster gives up half its points: two copies pushed apart along a
         // random direction by half its radius; the next assignment separates them.
-        let Some(big) = (0..k).max_by(|&a, &b| cost[a].total_cmp(&cost[b]).then(b.cmp(&a))) else {
+        let big = loop {
+            match heap.peek() {
+                Some(&Costly(v, j)) if v.to_bits() != cost[j].to_bits() => drop(heap.pop()),
+                top => break top.map(|t| t.1),
+            }
+        };
+        let Some(big) = big else {
             break;
         };
         if load[big] < 2.0 {
@@ -334,6 +345,28 @@ fn maintenance(
         load[slot] = load[big];
         cost[big] /= 2.0;
         cost[slot] = cost[big];
+        heap.push(Costly(cost[big], big));
+        heap.push(Costly(cost[slot], slot));
+    }
+}
+
+/// A cluster's cost and index, ordered by cost, then by smaller index.
+struct Costly(f64, usize);
+
+impl PartialEq for Costly {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Costly {}
+impl PartialOrd for Costly {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Costly {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0).then(o.1.cmp(&self.1))
     }
 }
 
