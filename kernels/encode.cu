@@ -41,3 +41,17 @@ extern "C" __global__ void pq_assign(const float* __restrict__ y, int n, int dp,
     }
     out[(size_t)i * nsub + j] = (unsigned char)at;
 }
+
+// y = x - anchor[assign], zero-padded from d to dp columns (row-major, n x dp).
+extern "C" __global__ void residuals(const float* __restrict__ x, int n, int d,
+                                     const float* __restrict__ anchors,
+                                     const unsigned* __restrict__ assign, int dp,
+                                     float* __restrict__ y) {
+    const size_t total = (size_t)n * dp;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        size_t i = e / dp;
+        int t = (int)(e - i * dp);
+        y[e] = t < d ? x[i * d + t] - anchors[(size_t)assign[i] * d + t] : 0.f;
+    }
+}

@@ -2,7 +2,7 @@
 //
 // Header-free on purpose (NVRTC 13 ships no standard headers). Distances come from a cuBLAS
 // GEMM (dots = X C^T); these kernels turn dots into assignments, find each centroid's trim
-// cutoff by bisection on the distance bits, and reduce the kept points into new centroids.
+// cutoff by a radix select on the distance bits, and reduce the kept points into new centroids.
 // Every launch stays on the device; only O(k) statistics go back to the host.
 
 #define FULL 0xffffffffu
@@ -104,7 +104,7 @@ __device__ T block_sum(T v, T* sh) {
 
 // One block (up to 8 warps) per centroid j, over its members order[start[j] .. start[j+1]]:
 // 1. the trim cutoff: the keep-th smallest distance, keep = count - floor(count * trim), found
-//    by bisection over the bits of non-negative floats (their order is that of the bits);
+//    by a radix select over the bits of non-negative floats (their order is that of the bits);
 // 2. spread = mean kept distance;
 // 3. the centroid = mean of the kept points (left as is when it has no points). Warps take
 //    members in turn, lanes take dimensions, so each row is read whole and coalesced.
@@ -115,7 +115,7 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
                                         float* __restrict__ c, float* __restrict__ spread) {
     __shared__ unsigned su[MAX_WARPS];
     __shared__ double sd[MAX_WARPS];
-    __shared__ float acc_sh[MAX_WARPS][32 * DIMS_PER_LANE];
+    __shared__ double acc_sh[MAX_WARPS][32 * DIMS_PER_LANE];
     const int j = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nw = blockDim.x >> 5;
     const unsigned b = start[j], e = start[j + 1], count = e - b;
@@ -126,15 +126,35 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
     const unsigned drop = (unsigned)floorf((float)count * trim);
     unsigned cut = 0xffffffffu;
     if (drop > 0) {
-        const unsigned keep = count - drop;
-        unsigned lo = 0, hi = 0x7f800000u;
-        while (lo < hi) {  // uniform: every thread sees the same sums
-            unsigned mid = lo + ((hi - lo) >> 1), below = 0;
-            for (unsigned p = b + threadIdx.x; p < e; p += blockDim.x)
-                below += (unsigned)__float_as_int(dist[order[p]]) <= mid;
-            if (block_sum(below, su) >= keep) hi = mid; else lo = mid + 1;
+        // Radix select, 8 bits at a time from the top: which bucket holds the keep-th
+        // smallest distance among members that share the prefix found so far.
+        __shared__ unsigned hist[256];
+        __shared__ unsigned pick[2];
+        unsigned keep = count - drop, prefix = 0;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int t = threadIdx.x; t < 256; t += blockDim.x) hist[t] = 0;
+            __syncthreads();
+            const unsigned hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+            for (unsigned p = b + threadIdx.x; p < e; p += blockDim.x) {
+                unsigned v = (unsigned)__float_as_int(dist[order[p]]);
+                if ((v & hi_mask) == prefix) atomicAdd(&hist[(v >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                unsigned acc = 0, dgt = 0;
+                for (; dgt < 255; dgt++) {
+                    if (acc + hist[dgt] >= keep) break;
+                    acc += hist[dgt];
+                }
+                pick[0] = dgt;
+                pick[1] = keep - acc;
+            }
+            __syncthreads();
+            prefix |= pick[0] << shift;
+            keep = pick[1];
+            __syncthreads();
         }
-        cut = lo;
+        cut = prefix;
     }
     unsigned kept = 0;
     double s = 0.0;
@@ -147,9 +167,11 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
     if (threadIdx.x == 0) spread[j] = (float)(s / kept);
     const double inv = 1.0 / kept;
     for (int t0 = 0; t0 < d; t0 += 32 * DIMS_PER_LANE) {
-        float acc[DIMS_PER_LANE];
+        // Double sums: member order (set by the atomic scatter) then changes nothing once
+        // rounded to float, so runs repeat.
+        double acc[DIMS_PER_LANE];
 #pragma unroll
-        for (int r = 0; r < DIMS_PER_LANE; r++) acc[r] = 0.f;
+        for (int r = 0; r < DIMS_PER_LANE; r++) acc[r] = 0.0;
         for (unsigned p = b + w; p < e; p += nw) {
             unsigned i = order[p];
             if ((unsigned)__float_as_int(dist[i]) > cut) continue;
@@ -157,7 +179,7 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
 #pragma unroll
             for (int r = 0; r < DIMS_PER_LANE; r++) {
                 int t = lane + 32 * r;
-                if (t0 + t < d) acc[r] += row[t];
+                if (t0 + t < d) acc[r] += (double)row[t];
             }
         }
 #pragma unroll
@@ -165,7 +187,7 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
         __syncthreads();
         for (int t = threadIdx.x; t < 32 * DIMS_PER_LANE && t0 + t < d; t += blockDim.x) {
             double tot = 0.0;
-            for (int v = 0; v < nw; v++) tot += (double)acc_sh[v][t];
+            for (int v = 0; v < nw; v++) tot += acc_sh[v][t];
             c[(size_t)j * d + t0 + t] = (float)(tot * inv);
         }
         __syncthreads();

@@ -64,7 +64,9 @@ pub(crate) use invalid;
 
 /// Fails with `NonFinite` when any value is NaN or infinite.
 pub(crate) fn check_finite(x: &[f32], what: &str) -> Result<()> {
-    match x.iter().position(|v| !v.is_finite()) {
+    use rayon::prelude::*;
+    // The first bad position, whatever the thread count.
+    match x.par_iter().position_first(|v| !v.is_finite()) {
         None => Ok(()),
         Some(i) => Err(Error::NonFinite(format!(
             "{what}: value {} at position {i}",

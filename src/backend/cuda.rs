@@ -76,6 +76,7 @@ struct Kernels {
     scatter: CudaFunction,
     update_means: CudaFunction,
     pq_assign: CudaFunction,
+    residuals: CudaFunction,
 }
 
 /// What one context owns on the device. One lock: cuBLAS handles and launches are not
@@ -155,6 +156,7 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         scatter: f(0, "scatter")?,
         update_means: f(0, "update_means")?,
         pq_assign: f(1, "pq_assign")?,
+        residuals: f(1, "residuals")?,
     };
     Ok(Box::new(CudaBackend {
         dev: Mutex::new(Device { stream, blas, k }),
@@ -235,6 +237,9 @@ impl Backend for CudaBackend {
         Ok(Box::new(CudaSession::new(self, x, d)?))
     }
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
+        if x.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
         let mut s = CudaSession::new(self, x, d)?;
         s.set_centroids(centroids)?;
         s.assign(None)?;
@@ -245,15 +250,132 @@ impl Backend for CudaBackend {
     }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;
-        let ksub = books.len() / dp.max(1);
-        if dsub == 0 || dsub > MAX_DSUB || ksub > 256 || y.len() % dp != 0 {
+        if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || y.len() % dp != 0 {
             return super::pq_assign_by_nearest(self, y, nsub, dsub, books);
         }
-        let n = y.len() / dp;
-        as_i32(n, "rows")?;
+        if y.is_empty() {
+            return Ok(Vec::new());
+        }
         let dev = self.lock();
         let s = &dev.stream;
         let yd = self.up(s, y)?;
+        let idx = self.pq_assign_on_device(&dev, &yd, y.len() / dp, nsub, dsub, books)?;
+        self.down(s, &idx)
+    }
+
+    fn encode_residuals(
+        &self,
+        x: &[f32],
+        d: usize,
+        anchors: &[f32],
+        rot: &[f32],
+        nsub: usize,
+        dsub: usize,
+        books: &[f32],
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        let dp = nsub * dsub;
+        if x.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || dp < d {
+            return crate::quant::encode_residuals_in_steps(
+                self, x, d, anchors, rot, nsub, dsub, books,
+            );
+        }
+        // Everything stays on the device: nearest anchor, residual, rotation, PQ.
+        let mut sess = CudaSession::new(self, x, d)?;
+        sess.set_centroids(anchors)?;
+        sess.assign(None)?;
+        let n = sess.n;
+        let anc = &sess.c.as_ref().expect("centroids were just set").c;
+        let dev = self.lock();
+        let s = &dev.stream;
+        let mut y = CudaBackend::zeros::<f32>(s, n * dp)?;
+        let (ni, di, dpi) = (n as i32, d as i32, dp as i32);
+        // SAFETY: x is n x d, anchors k x d with every assignment below k, y n x dp.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.residuals)
+                    .arg(&sess.x)
+                    .arg(&ni)
+                    .arg(&di)
+                    .arg(anc)
+                    .arg(&sess.assign)
+                    .arg(&dpi)
+                    .arg(&mut y)
+                    .launch(strided(n * dp, self.sms))
+            },
+            "residuals",
+        )?;
+        if !rot.is_empty() {
+            let r = self.up(s, rot)?;
+            let mut turned = CudaBackend::zeros::<f32>(s, n * dp)?;
+            // Row-major y R^T, the same product as `rotation::apply`.
+            gemm_rows_by(&dev, &r, dp, dp, &y.slice(..n * dp), n, &mut turned)?;
+            y = turned;
+        }
+        let idx = self.pq_assign_on_device(&dev, &y, n, nsub, dsub, books)?;
+        let a = self.down(s, &sess.assign)?;
+        let idx = self.down(s, &idx)?;
+        Ok((a, idx))
+    }
+
+    fn transfers(&self) -> Transfers {
+        Transfers {
+            h2d_bytes: self.h2d.load(Ordering::Relaxed),
+            d2h_bytes: self.d2h.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Whether the PQ kernel takes this shape: sub-vectors in registers, at most 256 codewords.
+fn pq_kernel_fits(dsub: usize, ksub: usize) -> bool {
+    (1..=MAX_DSUB).contains(&dsub) && (1..=256).contains(&ksub)
+}
+
+/// Row-major `out (rows x m) = x (rows x kd) . c (m x kd)^T` through cuBLAS: in column-major
+/// terms out^T = c . x^T, so c is transposed and x is not.
+fn gemm_rows_by(
+    dev: &Device,
+    c: &CudaSlice<f32>,
+    m: usize,
+    kd: usize,
+    x: &cudarc::driver::CudaView<'_, f32>,
+    rows: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let cfg = GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_T,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: m as i32,
+        n: rows as i32,
+        k: kd as i32,
+        alpha: 1.0f32,
+        lda: kd as i32,
+        ldb: kd as i32,
+        beta: 0.0f32,
+        ldc: m as i32,
+    };
+    // SAFETY: c holds m x kd floats, x rows x kd, out at least rows x m.
+    unsafe { dev.blas.gemm(cfg, c, x, out) }
+        .map_err(|e| Error::Device(format!("cuBLAS sgemm: {e}")))
+}
+
+impl CudaBackend {
+    /// PQ indices (n x nsub bytes, on the device) of the rows of `y` (n x nsub*dsub).
+    fn pq_assign_on_device(
+        &self,
+        dev: &Device,
+        y: &CudaSlice<f32>,
+        n: usize,
+        nsub: usize,
+        dsub: usize,
+        books: &[f32],
+    ) -> Result<CudaSlice<u8>> {
+        let s = &dev.stream;
+        let dp = nsub * dsub;
+        let ksub = books.len() / dp;
+        as_i32(n, "rows")?;
         let bd = self.up(s, books)?;
         let mut out = CudaBackend::zeros::<u8>(s, n * nsub)?;
         let (ni, dpi, dsi, ki, nsi) = (n as i32, dp as i32, dsub as i32, ksub as i32, nsub as i32);
@@ -267,7 +389,7 @@ impl Backend for CudaBackend {
         ran(
             unsafe {
                 s.launch_builder(&dev.k.pq_assign)
-                    .arg(&yd)
+                    .arg(y)
                     .arg(&ni)
                     .arg(&dpi)
                     .arg(&dsi)
@@ -279,15 +401,7 @@ impl Backend for CudaBackend {
             },
             "pq assign",
         )?;
-        let mut v = self.down(s, &out)?;
-        v.truncate(n * nsub);
-        Ok(v)
-    }
-    fn transfers(&self) -> Transfers {
-        Transfers {
-            h2d_bytes: self.h2d.load(Ordering::Relaxed),
-            d2h_bytes: self.d2h.load(Ordering::Relaxed),
-        }
+        Ok(out)
     }
 }
 
@@ -489,7 +603,7 @@ impl KmeansSession for CudaSession<'_> {
             }
             None => 0,
         };
-        let (ni, di, ki) = (n as i32, d as i32, k as i32);
+        let (ni, ki) = (n as i32, k as i32);
         // SAFETY (all launches below): every buffer was sized from n, d and k at creation,
         // and the kernels index within those sizes.
         ran(
@@ -507,22 +621,8 @@ impl KmeansSession for CudaSession<'_> {
         let mut row0 = 0usize;
         while row0 < n {
             let rows = cb.chunk.min(n - row0);
-            // Row-major dots (rows x k) = column-major (k x rows) = C (k x d) . X_chunk^T.
-            let cfg = GemmConfig {
-                transa: cublasOperation_t::CUBLAS_OP_T,
-                transb: cublasOperation_t::CUBLAS_OP_N,
-                m: ki,
-                n: rows as i32,
-                k: di,
-                alpha: 1.0f32,
-                lda: di,
-                ldb: di,
-                beta: 0.0f32,
-                ldc: ki,
-            };
             let xs = self.x.slice(row0 * d..(row0 + rows) * d);
-            unsafe { dev.blas.gemm(cfg, &cb.c, &xs, &mut cb.dots) }
-                .map_err(|e| Error::Device(format!("cuBLAS sgemm: {e}")))?;
+            gemm_rows_by(&dev, &cb.c, k, d, &xs, rows, &mut cb.dots)?;
             let (ri, r0) = (rows as i32, row0 as i32);
             ran(
                 unsafe {

@@ -103,6 +103,21 @@ pub trait Backend: Send + Sync {
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, codebooks: &[f32]) -> Result<Vec<u8>> {
         pq_assign_by_nearest(self, y, nsub, dsub, codebooks)
     }
+    /// Residual codes of `x` (n x d, already prepared for the metric): each row's nearest
+    /// anchor (`anchors`, k x d) and the PQ indices (n x nsub, as `pq_assign`) of its residual,
+    /// zero-padded to nsub*dsub columns and turned by `rot` (dp x dp, row-major; empty: none).
+    fn encode_residuals(
+        &self,
+        x: &[f32],
+        d: usize,
+        anchors: &[f32],
+        rot: &[f32],
+        nsub: usize,
+        dsub: usize,
+        books: &[f32],
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        crate::quant::encode_residuals_in_steps(self, x, d, anchors, rot, nsub, dsub, books)
+    }
     /// Host<->device traffic so far.
     fn transfers(&self) -> Transfers {
         Transfers::default()

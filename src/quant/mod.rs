@@ -61,7 +61,7 @@ impl<'a> From<&'a [half::f16]> for Vectors<'a> {
 }
 
 /// Rows encoded per block: bounds the scratch memory of encoding to a few MB.
-const ENCODE_BLOCK: usize = 16_384;
+const ENCODE_BLOCK: usize = 65_536;
 
 /// What training measured.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -328,7 +328,6 @@ impl Codebook {
             )));
         }
         let n = x.len() / d;
-        let dp = self.pq.dim();
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.code_size());
         for start in (0..n).step_by(ENCODE_BLOCK) {
@@ -336,14 +335,16 @@ impl Codebook {
             let block = x.rows_f32(start, rows, d);
             check_finite(&block, "vectors")?;
             let block = prepare(&block, d, self.metric);
-            let (a, _) = backend.nearest(&block, d, &self.anchors)?;
-            let r = residuals(&block, d, dp, &self.anchors, &a);
-            let y = if self.rot.is_empty() {
-                r
-            } else {
-                rotation::apply(&self.rot, &r, dp)
-            };
-            codes.extend(self.pq.encode(backend, &y)?);
+            let (a, idx) = backend.encode_residuals(
+                &block,
+                d,
+                &self.anchors,
+                &self.rot,
+                self.pq.nsub,
+                self.pq.dsub,
+                &self.pq.centroids,
+            )?;
+            codes.extend(self.pq.pack(&idx));
             ids.extend(a);
         }
         Ok((ids, codes))
@@ -433,6 +434,29 @@ pub(crate) fn prepare(x: &[f32], d: usize, metric: Metric) -> Cow<'_, [f32]> {
         }
     });
     Cow::Owned(v)
+}
+
+/// [`Backend::encode_residuals`] as separate backend steps (nearest anchor, then PQ) with the
+/// residual and rotation on the host: what any backend can do.
+pub(crate) fn encode_residuals_in_steps<B: Backend + ?Sized>(
+    b: &B,
+    x: &[f32],
+    d: usize,
+    anchors: &[f32],
+    rot: &[f32],
+    nsub: usize,
+    dsub: usize,
+    books: &[f32],
+) -> Result<(Vec<u32>, Vec<u8>)> {
+    let dp = nsub * dsub;
+    let (a, _) = b.nearest(x, d, anchors)?;
+    let r = residuals(x, d, dp, anchors, &a);
+    let y = if rot.is_empty() {
+        r
+    } else {
+        rotation::apply(rot, &r, dp)
+    };
+    Ok((a, b.pq_assign(&y, nsub, dsub, books)?))
 }
 
 /// `x - anchor`, zero-padded from d to dp columns.

@@ -92,15 +92,21 @@ impl ProductQuantizer {
     pub fn encode(&self, backend: &dyn Backend, y: &[f32]) -> Result<Vec<u8>> {
         let dp = self.dim();
         let n = y.len() / dp;
-        let cs = self.code_size();
-        let mut codes = vec![0u8; n * cs];
+        debug_assert_eq!(y.len(), n * dp);
         let idx = backend.pq_assign(y, self.nsub, self.dsub, &self.centroids)?;
+        Ok(self.pack(&idx))
+    }
+
+    /// Codes from per-subspace indices (n x nsub, as `Backend::pq_assign` returns them).
+    pub fn pack(&self, idx: &[u8]) -> Vec<u8> {
+        let cs = self.code_size();
+        let mut codes = vec![0u8; idx.len() / self.nsub.max(1) * cs];
         for (code, row) in codes.chunks_exact_mut(cs).zip(idx.chunks_exact(self.nsub)) {
             for (j, &c) in row.iter().enumerate() {
                 set_code(code, j, self.bits, c);
             }
         }
-        Ok(codes)
+        codes
     }
 
     /// Reconstructions (n x M*dsub) of `codes`.
