@@ -1,46 +1,47 @@
 // Residual encoding on the device: the product-quantizer step of `backend::cuda`.
 // Header-free, like every kernel here (NVRTC 13 ships no standard headers).
 
-#define MAX_DSUB 32
-
 // Nearest codeword of each (row, subspace). Grid (row tiles, nsub); one thread per row. The
 // block's sub-codebook (ksub x dsub) and its squared norms sit in shared memory; the row's
-// sub-vector sits in registers. Score |c|^2 - 2 y.c, first minimum on ties.
-extern "C" __global__ void pq_assign(const float* __restrict__ y, int n, int dp, int dsub,
-                                     int ksub, const float* __restrict__ books,
-                                     unsigned char* __restrict__ out, int nsub) {
-    extern __shared__ float sh[];
-    float* cb = sh;                   // ksub * dsub
-    float* cn = sh + ksub * dsub;     // ksub
-    const int j = blockIdx.y;
-    const float* src = books + (size_t)j * ksub * dsub;
-    for (int t = threadIdx.x; t < ksub * dsub; t += blockDim.x) cb[t] = src[t];
-    __syncthreads();
-    for (int c = threadIdx.x; c < ksub; c += blockDim.x) {
-        float s = 0.f;
-        for (int t = 0; t < dsub; t++) s += cb[c * dsub + t] * cb[c * dsub + t];
-        cn[c] = s;
-    }
-    __syncthreads();
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float v[MAX_DSUB];
-    const float* row = y + (size_t)i * dp + j * dsub;
-#pragma unroll
-    for (int t = 0; t < MAX_DSUB; t++) v[t] = t < dsub ? row[t] : 0.f;
-    float best = __int_as_float(0x7f800000);
-    int at = 0;
-    for (int c = 0; c < ksub; c++) {
-        const float* w = cb + c * dsub;
-        float dot = 0.f;
-#pragma unroll
-        for (int t = 0; t < MAX_DSUB; t++)
-            if (t < dsub) dot += v[t] * w[t];
-        float s = cn[c] - 2.f * dot;
-        if (s < best) { best = s; at = c; }
-    }
-    out[(size_t)i * nsub + j] = (unsigned char)at;
+// sub-vector sits in registers, in a kernel built for the next width up (8, 16 or 32).
+// Score |c|^2 - 2 y.c, first minimum on ties.
+#define PQ_ASSIGN(NAME, W)                                                                    \
+extern "C" __global__ void NAME(const float* __restrict__ y, int n, int dp, int dsub,       \
+                                int ksub, const float* __restrict__ books,                   \
+                                unsigned char* __restrict__ out, int nsub) {                 \
+    extern __shared__ float sh[];                                                            \
+    float* cb = sh;               /* ksub * dsub */                                          \
+    float* cn = sh + ksub * dsub; /* ksub */                                                 \
+    const int j = blockIdx.y;                                                                \
+    const float* src = books + (size_t)j * ksub * dsub;                                      \
+    for (int t = threadIdx.x; t < ksub * dsub; t += blockDim.x) cb[t] = src[t];              \
+    __syncthreads();                                                                         \
+    for (int c = threadIdx.x; c < ksub; c += blockDim.x) {                                   \
+        float s = 0.f;                                                                       \
+        for (int t = 0; t < dsub; t++) s += cb[c * dsub + t] * cb[c * dsub + t];             \
+        cn[c] = s;                                                                           \
+    }                                                                                        \
+    __syncthreads();                                                                         \
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;                                     \
+    if (i >= n) return;                                                                      \
+    float v[W];                                                                              \
+    const float* row = y + (size_t)i * dp + j * dsub;                                        \
+    _Pragma("unroll") for (int t = 0; t < W; t++) v[t] = t < dsub ? row[t] : 0.f;            \
+    float best = __int_as_float(0x7f800000);                                                 \
+    int at = 0;                                                                              \
+    for (int c = 0; c < ksub; c++) {                                                         \
+        const float* w = cb + c * dsub;                                                      \
+        float dot = 0.f;                                                                     \
+        _Pragma("unroll") for (int t = 0; t < W; t++) if (t < dsub) dot += v[t] * w[t];      \
+        float s = cn[c] - 2.f * dot;                                                         \
+        if (s < best) { best = s; at = c; }                                                  \
+    }                                                                                        \
+    out[(size_t)i * nsub + j] = (unsigned char)at;                                           \
 }
+
+PQ_ASSIGN(pq_assign_8, 8)
+PQ_ASSIGN(pq_assign_16, 16)
+PQ_ASSIGN(pq_assign_32, 32)
 
 // y = x - anchor[assign], zero-padded from d to dp columns (row-major, n x dp).
 extern "C" __global__ void residuals(const float* __restrict__ x, int n, int d,

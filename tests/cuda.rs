@@ -99,25 +99,34 @@ fn codes_and_recall_match_the_cpu() {
         );
     }
 
-    // Trained on each backend, searched the same way: recall within half a point.
+    // Trained on each backend, searched the same way. The two runs part ways at the first
+    // near-tie the GEMMs round differently, so one seed compares two training draws; the
+    // mean over three seeds is compared, within one point on these 500 queries (the dev
+    // datasets' half-point comparison is `vlc eval`'s, in docs/perf-cuda.md).
     let recall = |ctx: &Arc<Context>| {
-        let mut c = Compressor::new(ctx.clone(), common::small_params(256, 16));
-        c.train(&demo.base.data, d).unwrap();
-        let mut ix = c.new_index().unwrap();
-        let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
-        ctx.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
-            .unwrap();
-        let p = SearchParams {
-            k: 10,
-            nprobe: 16,
-            rerank: 0,
-        };
-        let r = ix.search(&demo.query.data, &p, None).unwrap();
-        common::recall(&r.ids, 10, &demo.gt.data, demo.gt.cols, 10)
+        let mut total = 0.0;
+        for seed in 1..=3 {
+            let mut p = common::small_params(256, 16);
+            p.anchor.seed = seed;
+            let mut c = Compressor::new(ctx.clone(), p);
+            c.train(&demo.base.data, d).unwrap();
+            let mut ix = c.new_index().unwrap();
+            let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
+            ctx.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
+                .unwrap();
+            let p = SearchParams {
+                k: 10,
+                nprobe: 16,
+                rerank: 0,
+            };
+            let r = ix.search(&demo.query.data, &p, None).unwrap();
+            total += common::recall(&r.ids, 10, &demo.gt.data, demo.gt.cols, 10);
+        }
+        total / 3.0
     };
     let (rc, rg) = (recall(&cpu_ctx), recall(&g));
-    eprintln!("recall@10 cpu {rc:.4} cuda {rg:.4}");
-    assert!((rc - rg).abs() <= 0.005, "recall cpu {rc} vs cuda {rg}");
+    eprintln!("mean recall@10 over 3 seeds: cpu {rc:.4} cuda {rg:.4}");
+    assert!((rc - rg).abs() <= 0.01, "recall cpu {rc} vs cuda {rg}");
 }
 
 #[test]

@@ -75,7 +75,8 @@ struct Kernels {
     count_energy: CudaFunction,
     scatter: CudaFunction,
     update_means: CudaFunction,
-    pq_assign: CudaFunction,
+    /// PQ assignment for sub-vectors of up to 8, 16 and 32 dimensions.
+    pq_assign: [CudaFunction; 3],
     residuals: CudaFunction,
 }
 
@@ -155,7 +156,11 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         count_energy: f(0, "count_energy")?,
         scatter: f(0, "scatter")?,
         update_means: f(0, "update_means")?,
-        pq_assign: f(1, "pq_assign")?,
+        pq_assign: [
+            f(1, "pq_assign_8")?,
+            f(1, "pq_assign_16")?,
+            f(1, "pq_assign_32")?,
+        ],
         residuals: f(1, "residuals")?,
     };
     Ok(Box::new(CudaBackend {
@@ -290,6 +295,7 @@ impl Backend for CudaBackend {
         let anc = &sess.c.as_ref().expect("centroids were just set").c;
         let dev = self.lock();
         let s = &dev.stream;
+        let mut trace = Trace::new();
         let mut y = CudaBackend::zeros::<f32>(s, n * dp)?;
         let (ni, di, dpi) = (n as i32, d as i32, dp as i32);
         // SAFETY: x is n x d, anchors k x d with every assignment below k, y n x dp.
@@ -314,9 +320,12 @@ impl Backend for CudaBackend {
             gemm_rows_by(&dev, &r, dp, dp, &y.slice(..n * dp), n, &mut turned)?;
             y = turned;
         }
+        trace.mark(s, "residuals");
         let idx = self.pq_assign_on_device(&dev, &y, n, nsub, dsub, books)?;
+        trace.mark(s, "pq");
         let a = self.down(s, &sess.assign)?;
         let idx = self.down(s, &idx)?;
+        trace.mark(s, "download");
         Ok((a, idx))
     }
 
@@ -388,16 +397,22 @@ impl CudaBackend {
         // shared block holds one sub-codebook and its norms.
         ran(
             unsafe {
-                s.launch_builder(&dev.k.pq_assign)
-                    .arg(y)
-                    .arg(&ni)
-                    .arg(&dpi)
-                    .arg(&dsi)
-                    .arg(&ki)
-                    .arg(&bd)
-                    .arg(&mut out)
-                    .arg(&nsi)
-                    .launch(cfg)
+                s.launch_builder(
+                    &dev.k.pq_assign[match dsub {
+                        0..=8 => 0,
+                        9..=16 => 1,
+                        _ => 2,
+                    }],
+                )
+                .arg(y)
+                .arg(&ni)
+                .arg(&dpi)
+                .arg(&dsi)
+                .arg(&ki)
+                .arg(&bd)
+                .arg(&mut out)
+                .arg(&nsi)
+                .launch(cfg)
             },
             "pq assign",
         )?;
