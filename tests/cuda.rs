@@ -180,3 +180,16 @@ fn bad_devices_and_inputs_are_errors() {
     let huge = g.run(|b| b.nearest(&rows, 8, &vec![0.0; 8 << 27]));
     assert!(matches!(huge, Err(Error::OutOfMemory(_))), "{huge:?}");
 }
+
+#[test]
+fn auto_picks_cuda_when_it_can_and_the_cpu_otherwise() {
+    let auto = Context::new(BackendKind::Auto, 0, 1).unwrap();
+    match Context::new(BackendKind::Cuda, 0, 1) {
+        Ok(_) => assert_eq!(auto.backend().kind(), BackendKind::Cuda),
+        Err(e) => {
+            assert!(matches!(e, Error::BackendUnavailable(_)), "{e}");
+            assert!(!e.to_string().is_empty());
+            assert_eq!(auto.backend().kind(), BackendKind::Cpu);
+        }
+    }
+}
