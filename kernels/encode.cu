@@ -1,11 +1,12 @@
 // Residual encoding on the device: the product-quantizer step of `backend::cuda`.
 // Header-free, like every kernel here (NVRTC 13 ships no standard headers).
 
-// Nearest codeword of each (row, subspace). Grid (row tiles, nsub); one thread per row. The
-// block's sub-codebook (ksub x dsub) and its squared norms sit in shared memory; the row's
-// sub-vector sits in registers, in a kernel built for the next width up (8, 16 or 32).
-// Score |c|^2 - 2 y.c, first minimum on ties.
-#define PQ_ASSIGN(NAME, W)                                                                    \
+// Nearest codeword of each (row, subspace). Grid (row tiles, nsub); each thread takes R rows.
+// The block's sub-codebook (ksub x dsub) and its squared norms sit in shared memory; the rows'
+// sub-vectors sit in registers, in a kernel built for the next width up (8, 16 or 32), so one
+// shared-memory read of a codeword value feeds R multiply-adds. Score |c|^2 - 2 y.c, first
+// minimum on ties.
+#define PQ_ASSIGN(NAME, W, R)                                                                 \
 extern "C" __global__ void NAME(const float* __restrict__ y, int n, int dp, int dsub,       \
                                 int ksub, const float* __restrict__ books,                   \
                                 unsigned char* __restrict__ out, int nsub) {                 \
@@ -22,26 +23,45 @@ extern "C" __global__ void NAME(const float* __restrict__ y, int n, int dp, int 
         cn[c] = s;                                                                           \
     }                                                                                        \
     __syncthreads();                                                                         \
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;                                     \
-    if (i >= n) return;                                                                      \
-    float v[W];                                                                              \
-    const float* row = y + (size_t)i * dp + j * dsub;                                        \
-    _Pragma("unroll") for (int t = 0; t < W; t++) v[t] = t < dsub ? row[t] : 0.f;            \
-    float best = __int_as_float(0x7f800000);                                                 \
-    int at = 0;                                                                              \
+    /* Rows i0, i0 + blockDim.x, ...: neighbouring threads read neighbouring rows. */        \
+    const int i0 = blockIdx.x * blockDim.x * R + threadIdx.x;                                \
+    float v[R][W];                                                                           \
+    _Pragma("unroll") for (int r = 0; r < R; r++) {                                          \
+        const int i = i0 + r * blockDim.x;                                                   \
+        const float* row = y + (size_t)(i < n ? i : 0) * dp + j * dsub;                      \
+        _Pragma("unroll") for (int t = 0; t < W; t++) v[r][t] = t < dsub ? row[t] : 0.f;     \
+    }                                                                                        \
+    float best[R];                                                                           \
+    int at[R];                                                                               \
+    _Pragma("unroll") for (int r = 0; r < R; r++) {                                          \
+        best[r] = __int_as_float(0x7f800000);                                                \
+        at[r] = 0;                                                                           \
+    }                                                                                        \
     for (int c = 0; c < ksub; c++) {                                                         \
         const float* w = cb + c * dsub;                                                      \
-        float dot = 0.f;                                                                     \
-        _Pragma("unroll") for (int t = 0; t < W; t++) if (t < dsub) dot += v[t] * w[t];      \
-        float s = cn[c] - 2.f * dot;                                                         \
-        if (s < best) { best = s; at = c; }                                                  \
+        float dot[R];                                                                        \
+        _Pragma("unroll") for (int r = 0; r < R; r++) dot[r] = 0.f;                          \
+        _Pragma("unroll") for (int t = 0; t < W; t++) {                                      \
+            if (t < dsub) {                                                                  \
+                const float wt = w[t];                                                       \
+                _Pragma("unroll") for (int r = 0; r < R; r++) dot[r] += v[r][t] * wt;        \
+            }                                                                                \
+        }                                                                                    \
+        _Pragma("unroll") for (int r = 0; r < R; r++) {                                      \
+            const float s = cn[c] - 2.f * dot[r];                                            \
+            if (s < best[r]) { best[r] = s; at[r] = c; }                                     \
+        }                                                                                    \
     }                                                                                        \
-    out[(size_t)i * nsub + j] = (unsigned char)at;                                           \
+    _Pragma("unroll") for (int r = 0; r < R; r++) {                                          \
+        const int i = i0 + r * blockDim.x;                                                   \
+        if (i < n) out[(size_t)i * nsub + j] = (unsigned char)at[r];                         \
+    }                                                                                        \
 }
 
-PQ_ASSIGN(pq_assign_8, 8)
-PQ_ASSIGN(pq_assign_16, 16)
-PQ_ASSIGN(pq_assign_32, 32)
+/* Rows per thread: as many as the registers comfortably hold. */
+PQ_ASSIGN(pq_assign_8, 8, 4)
+PQ_ASSIGN(pq_assign_16, 16, 4)
+PQ_ASSIGN(pq_assign_32, 32, 2)
 
 // y = x - anchor[assign], zero-padded from d to dp columns (row-major, n x dp).
 extern "C" __global__ void residuals(const float* __restrict__ x, int n, int d,

@@ -466,8 +466,14 @@ impl CudaBackend {
         let bd = self.up(s, books)?;
         let mut out = CudaBackend::zeros::<u8>(s, n * nsub)?;
         let (ni, dpi, dsi, ki, nsi) = (n as i32, dp as i32, dsub as i32, ksub as i32, nsub as i32);
+        // Rows per thread, as built into each kernel width (kernels/encode.cu).
+        let (kernel, rows_per_thread) = match dsub {
+            0..=8 => (0, 4),
+            9..=16 => (1, 4),
+            _ => (2, 2),
+        };
         let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(128) as u32, nsub as u32, 1),
+            grid_dim: (n.div_ceil(128 * rows_per_thread) as u32, nsub as u32, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: (4 * ksub * (dsub + 1)) as u32,
         };
@@ -475,22 +481,16 @@ impl CudaBackend {
         // shared block holds one sub-codebook and its norms.
         ran(
             unsafe {
-                s.launch_builder(
-                    &dev.k.pq_assign[match dsub {
-                        0..=8 => 0,
-                        9..=16 => 1,
-                        _ => 2,
-                    }],
-                )
-                .arg(y)
-                .arg(&ni)
-                .arg(&dpi)
-                .arg(&dsi)
-                .arg(&ki)
-                .arg(&bd)
-                .arg(&mut out)
-                .arg(&nsi)
-                .launch(cfg)
+                s.launch_builder(&dev.k.pq_assign[kernel])
+                    .arg(y)
+                    .arg(&ni)
+                    .arg(&dpi)
+                    .arg(&dsi)
+                    .arg(&ki)
+                    .arg(&bd)
+                    .arg(&mut out)
+                    .arg(&nsi)
+                    .launch(cfg)
             },
             "pq assign",
         )?;
