@@ -6,16 +6,17 @@ use vlc_compress::backend::cuda;
 
 #[test]
 fn every_cuda_kernel_compiles() {
-    let files: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|f| f.ends_with(".cu"))
-        .collect();
-    // Every .cu under kernels/ is compiled into the library: none may be forgotten.
+    let files: Vec<String> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/cuda"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|f| f.ends_with(".cu"))
+            .collect();
+    // Every .cu under kernels/cuda/ is compiled into the library: none may be forgotten.
     for f in &files {
         assert!(
             cuda::KERNELS.iter().any(|(name, _)| name == f),
-            "kernels/{f} is not listed in backend::cuda::KERNELS"
+            "kernels/cuda/{f} is not listed in backend::cuda::KERNELS"
         );
     }
     assert_eq!(files.len(), cuda::KERNELS.len());

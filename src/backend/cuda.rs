@@ -1,5 +1,5 @@
 //! The CUDA backend: cudarc with the driver, NVRTC and cuBLAS loaded at run time, so one
-//! binary runs with or without a GPU. Kernels are `kernels/*.cu`, compiled once per context.
+//! binary runs with or without a GPU. Kernels are `kernels/cuda/*.cu`, compiled once per context.
 //!
 //! A k-means session keeps points, centroids, assignments and distances on the device. Per
 //! iteration only O(k) values cross: the bias and group offsets up, counts, energy and
@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Every kernel source, by file name: compiled together at context creation and by the tests.
 pub const KERNELS: &[(&str, &str)] = &[
-    ("kmeans.cu", include_str!("../../kernels/kmeans.cu")),
-    ("encode.cu", include_str!("../../kernels/encode.cu")),
+    ("kmeans.cu", include_str!("../../kernels/cuda/kmeans.cu")),
+    ("encode.cu", include_str!("../../kernels/cuda/encode.cu")),
 ];
 
 /// Largest sub-vector the PQ kernel keeps in registers; wider ones go through `nearest`.
@@ -466,7 +466,7 @@ impl CudaBackend {
         let bd = self.up(s, books)?;
         let mut out = CudaBackend::zeros::<u8>(s, n * nsub)?;
         let (ni, dpi, dsi, ki, nsi) = (n as i32, dp as i32, dsub as i32, ksub as i32, nsub as i32);
-        // Rows per thread, as built into each kernel width (kernels/encode.cu).
+        // Rows per thread, as built into each kernel width (kernels/cuda/encode.cu).
         let (kernel, rows_per_thread) = match dsub {
             0..=8 => (0, 4),
             9..=16 => (1, 4),
