@@ -415,6 +415,30 @@ impl Backend for CudaBackend {
     }
 }
 
+/// Squared norm of each of the `rows` rows of `x` (rows x d) into `out`.
+fn row_norms(
+    dev: &Device,
+    x: &CudaSlice<f32>,
+    rows: usize,
+    d: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let (ri, di) = (rows as i32, d as i32);
+    // SAFETY: x holds rows x d floats and out at least rows, as the kernel reads and writes.
+    ran(
+        unsafe {
+            dev.stream
+                .launch_builder(&dev.k.row_norms)
+                .arg(x)
+                .arg(&ri)
+                .arg(&di)
+                .arg(out)
+                .launch(per_row(rows))
+        },
+        "row norms",
+    )
+}
+
 /// Whether the PQ kernel takes this shape: sub-vectors in registers, at most 256 codewords.
 fn pq_kernel_fits(dsub: usize, ksub: usize) -> bool {
     (1..=MAX_DSUB).contains(&dsub) && (1..=256).contains(&ksub)
@@ -586,17 +610,7 @@ impl<'a> CudaSession<'a> {
         let xd = b.up_staged(&mut dev, x)?;
         let s = &dev.stream;
         let mut xn = CudaBackend::zeros::<f32>(s, n)?;
-        let (ni, di) = (n as i32, d as i32);
-        // SAFETY: x holds n*d floats and xn n floats, as the kernel reads and writes.
-        unsafe {
-            s.launch_builder(&dev.k.row_norms)
-                .arg(&xd)
-                .arg(&ni)
-                .arg(&di)
-                .arg(&mut xn)
-                .launch(per_row(n))
-        }
-        .map_err(|e| dev_err("row norms", e))?;
+        row_norms(&dev, &xd, n, d, &mut xn)?;
         trace.mark(s, "upload");
         Ok(CudaSession {
             trace,
@@ -658,17 +672,7 @@ impl KmeansSession for CudaSession<'_> {
         }
         let cb = self.c.as_mut().expect("centroid buffers were just made");
         self.b.up_into(s, centroids, &mut cb.c)?;
-        let (ki, di) = (k as i32, d as i32);
-        // SAFETY: c holds k*d floats, cn k floats.
-        unsafe {
-            s.launch_builder(&dev.k.row_norms)
-                .arg(&cb.c)
-                .arg(&ki)
-                .arg(&di)
-                .arg(&mut cb.cn)
-                .launch(per_row(k))
-        }
-        .map_err(|e| dev_err("centroid norms", e))?;
+        row_norms(&dev, &cb.c, k, d, &mut cb.cn)?;
         self.trace.mark(s, "set_centroids");
         Ok(())
     }
@@ -773,7 +777,7 @@ impl KmeansSession for CudaSession<'_> {
         let dev = b.lock();
         let s = &dev.stream;
         self.trace.mark(s, "host");
-        let (ni, di, ki) = (n as i32, d as i32, k as i32);
+        let (ni, di) = (n as i32, d as i32);
         // Group offsets from the counts the host already has.
         let mut start = Vec::with_capacity(k + 1);
         let mut acc = 0u32;
@@ -818,17 +822,7 @@ impl KmeansSession for CudaSession<'_> {
             "means",
         )?;
         self.trace.mark(s, "means");
-        ran(
-            unsafe {
-                s.launch_builder(&dev.k.row_norms)
-                    .arg(&cb.c)
-                    .arg(&ki)
-                    .arg(&di)
-                    .arg(&mut cb.cn)
-                    .launch(per_row(k))
-            },
-            "centroid norms",
-        )?;
+        row_norms(&dev, &cb.c, k, d, &mut cb.cn)?;
         let spread = b.down(s, &cb.spread);
         self.trace.mark(s, "norms+spread");
         spread
