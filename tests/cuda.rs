@@ -6,7 +6,8 @@ use std::sync::Arc;
 use vlc_compress::backend::cuda;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
-    AnchorParams, BackendKind, Compressor, Context, Error, Init, NoProgress, Rotation, SearchParams,
+    AnchorParams, BackendKind, Compressor, Context, DenseRaw, Error, Init, Metric, NoProgress,
+    RawVectors, Rotation, SearchParams,
 };
 
 fn gpu() -> Option<Arc<Context>> {
@@ -191,5 +192,72 @@ fn auto_picks_cuda_when_it_can_and_the_cpu_otherwise() {
             assert!(!e.to_string().is_empty());
             assert_eq!(auto.backend().kind(), BackendKind::Cpu);
         }
+    }
+}
+
+#[test]
+fn device_search_matches_the_host() {
+    let Some(g) = gpu() else { return };
+    let demo = common::demo();
+    let d = demo.base.cols;
+    let cpu = common::ctx(0);
+    let raw = DenseRaw {
+        data: &demo.base.data,
+        d,
+    };
+    let cases = [
+        (Metric::L2, Rotation::None, 0),
+        (Metric::L2, Rotation::Random, 0),
+        (Metric::L2, Rotation::None, 50),
+        (Metric::InnerProduct, Rotation::None, 0),
+        (Metric::Cosine, Rotation::None, 20),
+    ];
+    for (metric, rotation, rerank) in cases {
+        let mut p = common::small_params(256, 16);
+        p.metric = metric;
+        p.rotation = rotation;
+        let mut c = Compressor::new(cpu.clone(), p);
+        c.train(&demo.base.data, d).unwrap();
+        let mut ix = c.new_index().unwrap();
+        let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
+        cpu.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
+            .unwrap();
+        let sp = SearchParams {
+            k: 10,
+            nprobe: 16,
+            rerank,
+        };
+        let rawp = (rerank > 0).then_some(&raw as &dyn RawVectors);
+        let compare = |ix: &vlc_compress::Index, what: &str| {
+            let host = ix.search(&demo.query.data, &sp, rawp).unwrap();
+            let dev = g
+                .run(|b| ix.search_with(b, &demo.query.data, &sp, rawp))
+                .unwrap();
+            let same = host
+                .ids
+                .iter()
+                .zip(&dev.ids)
+                .filter(|(a, b)| a == b)
+                .count();
+            let frac = same as f64 / host.ids.len() as f64;
+            let (rh, rd) = (
+                common::recall(&host.ids, 10, &demo.gt.data, demo.gt.cols, 10),
+                common::recall(&dev.ids, 10, &demo.gt.data, demo.gt.cols, 10),
+            );
+            eprintln!("{metric:?} {rotation:?} rerank {rerank} {what}: same ids {frac:.4}, recall host {rh:.4} device {rd:.4}");
+            assert!(frac >= 0.99, "{what}: only {frac} of result ids agree");
+            assert!((rh - rd).abs() <= 0.002, "{what}: recall {rh} vs {rd}");
+            for (a, b) in host.distances.iter().zip(&dev.distances) {
+                assert!(
+                    (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
+                    "{what}: distance {a} vs {b}"
+                );
+            }
+        };
+        compare(&ix, "fresh");
+        // A changed index is uploaded again, not searched stale.
+        let gone: Vec<u64> = (0..demo.base.rows as u64).step_by(3).collect();
+        ix.remove(&gone).unwrap();
+        compare(&ix, "after remove");
     }
 }

@@ -20,7 +20,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub const KERNELS: &[(&str, &str)] = &[
     ("kmeans.cu", include_str!("../../kernels/cuda/kmeans.cu")),
     ("encode.cu", include_str!("../../kernels/cuda/encode.cu")),
+    ("search.cu", include_str!("../../kernels/cuda/search.cu")),
 ];
+
+/// Most candidates per query the device scan keeps (`MAX_WANT` in search.cu).
+const MAX_WANT: usize = 64;
+
+/// Queries per device search batch: bounds the coarse scores and candidate buffers.
+const QUERY_BATCH: usize = 4096;
 
 /// Largest sub-vector the PQ kernel keeps in registers; wider ones go through `nearest`.
 const MAX_DSUB: usize = 32;
@@ -80,6 +87,11 @@ struct Kernels {
     /// PQ assignment for sub-vectors of up to 8, 16 and 32 dimensions.
     pq_assign: [CudaFunction; 3],
     residuals: CudaFunction,
+    coarse_probe: CudaFunction,
+    pad_rows: CudaFunction,
+    query_tables: CudaFunction,
+    scan_lists: CudaFunction,
+    merge_candidates: CudaFunction,
 }
 
 /// What one context owns on the device. One lock: cuBLAS handles and launches are not
@@ -113,6 +125,9 @@ impl Drop for Staging {
 
 pub struct CudaBackend {
     dev: Mutex<Device>,
+    /// The lists of the index searched last, resident until another index (or a changed
+    /// one) is searched. Locked before `dev` when both are held.
+    lists: Mutex<Option<DeviceLists>>,
     name: String,
     sms: u32,
     h2d: AtomicU64,
@@ -185,6 +200,11 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
             f(1, "pq_assign_32")?,
         ],
         residuals: f(1, "residuals")?,
+        coarse_probe: f(2, "coarse_probe")?,
+        pad_rows: f(2, "pad_rows")?,
+        query_tables: f(2, "query_tables")?,
+        scan_lists: f(2, "scan_lists")?,
+        merge_candidates: f(2, "merge_candidates")?,
     };
     Ok(Box::new(CudaBackend {
         dev: Mutex::new(Device {
@@ -193,6 +213,7 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
             k,
             staging: None,
         }),
+        lists: Mutex::new(None),
         name,
         sms,
         h2d: 0.into(),
@@ -407,6 +428,42 @@ impl Backend for CudaBackend {
         Ok((a, idx))
     }
 
+    fn search_lists(
+        &self,
+        ix: &crate::Index,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        let cb = &ix.cb;
+        let l2 = cb.metric == crate::Metric::L2;
+        let fits = cb.pq.bits == 8
+            && cb.pq.nsub * 256 * 4 <= 44 << 10
+            && want <= MAX_WANT
+            && (!l2 || ix.tables.l2_terms.is_some())
+            && ix.len() < u32::MAX as usize;
+        if !fits {
+            return Ok(None);
+        }
+        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        let dev = self.lock();
+        if lists.as_ref().is_none_or(|l| l.stamp != ix.stamp) {
+            *lists = None; // free the old copy first
+            *lists = Some(DeviceLists::upload(self, &dev, ix)?);
+        }
+        let dl = lists.as_ref().expect("lists were just uploaded");
+        let d = cb.dim();
+        let nq = q.len() / d;
+        let mut ids = Vec::with_capacity(nq * want);
+        let mut dist = Vec::with_capacity(nq * want);
+        for batch in q.chunks(QUERY_BATCH * d) {
+            let (i, s) = self.search_batch(&dev, dl, batch, nprobe.min(dl.m), want)?;
+            ids.extend(i);
+            dist.extend(s);
+        }
+        Ok(Some((ids, dist)))
+    }
+
     fn transfers(&self) -> Transfers {
         Transfers {
             h2d_bytes: self.h2d.load(Ordering::Relaxed),
@@ -519,6 +576,214 @@ impl CudaBackend {
             "pq assign",
         )?;
         Ok(out)
+    }
+}
+
+/// One index's lists on the device, back to back, with what its search needs.
+struct DeviceLists {
+    stamp: u64,
+    m: usize,
+    d: usize,
+    dp: usize,
+    nsub: usize,
+    dsub: usize,
+    l2: bool,
+    codes: CudaSlice<u8>,
+    ids: CudaSlice<u64>,
+    start: CudaSlice<u64>,
+    /// m x nsub x 256 L2 table terms (one unused value for inner product).
+    terms: CudaSlice<f32>,
+    books: CudaSlice<f32>,
+    anchors: CudaSlice<f32>,
+    anorm: CudaSlice<f32>,
+    rot: Option<CudaSlice<f32>>,
+}
+
+impl DeviceLists {
+    fn upload(b: &CudaBackend, dev: &Device, ix: &crate::Index) -> Result<DeviceLists> {
+        let s = &dev.stream;
+        let cb = &ix.cb;
+        let m = ix.nlist();
+        let mut start = Vec::with_capacity(m + 1);
+        let (mut codes, mut ids) = (Vec::new(), Vec::new());
+        start.push(0u64);
+        for j in 0..m {
+            let (i, c) = ix.list(j);
+            ids.extend_from_slice(i);
+            codes.extend_from_slice(c);
+            start.push(ids.len() as u64);
+        }
+        let terms = match &ix.tables.l2_terms {
+            Some(t) if cb.metric == crate::Metric::L2 => b.up(s, t)?,
+            _ => CudaBackend::zeros(s, 1)?,
+        };
+        Ok(DeviceLists {
+            stamp: ix.stamp,
+            m,
+            d: cb.dim(),
+            dp: cb.pq.dim(),
+            nsub: cb.pq.nsub,
+            dsub: cb.pq.dsub,
+            l2: cb.metric == crate::Metric::L2,
+            codes: if codes.is_empty() {
+                CudaBackend::zeros(s, 1)?
+            } else {
+                b.up(s, &codes)?
+            },
+            ids: if ids.is_empty() {
+                CudaBackend::zeros(s, 1)?
+            } else {
+                b.up(s, &ids)?
+            },
+            start: b.up(s, &start)?,
+            terms,
+            books: b.up(s, &cb.pq.centroids)?,
+            anchors: b.up(s, &cb.anchors)?,
+            anorm: b.up(s, &ix.tables.anchor_norms)?,
+            rot: if cb.rot.is_empty() {
+                None
+            } else {
+                Some(b.up(s, &cb.rot)?)
+            },
+        })
+    }
+}
+
+impl CudaBackend {
+    /// One batch of queries (nb x d, prepared): coarse GEMM and probe selection, the query
+    /// tables, one block per (probe, query) scanning a list, and a merge per query.
+    fn search_batch(
+        &self,
+        dev: &Device,
+        dl: &DeviceLists,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        let s = &dev.stream;
+        let (d, dp, m, nsub) = (dl.d, dl.dp, dl.m, dl.nsub);
+        let nb = q.len() / d;
+        let qd = self.up(s, q)?;
+        let mut dots = CudaBackend::zeros::<f32>(s, nb * m)?;
+        gemm_rows_by(dev, &dl.anchors, m, d, &qd.slice(..nb * d), nb, &mut dots)?;
+        let mut scores = CudaBackend::zeros::<f32>(s, nb * m)?;
+        let mut probes = CudaBackend::zeros::<u32>(s, nb * nprobe)?;
+        let mut base = CudaBackend::zeros::<f32>(s, nb * nprobe)?;
+        let (nbi, di, mi, l2i, npi) = (nb as i32, d as i32, m as i32, dl.l2 as i32, nprobe as i32);
+        // SAFETY (every launch here): buffers are sized from nb, d, dp, m, nsub, nprobe and
+        // want as the kernels index them; list offsets and codes come from the same index.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.coarse_probe)
+                    .arg(&qd)
+                    .arg(&nbi)
+                    .arg(&di)
+                    .arg(&dots)
+                    .arg(&mi)
+                    .arg(&dl.anorm)
+                    .arg(&l2i)
+                    .arg(&npi)
+                    .arg(&mut scores)
+                    .arg(&mut probes)
+                    .arg(&mut base)
+                    .launch(per_row(nb))
+            },
+            "coarse probe",
+        )?;
+        let mut y = CudaBackend::zeros::<f32>(s, nb * dp)?;
+        let dpi = dp as i32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.pad_rows)
+                    .arg(&qd)
+                    .arg(&nbi)
+                    .arg(&di)
+                    .arg(&dpi)
+                    .arg(&mut y)
+                    .launch(strided(nb * dp, self.sms))
+            },
+            "pad queries",
+        )?;
+        if let Some(r) = &dl.rot {
+            let mut turned = CudaBackend::zeros::<f32>(s, nb * dp)?;
+            gemm_rows_by(dev, r, dp, dp, &y.slice(..nb * dp), nb, &mut turned)?;
+            y = turned;
+        }
+        let mut qt = CudaBackend::zeros::<f32>(s, nb * nsub * 256)?;
+        let (dsi, ksi, nsi) = (dl.dsub as i32, 256i32, nsub as i32);
+        let scale: f32 = if dl.l2 { -2.0 } else { -1.0 };
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.query_tables)
+                    .arg(&y)
+                    .arg(&dpi)
+                    .arg(&dsi)
+                    .arg(&ksi)
+                    .arg(&dl.books)
+                    .arg(&scale)
+                    .arg(&mut qt)
+                    .arg(&nsi)
+                    .launch(LaunchConfig {
+                        grid_dim: (nb as u32, nsub as u32, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: (4 * dl.dsub) as u32,
+                    })
+            },
+            "query tables",
+        )?;
+        let per = nprobe * want;
+        let mut cand_d = CudaBackend::zeros::<f32>(s, nb * per)?;
+        let mut cand_p = CudaBackend::zeros::<u32>(s, nb * per)?;
+        let wi = want as i32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.scan_lists)
+                    .arg(&dl.codes)
+                    .arg(&dl.start)
+                    .arg(&dl.terms)
+                    .arg(&l2i)
+                    .arg(&qt)
+                    .arg(&nsi)
+                    .arg(&probes)
+                    .arg(&base)
+                    .arg(&npi)
+                    .arg(&wi)
+                    .arg(&mut cand_d)
+                    .arg(&mut cand_p)
+                    .launch(LaunchConfig {
+                        grid_dim: (nprobe as u32, nb as u32, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: (4 * nsub * 256) as u32,
+                    })
+            },
+            "scan lists",
+        )?;
+        let mut out_d = CudaBackend::zeros::<f32>(s, nb * want)?;
+        let mut out_id = CudaBackend::zeros::<u64>(s, nb * want)?;
+        let pi = per as i32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.merge_candidates)
+                    .arg(&cand_d)
+                    .arg(&cand_p)
+                    .arg(&pi)
+                    .arg(&wi)
+                    .arg(&dl.ids)
+                    .arg(&mut out_d)
+                    .arg(&mut out_id)
+                    .launch(LaunchConfig {
+                        grid_dim: (nb as u32, 1, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+            },
+            "merge candidates",
+        )?;
+        let mut ids = self.down(s, &out_id)?;
+        let mut dist = self.down(s, &out_d)?;
+        ids.truncate(nb * want);
+        dist.truncate(nb * want);
+        Ok((ids, dist))
     }
 }
 

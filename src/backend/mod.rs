@@ -118,6 +118,19 @@ pub trait Backend: Send + Sync {
     ) -> Result<(Vec<u32>, Vec<u8>)> {
         crate::quant::encode_residuals_in_steps(self, x, d, anchors, rot, nsub, dsub, books)
     }
+    /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
+    /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;
+    /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest lists. `None` leaves
+    /// the search to the host, which is what backends without device search answer.
+    fn search_lists(
+        &self,
+        _index: &crate::Index,
+        _q: &[f32],
+        _nprobe: usize,
+        _want: usize,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        Ok(None)
+    }
     /// Host<->device traffic so far.
     fn transfers(&self) -> Transfers {
         Transfers::default()

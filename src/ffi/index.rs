@@ -187,7 +187,10 @@ pub unsafe extern "C" fn vlcc_index_search(
             no_overlap(r.data, out_d, "raw vectors and distances")?;
         }
         let p = SearchParams { k, nprobe, rerank };
-        let res = h.ctx.run(|_| h.index.search(q, &p, raw.as_ref().map(|r| r as &dyn RawVectors)))?;
+        let res = h.ctx.run(|b| {
+            h.index
+                .search_with(b, q, &p, raw.as_ref().map(|r| r as &dyn RawVectors))
+        })?;
         out_ids.copy_from_slice(&res.ids);
         out_d.copy_from_slice(&res.distances);
         Ok(())

@@ -60,6 +60,16 @@ pub struct Index {
     pub(crate) lists: Lists,
     /// Lookup-table terms derived from the codebook (never stored in files).
     pub(crate) tables: search::Tables,
+    /// Unique to this index and its contents: renewed by every change, so a device copy of
+    /// the lists knows when it is stale.
+    pub(crate) stamp: u64,
+}
+
+/// Source of index stamps, unique within the process.
+static STAMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_stamp() -> u64 {
+    STAMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Precomputed L2 tables above this size are skipped (tables are then built per probed list).
@@ -80,7 +90,12 @@ impl Index {
 
     pub(crate) fn with_lists(cb: Arc<Codebook>, lists: Lists) -> Index {
         let tables = search::Tables::new(&cb, MAX_TERM_BYTES);
-        Index { cb, lists, tables }
+        Index {
+            cb,
+            lists,
+            tables,
+            stamp: next_stamp(),
+        }
     }
 
     pub fn codebook(&self) -> &Arc<Codebook> {
@@ -133,6 +148,7 @@ impl Index {
 
     /// Mapped lists are copied into memory before the first change.
     fn owned_lists(&mut self) -> Result<OwnedLists<'_>> {
+        self.stamp = next_stamp();
         if let Lists::Mapped(_) = &self.lists {
             let m = self.nlist();
             let mut ids = Vec::with_capacity(m);

@@ -7,6 +7,7 @@
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
 use super::Index;
+use crate::backend::Backend;
 use crate::error::{check_finite, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
@@ -54,7 +55,7 @@ pub struct SearchResults {
 #[derive(Debug)]
 pub(crate) struct Tables {
     /// m x M x ksub: `|c|^2 + 2 <(R a)_j, c>` (None when larger than the cap).
-    l2_terms: Option<Vec<f32>>,
+    pub(crate) l2_terms: Option<Vec<f32>>,
     /// m x dp: rotated, padded anchors (for tables built on the fly).
     rot_anchors: Vec<f32>,
     /// |a|^2 per anchor, for coarse L2 distances.
@@ -179,6 +180,72 @@ impl Index {
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
     ) -> Result<SearchResults> {
+        let raw = self.check_search(queries, p, raw)?;
+        let d = self.cb.dim();
+        let nq = queries.len() / d;
+        let q = prepare(queries, d, self.cb.metric);
+        let k = p.k;
+        let (mut ids, mut dist) = self.empty_results(nq, k);
+        let blocks: Vec<Result<()>> = q
+            .par_chunks(QUERY_BLOCK * d)
+            .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
+            .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
+            .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
+            .collect();
+        blocks.into_iter().collect::<Result<()>>()?;
+        Ok(SearchResults {
+            k: p.k,
+            ids,
+            distances: dist,
+        })
+    }
+
+    /// Searches through `backend` when it searches on its device (lists uploaded once and
+    /// kept there until the index changes), else as [`Index::search`]. Same results up to the
+    /// rounding of the distance sums.
+    pub fn search_with(
+        &self,
+        backend: &dyn Backend,
+        queries: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+    ) -> Result<SearchResults> {
+        let raw = self.check_search(queries, p, raw)?;
+        let d = self.cb.dim();
+        let nq = queries.len() / d;
+        let q = prepare(queries, d, self.cb.metric);
+        let want = p.k.max(p.rerank);
+        let Some((cid, cdist)) = backend.search_lists(self, &q, p.nprobe, want)? else {
+            return self.search(queries, p, raw);
+        };
+        let (mut ids, mut dist) = self.empty_results(nq, p.k);
+        let per_query = ids
+            .par_chunks_mut(p.k)
+            .zip(dist.par_chunks_mut(p.k))
+            .enumerate()
+            .map(|(i, (io, dout))| {
+                let cands = (0..want)
+                    .map(|r| Cand(cdist[i * want + r], cid[i * want + r]))
+                    .filter(|c| c.1 != u64::MAX)
+                    .collect();
+                self.finish(&q[i * d..(i + 1) * d], cands, raw, io, dout)
+            })
+            .collect::<Vec<Result<()>>>();
+        per_query.into_iter().collect::<Result<()>>()?;
+        Ok(SearchResults {
+            k: p.k,
+            ids,
+            distances: dist,
+        })
+    }
+
+    /// The checks every search makes; returns the raw vectors to re-rank against, if any.
+    fn check_search<'r>(
+        &self,
+        queries: &[f32],
+        p: &SearchParams,
+        raw: Option<&'r dyn RawVectors>,
+    ) -> Result<Option<&'r dyn RawVectors>> {
         p.validate()?;
         let d = self.cb.dim();
         if queries.len() % d != 0 {
@@ -188,39 +255,58 @@ impl Index {
             )));
         }
         check_finite(queries, "queries")?;
-        let raw = match (p.rerank, raw) {
-            (0, _) => None,
-            (_, None) => return Err(Error::InvalidArgument("rerank needs raw vectors".into())),
-            (_, Some(r)) if r.dim() != d => {
-                return Err(Error::InvalidArgument(format!(
-                    "raw vectors have dimension {}, index {d}",
-                    r.dim()
-                )))
-            }
-            (_, Some(r)) => Some(r),
-        };
-        let nq = queries.len() / d;
-        let q = prepare(queries, d, self.cb.metric);
-        let k = p.k;
-        let mut ids = vec![u64::MAX; nq * k];
+        match (p.rerank, raw) {
+            (0, _) => Ok(None),
+            (_, None) => Err(Error::InvalidArgument("rerank needs raw vectors".into())),
+            (_, Some(r)) if r.dim() != d => Err(Error::InvalidArgument(format!(
+                "raw vectors have dimension {}, index {d}",
+                r.dim()
+            ))),
+            (_, Some(r)) => Ok(Some(r)),
+        }
+    }
+
+    /// Result arrays with every slot missing: id `u64::MAX`, the metric's worst distance.
+    fn empty_results(&self, nq: usize, k: usize) -> (Vec<u64>, Vec<f32>) {
         let missing = if self.cb.metric == Metric::L2 {
             f32::INFINITY
         } else {
             f32::NEG_INFINITY
         };
-        let mut dist = vec![missing; nq * k];
-        let blocks: Vec<Result<()>> = q
-            .par_chunks(QUERY_BLOCK * d)
-            .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
-            .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
-            .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
-            .collect();
-        blocks.into_iter().collect::<Result<()>>()?;
-        Ok(SearchResults {
-            k,
-            ids,
-            distances: dist,
-        })
+        (vec![u64::MAX; nq * k], vec![missing; nq * k])
+    }
+
+    /// One query's candidates (sorted, smaller is better) to its result slots: re-ranked
+    /// exactly against `raw` when given, then the first k, with inner products turned back
+    /// into similarities.
+    fn finish(
+        &self,
+        qv: &[f32],
+        mut cands: Vec<Cand>,
+        raw: Option<&dyn RawVectors>,
+        ids: &mut [u64],
+        dist: &mut [f32],
+    ) -> Result<()> {
+        let (d, l2) = (self.cb.dim(), self.cb.metric == Metric::L2);
+        if let Some(raw) = raw {
+            for c in cands.iter_mut() {
+                let v = raw.get(c.1).ok_or_else(|| {
+                    Error::InvalidArgument(format!("raw vectors have no vector for id {}", c.1))
+                })?;
+                let v = prepare(v, d, self.cb.metric);
+                c.0 = if l2 {
+                    linalg::l2_sq(qv, &v)
+                } else {
+                    -linalg::dot(qv, &v)
+                };
+            }
+            cands.sort_unstable();
+        }
+        for (t, c) in cands.iter().take(ids.len()).enumerate() {
+            ids[t] = c.1;
+            dist[t] = if l2 { c.0 } else { -c.0 };
+        }
+        Ok(())
     }
 
     fn search_block(
@@ -344,25 +430,14 @@ impl Index {
                     );
                 }
             }
-            let mut cands = top.sorted();
-            if let Some(raw) = raw {
-                for c in cands.iter_mut() {
-                    let v = raw.get(c.1).ok_or_else(|| {
-                        Error::InvalidArgument(format!("raw vectors have no vector for id {}", c.1))
-                    })?;
-                    let v = prepare(v, d, cb.metric);
-                    c.0 = if l2 {
-                        linalg::l2_sq(qv, &v)
-                    } else {
-                        -linalg::dot(qv, &v)
-                    };
-                }
-                cands.sort_unstable();
-            }
-            for (t, c) in cands.iter().take(p.k).enumerate() {
-                ids[i * p.k + t] = c.1;
-                dist[i * p.k + t] = if l2 { c.0 } else { -c.0 };
-            }
+            let k = p.k;
+            self.finish(
+                qv,
+                top.sorted(),
+                raw,
+                &mut ids[i * k..(i + 1) * k],
+                &mut dist[i * k..(i + 1) * k],
+            )?;
         }
         Ok(())
     }

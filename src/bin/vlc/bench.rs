@@ -131,7 +131,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
                 rerank: 0,
             };
             let (secs, _) = best(a.repeat, || {
-                Ok(ctx.run(|_| index.search(&x[..nq * d], &p, None))?)
+                Ok(ctx.run(|b| index.search_with(b, &x[..nq * d], &p, None))?)
             })?;
             rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "queries": nq, "nprobe": a.nprobe, "seconds": secs, "qps": nq as f64 / secs})));
         }

@@ -118,7 +118,8 @@ fn run_eval(
         };
         // One untimed warm-up, then the best of repeated runs (at least 0.5 s or 10 runs),
         // as peers' benchmarks do: a single cold run mostly measures page faults.
-        let search = || ctx.run(|_| index.search(&query.data, &p, Some(&raw as &dyn RawVectors)));
+        let search =
+            || ctx.run(|b| index.search_with(b, &query.data, &p, Some(&raw as &dyn RawVectors)));
         let res = search()?;
         let (mut secs, mut spent, mut reps) = (f64::INFINITY, 0.0, 0);
         while reps < 10 && (spent < 0.5 || reps < 1) {

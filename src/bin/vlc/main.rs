@@ -390,8 +390,9 @@ fn search(a: SearchArgs) -> AnyResult {
         rerank: a.rerank,
     };
     let t = std::time::Instant::now();
-    let res = ctx.run(|_| {
-        index.search(
+    let res = ctx.run(|b| {
+        index.search_with(
+            b,
             &q.data,
             &p,
             dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors),
