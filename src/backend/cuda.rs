@@ -449,7 +449,12 @@ impl Backend for CudaBackend {
         let dev = self.lock();
         if lists.as_ref().is_none_or(|l| l.stamp != ix.stamp) {
             *lists = None; // free the old copy first
-            *lists = Some(DeviceLists::upload(self, &dev, ix)?);
+            match DeviceLists::upload(self, &dev, ix) {
+                Ok(l) => *lists = Some(l),
+                // An index larger than the device is searched on the host instead.
+                Err(Error::OutOfMemory(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            }
         }
         let dl = lists.as_ref().expect("lists were just uploaded");
         let d = cb.dim();
