@@ -234,6 +234,11 @@ typedef enum {
    * Default 65536.
    */
   VLCC_PARAM_OPQ_TRAIN_POINTS = 21,
+  /**
+   * Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores
+   * (faster, approximate near ties). The CPU always uses fp32.
+   */
+  VLCC_PARAM_PRECISION = 22,
 } vlcc_param;
 
 /**

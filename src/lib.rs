@@ -41,7 +41,7 @@ pub mod vecio;
 pub use backend::{Backend, BackendKind};
 pub use error::{Error, Result};
 pub use index::{recall_at, DenseRaw, Index, IndexStats, RawVectors, SearchResults};
-pub use params::{AnchorParams, Init, Metric, Rotation, SearchParams, TrainParams};
+pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
 pub use quant::{Codebook, TrainReport, Vectors};
 pub use train::{NoProgress, Progress};
 

@@ -88,6 +88,17 @@ impl std::str::FromStr for Rotation {
     }
 }
 
+/// How a GPU backend computes the anchor-assignment distances. The CPU always uses fp32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// fp32 products and sums: the same assignments as the CPU up to the last bit of rounding.
+    Exact,
+    /// TF32 tensor-core products (10-bit mantissas) with fp32 sums: several times faster on GPUs
+    /// that have them; points nearly equidistant from two anchors may go to either.
+    Tf32,
+}
+
 /// Anchor initialisation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -138,6 +149,8 @@ pub struct AnchorParams {
     pub max_points_per_anchor: usize,
     pub init: Init,
     pub seed: u64,
+    /// Distance precision on GPU backends (default `Exact`).
+    pub precision: Precision,
 }
 
 impl Default for AnchorParams {
@@ -158,6 +171,7 @@ impl Default for AnchorParams {
             // (long-norm word vectors, say), which measured worse for IVF recall.
             init: Init::Sample,
             seed: 0x5eed,
+            precision: Precision::Exact,
         }
     }
 }

@@ -7,7 +7,7 @@ use vlc_compress::backend::cuda;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
     AnchorParams, BackendKind, Compressor, Context, DenseRaw, Error, Init, Metric, NoProgress,
-    RawVectors, Rotation, SearchParams,
+    Precision, RawVectors, Rotation, SearchParams,
 };
 
 fn gpu() -> Option<Arc<Context>> {
@@ -260,4 +260,33 @@ fn device_search_matches_the_host() {
         ix.remove(&gone).unwrap();
         compare(&ix, "after remove");
     }
+}
+
+#[test]
+fn tf32_training_is_close_and_leaves_exact_sessions_exact() {
+    let Some(g) = gpu() else { return };
+    let demo = common::demo();
+    let (x, d) = (&demo.base.data, demo.base.cols);
+    let exact = AnchorParams {
+        anchors: 256,
+        ..AnchorParams::default()
+    };
+    let fast = AnchorParams {
+        precision: Precision::Tf32,
+        ..exact.clone()
+    };
+    let e1 = g
+        .run(|b| train_anchors(b, x, d, &exact, &NoProgress))
+        .unwrap();
+    let f = g
+        .run(|b| train_anchors(b, x, d, &fast, &NoProgress))
+        .unwrap();
+    let e2 = g
+        .run(|b| train_anchors(b, x, d, &exact, &NoProgress))
+        .unwrap();
+    let rel = (f.energy - e1.energy).abs() / e1.energy;
+    eprintln!("energy exact {} tf32 {} ({rel:.2e})", e1.energy, f.energy);
+    assert!(rel < 0.01, "TF32 energy differs by {rel}");
+    // The math mode is restored: an exact run after a TF32 one repeats the first exactly.
+    assert_eq!(e1.centroids, e2.centroids);
 }

@@ -17,7 +17,12 @@ impl Backend for CpuBackend {
     fn describe(&self) -> String {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
-    fn kmeans_session<'a>(&'a self, x: &'a [f32], d: usize) -> Result<Box<dyn KmeansSession + 'a>> {
+    fn kmeans_session<'a>(
+        &'a self,
+        x: &'a [f32],
+        d: usize,
+        _precision: crate::Precision, // fp32 always: the reference
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
         let n = x.len() / d;
         Ok(Box::new(CpuSession {
             x,

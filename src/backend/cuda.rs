@@ -337,8 +337,15 @@ impl Backend for CudaBackend {
     fn describe(&self) -> String {
         format!("cuda ({}, {} SMs)", self.name, self.sms)
     }
-    fn kmeans_session<'a>(&'a self, x: &'a [f32], d: usize) -> Result<Box<dyn KmeansSession + 'a>> {
-        Ok(Box::new(CudaSession::new(self, x, d)?))
+    fn kmeans_session<'a>(
+        &'a self,
+        x: &'a [f32],
+        d: usize,
+        precision: crate::Precision,
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
+        let mut s = CudaSession::new(self, x, d)?;
+        s.tf32 = precision == crate::Precision::Tf32;
+        Ok(Box::new(s))
     }
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
         if x.is_empty() {
@@ -499,6 +506,35 @@ fn row_norms(
         },
         "row norms",
     )
+}
+
+/// The cuBLAS math mode for one stretch of GEMMs: TF32 tensor cores when asked, back to the
+/// default (fp32) when dropped, so other calls on the handle stay exact.
+struct MathMode<'a>(Option<&'a Device>);
+
+impl<'a> MathMode<'a> {
+    fn set(dev: &'a Device, tf32: bool) -> Result<MathMode<'a>> {
+        if !tf32 {
+            return Ok(MathMode(None));
+        }
+        use cudarc::cublas::sys::{cublasMath_t, cublasSetMathMode};
+        // SAFETY: the handle is live for as long as `dev`, and the lock on it is held.
+        unsafe { cublasSetMathMode(*dev.blas.handle(), cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH) }
+            .result()
+            .map_err(|e| Error::Device(format!("cuBLAS math mode: {e}")))?;
+        Ok(MathMode(Some(dev)))
+    }
+}
+
+impl Drop for MathMode<'_> {
+    fn drop(&mut self) {
+        if let Some(dev) = self.0 {
+            use cudarc::cublas::sys::{cublasMath_t, cublasSetMathMode};
+            // SAFETY: as in `set`.
+            let _ =
+                unsafe { cublasSetMathMode(*dev.blas.handle(), cublasMath_t::CUBLAS_DEFAULT_MATH) };
+        }
+    }
 }
 
 /// Whether the PQ kernel takes this shape: sub-vectors in registers, at most 256 codewords.
@@ -835,6 +871,8 @@ impl Drop for Trace {
 /// A training set on the device.
 struct CudaSession<'a> {
     trace: Trace,
+    /// Distance GEMMs on TF32 tensor cores.
+    tf32: bool,
     b: &'a CudaBackend,
     n: usize,
     d: usize,
@@ -884,6 +922,7 @@ impl<'a> CudaSession<'a> {
         trace.mark(s, "upload");
         Ok(CudaSession {
             trace,
+            tf32: false,
             b,
             n,
             d,
@@ -985,6 +1024,7 @@ impl KmeansSession for CudaSession<'_> {
             },
             "offsets",
         )?;
+        let _math = MathMode::set(&dev, self.tf32)?;
         let mut row0 = 0usize;
         while row0 < n {
             let rows = cb.chunk.min(n - row0);

@@ -93,8 +93,14 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Human-readable device description.
     fn describe(&self) -> String;
-    /// Upload `x` (n x d) once and return a session that runs k-means steps on it.
-    fn kmeans_session<'a>(&'a self, x: &'a [f32], d: usize) -> Result<Box<dyn KmeansSession + 'a>>;
+    /// Upload `x` (n x d) once and return a session that runs k-means steps on it, computing
+    /// distances at `precision` where the device offers a choice.
+    fn kmeans_session<'a>(
+        &'a self,
+        x: &'a [f32],
+        d: usize,
+        precision: crate::Precision,
+    ) -> Result<Box<dyn KmeansSession + 'a>>;
     /// For each row of `x`, the nearest row of `centroids` (squared L2) and its distance.
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)>;
     /// Product-quantizer assignment: for each row of `y` (n x nsub*dsub), the index of the

@@ -7,7 +7,7 @@ use super::boundary::{
 use super::context::{context_arc, vlcc_context};
 use super::index::vlcc_buffer;
 use super::status::vlcc_status;
-use crate::params::{Init, Metric, Rotation, TrainParams};
+use crate::params::{Init, Metric, Precision, Rotation, TrainParams};
 use crate::{format, Compressor, Vectors};
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -81,6 +81,9 @@ pub enum vlcc_param {
     /// Training vectors the learned rotation is fitted on (0 = all of the PQ sample).
     /// Default 65536.
     OpqTrainPoints = 21,
+    /// Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores
+    /// (faster, approximate near ties). The CPU always uses fp32.
+    Precision = 22,
 }
 
 pub(crate) unsafe fn compressor_ref<'a>(p: *const vlcc_compressor) -> FfiResult<&'a Compressor> {
@@ -150,6 +153,9 @@ fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
         19 => p.opq_iters = usize_of("opq_iters")?,
         20 => a.init = [Init::KMeansPlusPlus, Init::Sample][whole(v, "init", 1.0)? as usize],
         21 => p.opq_train_points = usize_of("opq_train_points")?,
+        22 => {
+            a.precision = [Precision::Exact, Precision::Tf32][whole(v, "precision", 1.0)? as usize]
+        }
         _ => {
             return fail(
                 vlcc_status::InvalidArgument,
@@ -184,6 +190,7 @@ fn get(p: &TrainParams, param: u32) -> FfiResult<f64> {
         19 => p.opq_iters as f64,
         20 => (a.init == Init::Sample) as u32 as f64,
         21 => p.opq_train_points as f64,
+        22 => (a.precision == Precision::Tf32) as u8 as f64,
         _ => {
             return fail(
                 vlcc_status::InvalidArgument,

@@ -111,7 +111,7 @@ pub fn train_anchors_from(
         (None, Init::KMeansPlusPlus) => kmeans_pp(&xs, d, k, &mut rng.fork(2)),
         (None, Init::Sample) => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
     };
-    let mut sess = backend.kmeans_session(&xs, d)?;
+    let mut sess = backend.kmeans_session(&xs, d, p.precision)?;
     sess.set_centroids(&c)?;
 
     let mut history = Vec::with_capacity(p.max_iters + 1);

@@ -161,7 +161,7 @@ static void test_compressor(vlcc_context *ctx, const float *x) {
         VLCC_PARAM_MAX_ITERS, VLCC_PARAM_TOL, VLCC_PARAM_INITIAL_TEMP, VLCC_PARAM_COOLING_RATE, VLCC_PARAM_TRIM,
         VLCC_PARAM_BALANCE, VLCC_PARAM_MAINTENANCE_INTERVAL, VLCC_PARAM_MERGE_THRESHOLD, VLCC_PARAM_SPLIT_FACTOR,
         VLCC_PARAM_MAX_POINTS_PER_ANCHOR, VLCC_PARAM_SEED, VLCC_PARAM_PQ_ITERS, VLCC_PARAM_PQ_TRAIN_POINTS,
-        VLCC_PARAM_OPQ_ITERS, VLCC_PARAM_INIT, VLCC_PARAM_OPQ_TRAIN_POINTS};
+        VLCC_PARAM_OPQ_ITERS, VLCC_PARAM_INIT, VLCC_PARAM_OPQ_TRAIN_POINTS, VLCC_PARAM_PRECISION};
     for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
         expect_status(vlcc_compressor_get_param(c, params[i], &v), VLCC_STATUS_OK);
         expect_status(vlcc_compressor_set_param(c, params[i], v), VLCC_STATUS_OK);

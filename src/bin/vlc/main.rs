@@ -132,6 +132,10 @@ pub(crate) struct AnnealOpts {
     /// Train anchors on at most this many sampled points per anchor (0 = all points).
     #[arg(long)]
     max_points_per_anchor: Option<usize>,
+    /// On a GPU, compute assignment distances with TF32 tensor cores (faster, approximate
+    /// near ties; the CPU ignores it).
+    #[arg(long)]
+    tf32: bool,
 }
 
 impl AnnealOpts {
@@ -159,6 +163,9 @@ impl AnnealOpts {
         }
         if let Some(v) = self.max_points_per_anchor {
             a.max_points_per_anchor = v;
+        }
+        if self.tf32 {
+            a.precision = vlc_compress::Precision::Tf32;
         }
     }
 }
