@@ -63,7 +63,8 @@ PQ_ASSIGN(pq_assign_8, 8, 4)
 PQ_ASSIGN(pq_assign_16, 16, 4)
 PQ_ASSIGN(pq_assign_32, 32, 2)
 
-// y = x - anchor[assign], zero-padded from d to dp columns (row-major, n x dp).
+// y = x - anchor[assign], zero-padded from d to dp columns (row-major, n x dp). With no
+// anchors (null), y is x padded: how search pads its queries.
 extern "C" __global__ void residuals(const float* __restrict__ x, int n, int d,
                                      const float* __restrict__ anchors,
                                      const unsigned* __restrict__ assign, int dp,
@@ -73,6 +74,7 @@ extern "C" __global__ void residuals(const float* __restrict__ x, int n, int d,
          e += (size_t)gridDim.x * blockDim.x) {
         size_t i = e / dp;
         int t = (int)(e - i * dp);
-        y[e] = t < d ? x[i * d + t] - anchors[(size_t)assign[i] * d + t] : 0.f;
+        if (t >= d) { y[e] = 0.f; continue; }
+        y[e] = x[i * d + t] - (anchors ? anchors[(size_t)assign[i] * d + t] : 0.f);
     }
 }

@@ -49,18 +49,6 @@ extern "C" __global__ void coarse_probe(const float* __restrict__ q, int nq, int
     }
 }
 
-// y = x zero-padded from d to dp columns.
-extern "C" __global__ void pad_rows(const float* __restrict__ x, int n, int d, int dp,
-                                    float* __restrict__ y) {
-    const size_t total = (size_t)n * dp;
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-         e += (size_t)gridDim.x * blockDim.x) {
-        size_t i = e / dp;
-        int t = (int)(e - i * dp);
-        y[e] = t < d ? x[i * d + t] : 0.f;
-    }
-}
-
 // Per (query, subspace): scale * <y_j, c> for every codeword c (scale -2 for L2, -1 for inner
 // product). One thread per codeword; the sub-vector sits in shared memory.
 extern "C" __global__ void query_tables(const float* __restrict__ y, int dp, int dsub,

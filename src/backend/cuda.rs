@@ -88,7 +88,6 @@ struct Kernels {
     pq_assign: [CudaFunction; 3],
     residuals: CudaFunction,
     coarse_probe: CudaFunction,
-    pad_rows: CudaFunction,
     query_tables: CudaFunction,
     scan_lists: CudaFunction,
     merge_candidates: CudaFunction,
@@ -201,7 +200,6 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         ],
         residuals: f(1, "residuals")?,
         coarse_probe: f(2, "coarse_probe")?,
-        pad_rows: f(2, "pad_rows")?,
         query_tables: f(2, "query_tables")?,
         scan_lists: f(2, "scan_lists")?,
         merge_candidates: f(2, "merge_candidates")?,
@@ -733,12 +731,15 @@ impl CudaBackend {
         )?;
         let mut y = CudaBackend::zeros::<f32>(s, nb * dp)?;
         let dpi = dp as i32;
+        let none = 0u64; // null anchors: the residual kernel only pads
         ran(
             unsafe {
-                s.launch_builder(&dev.k.pad_rows)
+                s.launch_builder(&dev.k.residuals)
                     .arg(&qd)
                     .arg(&nbi)
                     .arg(&di)
+                    .arg(&none)
+                    .arg(&none)
                     .arg(&dpi)
                     .arg(&mut y)
                     .launch(strided(nb * dp, self.sms))
