@@ -3,7 +3,8 @@
 //!
 //! A k-means session keeps points, centroids, assignments and distances on the device. Per
 //! iteration only O(k) values cross: the bias and group offsets up, counts, energy and
-//! spreads down.
+//! spreads down. Encoding runs anchor assignment, residual, rotation and PQ in one device
+//! pass per block; search keeps the last searched index's lists on the device.
 
 use super::{AssignStats, Backend, BackendKind, KmeansSession, Transfers};
 use crate::error::{Error, Result};
