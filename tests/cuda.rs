@@ -209,6 +209,7 @@ fn device_search_matches_the_host() {
         (Metric::L2, Rotation::None, 0),
         (Metric::L2, Rotation::Random, 0),
         (Metric::L2, Rotation::None, 50),
+        (Metric::L2, Rotation::None, 100),
         (Metric::InnerProduct, Rotation::None, 0),
         (Metric::Cosine, Rotation::None, 20),
     ];

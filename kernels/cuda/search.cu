@@ -3,7 +3,7 @@
 // Header-free, like every kernel here.
 
 #define FULL 0xffffffffu
-#define MAX_WANT 64
+#define MAX_WANT 128
 #define INF __int_as_float(0x7f800000)
 
 // Per query (one warp): coarse scores against every anchor, then the nprobe best lists in

@@ -25,7 +25,7 @@ pub const KERNELS: &[(&str, &str)] = &[
 ];
 
 /// Most candidates per query the device scan keeps (`MAX_WANT` in search.cu).
-const MAX_WANT: usize = 64;
+const MAX_WANT: usize = 128;
 
 /// Queries per device search batch: bounds the coarse scores and candidate buffers.
 const QUERY_BATCH: usize = 4096;
