@@ -7,7 +7,7 @@
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
 use super::Index;
-use crate::backend::Backend;
+use crate::backend::{Backend, CpuBackend};
 use crate::error::{check_finite, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
@@ -172,7 +172,7 @@ impl TopK {
 const QUERY_BLOCK: usize = 16;
 
 impl Index {
-    /// Searches `queries` (nq x d). Safe to call from many threads at once.
+    /// Searches `queries` (nq x d) on the host. Safe to call from many threads at once.
     /// With `p.rerank > 0`, the best `rerank` candidates are re-scored exactly against `raw`.
     pub fn search(
         &self,
@@ -180,29 +180,12 @@ impl Index {
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
     ) -> Result<SearchResults> {
-        let raw = self.check_search(queries, p, raw)?;
-        let d = self.cb.dim();
-        let nq = queries.len() / d;
-        let q = prepare(queries, d, self.cb.metric);
-        let k = p.k;
-        let (mut ids, mut dist) = self.empty_results(nq, k);
-        let blocks: Vec<Result<()>> = q
-            .par_chunks(QUERY_BLOCK * d)
-            .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
-            .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
-            .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
-            .collect();
-        blocks.into_iter().collect::<Result<()>>()?;
-        Ok(SearchResults {
-            k: p.k,
-            ids,
-            distances: dist,
-        })
+        self.search_with(&CpuBackend, queries, p, raw)
     }
 
     /// Searches through `backend` when it searches on its device (lists uploaded once and
-    /// kept there until the index changes), else as [`Index::search`]. Same results up to the
-    /// rounding of the distance sums.
+    /// kept there until the index changes), else on the host as [`Index::search`]. Same
+    /// results up to the rounding of the distance sums.
     pub fn search_with(
         &self,
         backend: &dyn Backend,
@@ -214,26 +197,34 @@ impl Index {
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let q = prepare(queries, d, self.cb.metric);
-        let want = p.k.max(p.rerank);
-        let Some((cid, cdist)) = backend.search_lists(self, &q, p.nprobe, want)? else {
-            return self.search(queries, p, raw);
+        let k = p.k;
+        let want = k.max(p.rerank);
+        let (mut ids, mut dist) = self.empty_results(nq, k);
+        let done: Vec<Result<()>> = match backend.search_lists(self, &q, p.nprobe, want)? {
+            // The host scan: one coarse GEMM per block of queries.
+            None => q
+                .par_chunks(QUERY_BLOCK * d)
+                .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
+                .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
+                .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
+                .collect(),
+            // The device's candidates, best first, re-ranked and cut to k here.
+            Some((cid, cdist)) => ids
+                .par_chunks_mut(k)
+                .zip(dist.par_chunks_mut(k))
+                .enumerate()
+                .map(|(i, (io, dout))| {
+                    let cands = (0..want)
+                        .map(|r| Cand(cdist[i * want + r], cid[i * want + r]))
+                        .filter(|c| c.1 != u64::MAX)
+                        .collect();
+                    self.finish(&q[i * d..(i + 1) * d], cands, raw, io, dout)
+                })
+                .collect(),
         };
-        let (mut ids, mut dist) = self.empty_results(nq, p.k);
-        let per_query = ids
-            .par_chunks_mut(p.k)
-            .zip(dist.par_chunks_mut(p.k))
-            .enumerate()
-            .map(|(i, (io, dout))| {
-                let cands = (0..want)
-                    .map(|r| Cand(cdist[i * want + r], cid[i * want + r]))
-                    .filter(|c| c.1 != u64::MAX)
-                    .collect();
-                self.finish(&q[i * d..(i + 1) * d], cands, raw, io, dout)
-            })
-            .collect::<Vec<Result<()>>>();
-        per_query.into_iter().collect::<Result<()>>()?;
+        done.into_iter().collect::<Result<()>>()?;
         Ok(SearchResults {
-            k: p.k,
+            k,
             ids,
             distances: dist,
         })
