@@ -128,6 +128,9 @@ pub struct CudaBackend {
     /// The lists of the index searched last, resident until another index (or a changed
     /// one) is searched. Locked before `dev` when both are held.
     lists: Mutex<Option<DeviceLists>>,
+    /// The codebook used last (encoding or search), resident until another one is used.
+    /// Locked after `lists` and before `dev`.
+    codebook: Mutex<Option<DeviceCodebook>>,
     name: String,
     sms: u32,
     h2d: AtomicU64,
@@ -213,6 +216,7 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
             staging: None,
         }),
         lists: Mutex::new(None),
+        codebook: Mutex::new(None),
         name,
         sms,
         h2d: 0.into(),
@@ -369,32 +373,26 @@ impl Backend for CudaBackend {
         let dev = self.lock();
         let s = &dev.stream;
         let yd = self.up(s, y)?;
-        let idx = self.pq_assign_on_device(&dev, &yd, y.len() / dp, nsub, dsub, books)?;
+        let bd = self.up(s, books)?;
+        let ksub = books.len() / dp;
+        let idx = self.pq_assign_on_device(&dev, &yd, y.len() / dp, nsub, dsub, &bd, ksub)?;
         self.down(s, &idx)
     }
 
-    fn encode_residuals(
-        &self,
-        x: &[f32],
-        d: usize,
-        anchors: &[f32],
-        rot: &[f32],
-        nsub: usize,
-        dsub: usize,
-        books: &[f32],
-    ) -> Result<(Vec<u32>, Vec<u8>)> {
-        let dp = nsub * dsub;
+    fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
+        let (d, dp, nsub, dsub) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub);
         if x.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
-        if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || dp < d {
-            return crate::quant::encode_residuals_in_steps(
-                self, x, d, anchors, rot, nsub, dsub, books,
-            );
+        if !pq_kernel_fits(dsub, cb.pq.ksub()) || dp < d {
+            return crate::quant::encode_residuals_in_steps(self, cb, x);
         }
-        // Everything stays on the device: nearest anchor, residual, rotation, PQ.
+        // Everything stays on the device: nearest anchor, residual, rotation, PQ; the codebook
+        // itself is uploaded once for all blocks.
+        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+        let dc = self.device_codebook(&mut slot, cb)?;
         let mut sess = CudaSession::new(self, x, d)?;
-        sess.set_centroids(anchors)?;
+        sess.set_centroids_from(&dc.anchors, cb.anchors())?;
         sess.assign(None)?;
         let n = sess.n;
         let anc = &sess.c.as_ref().expect("centroids were just set").c;
@@ -418,15 +416,9 @@ impl Backend for CudaBackend {
             },
             "residuals",
         )?;
-        if !rot.is_empty() {
-            let r = self.up(s, rot)?;
-            let mut turned = CudaBackend::zeros::<f32>(s, n * dp)?;
-            // Row-major y R^T, the same product as `rotation::apply`.
-            gemm_rows_by(&dev, &r, dp, dp, &y.slice(..n * dp), n, &mut turned)?;
-            y = turned;
-        }
+        let y = rotated(&dev, dc, y, n, dp)?;
         trace.mark(s, "residuals");
-        let idx = self.pq_assign_on_device(&dev, &y, n, nsub, dsub, books)?;
+        let idx = self.pq_assign_on_device(&dev, &y, n, nsub, dsub, &dc.books, cb.pq.ksub())?;
         trace.mark(s, "pq");
         let a = self.down(s, &sess.assign)?;
         let idx = self.down(s, &idx)?;
@@ -452,6 +444,8 @@ impl Backend for CudaBackend {
             return Ok(None);
         }
         let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+        let dc = self.device_codebook(&mut slot, cb)?;
         let dev = self.lock();
         if lists.as_ref().is_none_or(|l| l.stamp != ix.stamp) {
             *lists = None; // free the old copy first
@@ -468,7 +462,7 @@ impl Backend for CudaBackend {
         let mut ids = Vec::with_capacity(nq * want);
         let mut dist = Vec::with_capacity(nq * want);
         for batch in q.chunks(QUERY_BATCH * d) {
-            let (i, s) = self.search_batch(&dev, dl, batch, nprobe.min(dl.m), want)?;
+            let (i, s) = self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want)?;
             ids.extend(i);
             dist.extend(s);
         }
@@ -570,7 +564,8 @@ fn gemm_rows_by(
 }
 
 impl CudaBackend {
-    /// PQ indices (n x nsub bytes, on the device) of the rows of `y` (n x nsub*dsub).
+    /// PQ indices (n x nsub bytes, on the device) of the rows of `y` (n x nsub*dsub) against
+    /// the codebooks `bd` (nsub x ksub x dsub, on the device).
     fn pq_assign_on_device(
         &self,
         dev: &Device,
@@ -578,13 +573,12 @@ impl CudaBackend {
         n: usize,
         nsub: usize,
         dsub: usize,
-        books: &[f32],
+        bd: &CudaSlice<f32>,
+        ksub: usize,
     ) -> Result<CudaSlice<u8>> {
         let s = &dev.stream;
         let dp = nsub * dsub;
-        let ksub = books.len() / dp;
         as_i32(n, "rows")?;
-        let bd = self.up(s, books)?;
         let mut out = CudaBackend::zeros::<u8>(s, n * nsub)?;
         let (ni, dpi, dsi, ki, nsi) = (n as i32, dp as i32, dsub as i32, ksub as i32, nsub as i32);
         // Rows per thread, as built into each kernel width (kernels/cuda/encode.cu).
@@ -608,7 +602,7 @@ impl CudaBackend {
                     .arg(&dpi)
                     .arg(&dsi)
                     .arg(&ki)
-                    .arg(&bd)
+                    .arg(bd)
                     .arg(&mut out)
                     .arg(&nsi)
                     .launch(cfg)
@@ -633,10 +627,61 @@ struct DeviceLists {
     start: CudaSlice<u64>,
     /// m x nsub x 256 L2 table terms (one unused value for inner product).
     terms: CudaSlice<f32>,
-    books: CudaSlice<f32>,
+}
+
+/// A codebook's arrays on the device, for the codebook with this fingerprint.
+struct DeviceCodebook {
+    fingerprint: u64,
     anchors: CudaSlice<f32>,
+    /// |a|^2 per anchor, as the host computes them (coarse scores then round alike).
     anorm: CudaSlice<f32>,
+    books: CudaSlice<f32>,
     rot: Option<CudaSlice<f32>>,
+}
+
+/// `y` (n x dp) turned by the codebook's rotation (row-major y R^T, as `rotation::apply`), or
+/// `y` itself when it has none.
+fn rotated(
+    dev: &Device,
+    dc: &DeviceCodebook,
+    y: CudaSlice<f32>,
+    n: usize,
+    dp: usize,
+) -> Result<CudaSlice<f32>> {
+    let Some(r) = &dc.rot else { return Ok(y) };
+    let mut turned = CudaBackend::zeros::<f32>(&dev.stream, n * dp)?;
+    gemm_rows_by(dev, r, dp, dp, &y.slice(..n * dp), n, &mut turned)?;
+    Ok(turned)
+}
+
+impl CudaBackend {
+    /// The device copy of `cb` in `slot`, uploaded unless it is already the one there.
+    fn device_codebook<'s>(
+        &self,
+        slot: &'s mut Option<DeviceCodebook>,
+        cb: &crate::Codebook,
+    ) -> Result<&'s DeviceCodebook> {
+        if slot
+            .as_ref()
+            .is_none_or(|c| c.fingerprint != cb.fingerprint())
+        {
+            *slot = None; // free the old copy first
+            let dev = self.lock();
+            let s = &dev.stream;
+            *slot = Some(DeviceCodebook {
+                fingerprint: cb.fingerprint(),
+                anchors: self.up(s, &cb.anchors)?,
+                anorm: self.up(s, &crate::linalg::row_norms(&cb.anchors, cb.d))?,
+                books: self.up(s, &cb.pq.centroids)?,
+                rot: if cb.rot.is_empty() {
+                    None
+                } else {
+                    Some(self.up(s, &cb.rot)?)
+                },
+            });
+        }
+        Ok(slot.as_ref().expect("the codebook was just uploaded"))
+    }
 }
 
 impl DeviceLists {
@@ -677,14 +722,6 @@ impl DeviceLists {
             },
             start: b.up(s, &start)?,
             terms,
-            books: b.up(s, &cb.pq.centroids)?,
-            anchors: b.up(s, &cb.anchors)?,
-            anorm: b.up(s, &ix.tables.anchor_norms)?,
-            rot: if cb.rot.is_empty() {
-                None
-            } else {
-                Some(b.up(s, &cb.rot)?)
-            },
         })
     }
 }
@@ -695,6 +732,7 @@ impl CudaBackend {
     fn search_batch(
         &self,
         dev: &Device,
+        dc: &DeviceCodebook,
         dl: &DeviceLists,
         q: &[f32],
         nprobe: usize,
@@ -705,7 +743,7 @@ impl CudaBackend {
         let nb = q.len() / d;
         let qd = self.up(s, q)?;
         let mut dots = CudaBackend::zeros::<f32>(s, nb * m)?;
-        gemm_rows_by(dev, &dl.anchors, m, d, &qd.slice(..nb * d), nb, &mut dots)?;
+        gemm_rows_by(dev, &dc.anchors, m, d, &qd.slice(..nb * d), nb, &mut dots)?;
         let mut scores = CudaBackend::zeros::<f32>(s, nb * m)?;
         let mut probes = CudaBackend::zeros::<u32>(s, nb * nprobe)?;
         let mut base = CudaBackend::zeros::<f32>(s, nb * nprobe)?;
@@ -720,7 +758,7 @@ impl CudaBackend {
                     .arg(&di)
                     .arg(&dots)
                     .arg(&mi)
-                    .arg(&dl.anorm)
+                    .arg(&dc.anorm)
                     .arg(&l2i)
                     .arg(&npi)
                     .arg(&mut scores)
@@ -747,11 +785,7 @@ impl CudaBackend {
             },
             "pad queries",
         )?;
-        if let Some(r) = &dl.rot {
-            let mut turned = CudaBackend::zeros::<f32>(s, nb * dp)?;
-            gemm_rows_by(dev, r, dp, dp, &y.slice(..nb * dp), nb, &mut turned)?;
-            y = turned;
-        }
+        let y = rotated(dev, dc, y, nb, dp)?;
         let mut qt = CudaBackend::zeros::<f32>(s, nb * nsub * 256)?;
         let (dsi, ksi, nsi) = (dl.dsub as i32, 256i32, nsub as i32);
         let scale: f32 = if dl.l2 { -2.0 } else { -1.0 };
@@ -762,7 +796,7 @@ impl CudaBackend {
                     .arg(&dpi)
                     .arg(&dsi)
                     .arg(&ksi)
-                    .arg(&dl.books)
+                    .arg(&dc.books)
                     .arg(&scale)
                     .arg(&mut qt)
                     .arg(&nsi)
@@ -905,6 +939,38 @@ struct Centroids {
 }
 
 impl<'a> CudaSession<'a> {
+    /// Centroids (k x d) copied from device memory: no host round trip.
+    fn set_centroids_from(&mut self, src: &CudaSlice<f32>, k: usize) -> Result<()> {
+        let len = k * self.d;
+        self.load_centroids(k, |dev, c| {
+            dev.stream
+                .memcpy_dtod(&src.slice(..len), c)
+                .map_err(|e| dev_err("copy centroids", e))
+        })
+    }
+
+    /// Sizes the per-centroid buffers for k centroids, lets `fill` write the centroids, and
+    /// computes their norms.
+    fn load_centroids(
+        &mut self,
+        k: usize,
+        fill: impl FnOnce(&Device, &mut CudaSlice<f32>) -> Result<()>,
+    ) -> Result<()> {
+        as_i32(k, "centroids")?;
+        let dev = self.b.lock();
+        let s = &dev.stream;
+        self.trace.mark(s, "host");
+        if self.k != k || self.c.is_none() {
+            self.c = Some(self.buffers(s, k)?);
+            self.k = k;
+        }
+        let cb = self.c.as_mut().expect("centroid buffers were just made");
+        fill(&dev, &mut cb.c)?;
+        row_norms(&dev, &cb.c, k, self.d, &mut cb.cn)?;
+        self.trace.mark(s, "set_centroids");
+        Ok(())
+    }
+
     fn new(b: &'a CudaBackend, x: &[f32], d: usize) -> Result<Self> {
         if d == 0 || x.len() % d != 0 {
             return Err(Error::InvalidArgument(format!(
@@ -972,20 +1038,10 @@ impl KmeansSession for CudaSession<'_> {
                 centroids.len()
             )));
         }
-        let k = centroids.len() / d;
-        as_i32(k, "centroids")?;
-        let dev = self.b.lock();
-        let s = &dev.stream;
-        self.trace.mark(s, "host");
-        if self.k != k || self.c.is_none() {
-            self.c = Some(self.buffers(s, k)?);
-            self.k = k;
-        }
-        let cb = self.c.as_mut().expect("centroid buffers were just made");
-        self.b.up_into(s, centroids, &mut cb.c)?;
-        row_norms(&dev, &cb.c, k, d, &mut cb.cn)?;
-        self.trace.mark(s, "set_centroids");
-        Ok(())
+        let b = self.b;
+        self.load_centroids(centroids.len() / d, |dev, c| {
+            b.up_into(&dev.stream, centroids, c)
+        })
     }
 
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {

@@ -109,20 +109,11 @@ pub trait Backend: Send + Sync {
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, codebooks: &[f32]) -> Result<Vec<u8>> {
         pq_assign_by_nearest(self, y, nsub, dsub, codebooks)
     }
-    /// Residual codes of `x` (n x d, already prepared for the metric): each row's nearest
-    /// anchor (`anchors`, k x d) and the PQ indices (n x nsub, as `pq_assign`) of its residual,
-    /// zero-padded to nsub*dsub columns and turned by `rot` (dp x dp, row-major; empty: none).
-    fn encode_residuals(
-        &self,
-        x: &[f32],
-        d: usize,
-        anchors: &[f32],
-        rot: &[f32],
-        nsub: usize,
-        dsub: usize,
-        books: &[f32],
-    ) -> Result<(Vec<u32>, Vec<u8>)> {
-        crate::quant::encode_residuals_in_steps(self, x, d, anchors, rot, nsub, dsub, books)
+    /// Residual codes of `x` (n x d, already prepared for the metric) under `cb`: each row's
+    /// nearest anchor and the PQ indices (n x nsub, as `pq_assign`) of its residual, padded
+    /// and rotated as the codebook says.
+    fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
+        crate::quant::encode_residuals_in_steps(self, cb, x)
     }
     /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
     /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;

@@ -335,15 +335,7 @@ impl Codebook {
             let block = x.rows_f32(start, rows, d);
             check_finite(&block, "vectors")?;
             let block = prepare(&block, d, self.metric);
-            let (a, idx) = backend.encode_residuals(
-                &block,
-                d,
-                &self.anchors,
-                &self.rot,
-                self.pq.nsub,
-                self.pq.dsub,
-                &self.pq.centroids,
-            )?;
+            let (a, idx) = backend.encode_residuals(self, &block)?;
             codes.extend(self.pq.pack(&idx));
             ids.extend(a);
         }
@@ -440,23 +432,18 @@ pub(crate) fn prepare(x: &[f32], d: usize, metric: Metric) -> Cow<'_, [f32]> {
 /// residual and rotation on the host: what any backend can do.
 pub(crate) fn encode_residuals_in_steps<B: Backend + ?Sized>(
     b: &B,
+    cb: &Codebook,
     x: &[f32],
-    d: usize,
-    anchors: &[f32],
-    rot: &[f32],
-    nsub: usize,
-    dsub: usize,
-    books: &[f32],
 ) -> Result<(Vec<u32>, Vec<u8>)> {
-    let dp = nsub * dsub;
-    let (a, _) = b.nearest(x, d, anchors)?;
-    let r = residuals(x, d, dp, anchors, &a);
-    let y = if rot.is_empty() {
+    let (d, dp, pq) = (cb.d, cb.pq.dim(), &cb.pq);
+    let (a, _) = b.nearest(x, d, &cb.anchors)?;
+    let r = residuals(x, d, dp, &cb.anchors, &a);
+    let y = if cb.rot.is_empty() {
         r
     } else {
-        rotation::apply(rot, &r, dp)
+        rotation::apply(&cb.rot, &r, dp)
     };
-    Ok((a, b.pq_assign(&y, nsub, dsub, books)?))
+    Ok((a, b.pq_assign(&y, pq.nsub, pq.dsub, &pq.centroids)?))
 }
 
 /// `x - anchor`, zero-padded from d to dp columns.
