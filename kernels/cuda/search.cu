@@ -6,13 +6,12 @@
 #define MAX_WANT 128
 #define INF __int_as_float(0x7f800000)
 
-// Per query (one warp): coarse scores against every anchor, then the nprobe best lists in
-// order (repeated warp argmin; ties to the smaller list). `dots` is q . a (nq x m).
-// L2: score = |q|^2 + |a|^2 - 2 q.a; inner product: score = -q.a.
+// Per query (one warp): coarse scores against every anchor, written over `dots` (q . a,
+// nq x m), then the nprobe best lists in order (repeated warp argmin; ties to the smaller
+// list). L2: score = |q|^2 + |a|^2 - 2 q.a; inner product: score = -q.a.
 extern "C" __global__ void coarse_probe(const float* __restrict__ q, int nq, int d,
-                                        const float* __restrict__ dots, int m,
+                                        float* __restrict__ dots, int m,
                                         const float* __restrict__ anorm, int l2, int nprobe,
-                                        float* __restrict__ scores,
                                         unsigned* __restrict__ probes,
                                         float* __restrict__ base) {
     const int qi = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -21,11 +20,8 @@ extern "C" __global__ void coarse_probe(const float* __restrict__ q, int nq, int
     float qn = 0.f;
     for (int t = lane; t < d; t += 32) qn += q[(size_t)qi * d + t] * q[(size_t)qi * d + t];
     for (int o = 16; o > 0; o >>= 1) qn += __shfl_xor_sync(FULL, qn, o);
-    float* s = scores + (size_t)qi * m;
-    for (int j = lane; j < m; j += 32) {
-        float dt = dots[(size_t)qi * m + j];
-        s[j] = l2 ? qn + anorm[j] - 2.f * dt : -dt;
-    }
+    float* s = dots + (size_t)qi * m;
+    for (int j = lane; j < m; j += 32) s[j] = l2 ? qn + anorm[j] - 2.f * s[j] : -s[j];
     __syncwarp();
     for (int p = 0; p < nprobe; p++) {
         float best = INF;

@@ -744,7 +744,6 @@ impl CudaBackend {
         let qd = self.up(s, q)?;
         let mut dots = CudaBackend::zeros::<f32>(s, nb * m)?;
         gemm_rows_by(dev, &dc.anchors, m, d, &qd.slice(..nb * d), nb, &mut dots)?;
-        let mut scores = CudaBackend::zeros::<f32>(s, nb * m)?;
         let mut probes = CudaBackend::zeros::<u32>(s, nb * nprobe)?;
         let mut base = CudaBackend::zeros::<f32>(s, nb * nprobe)?;
         let (nbi, di, mi, l2i, npi) = (nb as i32, d as i32, m as i32, dl.l2 as i32, nprobe as i32);
@@ -756,12 +755,11 @@ impl CudaBackend {
                     .arg(&qd)
                     .arg(&nbi)
                     .arg(&di)
-                    .arg(&dots)
+                    .arg(&mut dots)
                     .arg(&mi)
                     .arg(&dc.anorm)
                     .arg(&l2i)
                     .arg(&npi)
-                    .arg(&mut scores)
                     .arg(&mut probes)
                     .arg(&mut base)
                     .launch(per_row(nb))
