@@ -854,11 +854,7 @@ impl CudaBackend {
             },
             "merge candidates",
         )?;
-        let mut ids = self.down(s, &out_id)?;
-        let mut dist = self.down(s, &out_d)?;
-        ids.truncate(nb * want);
-        dist.truncate(nb * want);
-        Ok((ids, dist))
+        Ok((self.down(s, &out_id)?, self.down(s, &out_d)?))
     }
 }
 
