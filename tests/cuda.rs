@@ -109,12 +109,7 @@ fn codes_and_recall_match_the_cpu() {
         for seed in 1..=3 {
             let mut p = common::small_params(256, 16);
             p.anchor.seed = seed;
-            let mut c = Compressor::new(ctx.clone(), p);
-            c.train(&demo.base.data, d).unwrap();
-            let mut ix = c.new_index().unwrap();
-            let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
-            ctx.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
-                .unwrap();
+            let ix = common::indexed(ctx, p, &demo.base);
             let p = SearchParams {
                 k: 10,
                 nprobe: 16,
@@ -217,12 +212,7 @@ fn device_search_matches_the_host() {
         let mut p = common::small_params(256, 16);
         p.metric = metric;
         p.rotation = rotation;
-        let mut c = Compressor::new(cpu.clone(), p);
-        c.train(&demo.base.data, d).unwrap();
-        let mut ix = c.new_index().unwrap();
-        let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
-        cpu.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
-            .unwrap();
+        let mut ix = common::indexed(&cpu, p, &demo.base);
         let sp = SearchParams {
             k: 10,
             nprobe: 16,

@@ -2,7 +2,7 @@
 
 mod common;
 use std::sync::Arc;
-use vlc_compress::{Compressor, DenseRaw, Error, Index, Metric, RawVectors, SearchParams};
+use vlc_compress::{DenseRaw, Error, Index, Metric, RawVectors, SearchParams};
 
 fn build(
     metric: Metric,
@@ -10,17 +10,11 @@ fn build(
     bits: u32,
 ) -> (common::Demo, Index, Arc<vlc_compress::Context>) {
     let demo = common::demo();
-    let d = demo.base.cols;
     let mut p = common::small_params(256, bytes);
     p.metric = metric;
     p.bits = bits;
     let ctx = common::ctx(2);
-    let mut c = Compressor::new(ctx.clone(), p);
-    c.train(&demo.base.data, d).unwrap();
-    let mut ix = c.new_index().unwrap();
-    let ids: Vec<u64> = (0..demo.base.rows as u64).collect();
-    ctx.run(|b| ix.add(b, demo.base.data[..].into(), &ids))
-        .unwrap();
+    let ix = common::indexed(&ctx, p, &demo.base);
     (demo, ix, ctx)
 }
 

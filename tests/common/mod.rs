@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use vlc_compress::{vecio, BackendKind, Context, TrainParams};
+use vlc_compress::{vecio, BackendKind, Compressor, Context, Index, TrainParams};
 
 pub struct Demo {
     pub base: vecio::Matrix<f32>,
@@ -22,6 +22,16 @@ pub fn demo() -> Demo {
         query: vecio::read_fvecs(&dir.join("query.fvecs")).unwrap(),
         gt: vecio::read_ivecs(&dir.join("gt_l2.ivecs")).unwrap(),
     }
+}
+
+/// An index trained on `base` with `p` and holding every row of it (id = row number).
+pub fn indexed(ctx: &Arc<Context>, p: TrainParams, base: &vecio::Matrix<f32>) -> Index {
+    let mut c = Compressor::new(ctx.clone(), p);
+    c.train(&base.data, base.cols).unwrap();
+    let mut ix = c.new_index().unwrap();
+    let ids: Vec<u64> = (0..base.rows as u64).collect();
+    ctx.run(|b| ix.add(b, base.data[..].into(), &ids)).unwrap();
+    ix
 }
 
 pub fn ctx(threads: usize) -> Arc<Context> {
