@@ -365,7 +365,7 @@ impl Backend for CudaBackend {
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;
         if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || y.len() % dp != 0 {
-            return super::pq_assign_by_nearest(self, y, nsub, dsub, books);
+            return crate::quant::pq::assign_by_nearest(self, y, nsub, dsub, books);
         }
         if y.is_empty() {
             return Ok(Vec::new());

@@ -107,7 +107,7 @@ pub trait Backend: Send + Sync {
     /// nearest of the `ksub` codewords of every subspace (`codebooks`: nsub x ksub x dsub, ksub
     /// at most 256). Returns n x nsub indices, row-major.
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, codebooks: &[f32]) -> Result<Vec<u8>> {
-        pq_assign_by_nearest(self, y, nsub, dsub, codebooks)
+        crate::quant::pq::assign_by_nearest(self, y, nsub, dsub, codebooks)
     }
     /// Residual codes of `x` (n x d, already prepared for the metric) under `cb`: each row's
     /// nearest anchor and the PQ indices (n x nsub, as `pq_assign`) of its residual, padded
@@ -154,30 +154,4 @@ fn open_cuda(device: usize) -> Result<Box<dyn Backend>> {
             "CUDA failed while starting".into(),
         ))
     })
-}
-
-/// `pq_assign` through `nearest`, one subspace at a time: what any backend can do.
-pub(crate) fn pq_assign_by_nearest<B: Backend + ?Sized>(
-    b: &B,
-    y: &[f32],
-    nsub: usize,
-    dsub: usize,
-    codebooks: &[f32],
-) -> Result<Vec<u8>> {
-    let dp = nsub * dsub;
-    let n = y.len() / dp.max(1);
-    let per = codebooks.len() / nsub.max(1);
-    let mut out = vec![0u8; n * nsub];
-    for j in 0..nsub {
-        let sub: Vec<f32> = y
-            .chunks_exact(dp)
-            .flat_map(|r| &r[j * dsub..(j + 1) * dsub])
-            .copied()
-            .collect();
-        let (a, _) = b.nearest(&sub, dsub, &codebooks[j * per..(j + 1) * per])?;
-        for (i, &c) in a.iter().enumerate() {
-            out[i * nsub + j] = c as u8;
-        }
-    }
-    Ok(out)
 }

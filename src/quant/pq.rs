@@ -125,6 +125,27 @@ impl ProductQuantizer {
     }
 }
 
+/// [`Backend::pq_assign`] through `nearest`, one subspace at a time: what any backend can do.
+pub(crate) fn assign_by_nearest<B: Backend + ?Sized>(
+    b: &B,
+    y: &[f32],
+    nsub: usize,
+    dsub: usize,
+    codebooks: &[f32],
+) -> Result<Vec<u8>> {
+    let dp = nsub * dsub;
+    let per = codebooks.len() / nsub.max(1);
+    let mut out = vec![0u8; y.len() / dp.max(1) * nsub];
+    for j in 0..nsub {
+        let sub = extract_sub(y, dp, j * dsub, dsub);
+        let (a, _) = b.nearest(&sub, dsub, &codebooks[j * per..(j + 1) * per])?;
+        for (i, &c) in a.iter().enumerate() {
+            out[i * nsub + j] = c as u8;
+        }
+    }
+    Ok(out)
+}
+
 /// Column block `[off, off+w)` of a row-major matrix with `d` columns, made contiguous.
 pub(crate) fn extract_sub(y: &[f32], d: usize, off: usize, w: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(y.len() / d * w);
