@@ -263,7 +263,7 @@ impl Default for TrainParams {
             bytes_per_vector: 16,
             bits: 8,
             rotation: Rotation::None,
-            pq_iters: 20,
+            pq_iters: 25,
             pq_train_points: 65_536,
             opq_iters: 32,
             opq_train_points: 65_536,

@@ -63,18 +63,23 @@ PQ_ASSIGN(pq_assign_8, 8, 4)
 PQ_ASSIGN(pq_assign_16, 16, 4)
 PQ_ASSIGN(pq_assign_32, 32, 2)
 
-// y = x - anchor[assign], zero-padded from d to dp columns (row-major, n x dp). With no
-// anchors (null), y is x padded: how search pads its queries.
+// y = x - anchor[assign] in the padded layout (row-major, n x dp, dp = nsub x dsub): when d
+// is not a multiple of nsub, the first d % nsub sub-spaces hold dsub columns and the others
+// dsub - 1 and a zero (quant::source_column). With no anchors (null), y is x padded: how
+// search pads its queries.
 extern "C" __global__ void residuals(const float* __restrict__ x, int n, int d,
                                      const float* __restrict__ anchors,
-                                     const unsigned* __restrict__ assign, int dp,
+                                     const unsigned* __restrict__ assign, int dp, int dsub,
                                      float* __restrict__ y) {
     const size_t total = (size_t)n * dp;
+    const int nsub = dp / dsub, q = d / nsub, rem = d % nsub;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
         size_t i = e / dp;
-        int t = (int)(e - i * dp);
-        if (t >= d) { y[e] = 0.f; continue; }
+        int p = (int)(e - i * dp);
+        int j = p / dsub, o = p - j * dsub;
+        int t = j < rem ? p : (o < q ? rem * dsub + (j - rem) * q + o : -1);
+        if (t < 0) { y[e] = 0.f; continue; }
         y[e] = x[i * d + t] - (anchors ? anchors[(size_t)assign[i] * d + t] : 0.f);
     }
 }

@@ -400,7 +400,7 @@ impl Backend for CudaBackend {
         let s = &dev.stream;
         let mut trace = Trace::new();
         let mut y = CudaBackend::zeros::<f32>(s, n * dp)?;
-        let (ni, di, dpi) = (n as i32, d as i32, dp as i32);
+        let (ni, di, dpi, dsi) = (n as i32, d as i32, dp as i32, dsub as i32);
         // SAFETY: x is n x d, anchors k x d with every assignment below k, y n x dp.
         ran(
             unsafe {
@@ -411,6 +411,7 @@ impl Backend for CudaBackend {
                     .arg(anc)
                     .arg(&sess.assign)
                     .arg(&dpi)
+                    .arg(&dsi)
                     .arg(&mut y)
                     .launch(strided(n * dp, self.sms))
             },
@@ -767,7 +768,7 @@ impl CudaBackend {
             "coarse probe",
         )?;
         let mut y = CudaBackend::zeros::<f32>(s, nb * dp)?;
-        let dpi = dp as i32;
+        let (dpi, dsubi) = (dp as i32, dl.dsub as i32);
         let none = 0u64; // null anchors: the residual kernel only pads
         ran(
             unsafe {
@@ -778,6 +779,7 @@ impl CudaBackend {
                     .arg(&none)
                     .arg(&none)
                     .arg(&dpi)
+                    .arg(&dsubi)
                     .arg(&mut y)
                     .launch(strided(nb * dp, self.sms))
             },

@@ -18,7 +18,7 @@ use std::path::Path;
 /// First 8 bytes of every file.
 pub const MAGIC: [u8; 8] = *b"VLCCMPR\0";
 /// Format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub(crate) const HEADER: usize = 64;
 pub(crate) const ENTRY: usize = 32;
 pub(crate) const ALIGN: usize = 64;

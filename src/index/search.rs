@@ -11,7 +11,7 @@ use crate::backend::{Backend, CpuBackend};
 use crate::error::{check_finite, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
-use crate::quant::{prepare, rotation, Codebook};
+use crate::quant::{self, prepare, rotation, Codebook};
 use rayon::prelude::*;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -68,10 +68,7 @@ pub(crate) struct Tables {
 impl Tables {
     pub fn new(cb: &Codebook, cap_bytes: usize) -> Tables {
         let (d, dp, m) = (cb.d, cb.pq.dim(), cb.anchors());
-        let mut padded = vec![0f32; m * dp];
-        for (p, a) in padded.chunks_exact_mut(dp).zip(cb.anchors.chunks_exact(d)) {
-            p[..d].copy_from_slice(a);
-        }
+        let padded = quant::pad_rows(&cb.anchors, d, cb.pq.dsub, dp);
         let rot_anchors = if cb.rot.is_empty() {
             padded
         } else {
@@ -346,10 +343,7 @@ impl Index {
         let mut dots = vec![0f32; r * m];
         linalg::dot_block(qb, &cb.anchors, d, &mut dots);
         let anorm = &self.tables.anchor_norms;
-        let mut qpad = vec![0f32; r * dp];
-        for (p_, qv) in qpad.chunks_exact_mut(dp).zip(qb.chunks_exact(d)) {
-            p_[..d].copy_from_slice(qv);
-        }
+        let qpad = quant::pad_rows(qb, d, cb.pq.dsub, dp);
         let qy = if cb.rot.is_empty() {
             qpad
         } else {

@@ -1,6 +1,6 @@
 //! The Codebook: anchors, an optional rotation and the residual product quantizer.
-//! Encoding: anchor = nearest anchor; residual r = x - anchor, zero-padded to M*dsub,
-//! rotated; then one sub-code per sub-space. Decoding inverts each step.
+//! Encoding: anchor = nearest anchor; residual r = x - anchor, zero-padded to M*dsub
+//! (see [`source_column`]), rotated; then one sub-code per sub-space. Decoding inverts each step.
 
 pub mod pq;
 pub(crate) mod rotation;
@@ -136,7 +136,7 @@ impl Codebook {
             Cow::Borrowed(&x[..])
         };
         let (assign, _) = backend.nearest(&sample, d, &anchors.centroids)?;
-        let resid = residuals(&sample, d, dp, &anchors.centroids, &assign);
+        let resid = residuals(&sample, d, dsub, dp, &anchors.centroids, &assign);
         progress.report("codebooks", 0, 1);
         let seed = p.anchor.seed ^ 0x70;
         let rot = match p.rotation {
@@ -344,7 +344,7 @@ impl Codebook {
 
     /// Approximate vectors (n x d) from anchor ids and residual codes.
     pub fn decode_parts(&self, anchor_ids: &[u32], codes: &[u8]) -> Result<Vec<f32>> {
-        let (d, dp, cs) = (self.d, self.pq.dim(), self.code_size());
+        let (d, dp, cs, dsub) = (self.d, self.pq.dim(), self.code_size(), self.pq.dsub);
         let n = anchor_ids.len();
         if codes.len() != n * cs {
             return Err(Error::InvalidArgument(format!(
@@ -371,8 +371,10 @@ impl Codebook {
             .zip(anchor_ids.par_iter())
             .for_each(|((o, rr), &a)| {
                 let anc = &self.anchors[a as usize * d..(a as usize + 1) * d];
-                for t in 0..d {
-                    o[t] = anc[t] + rr[t];
+                for (p, &v) in rr.iter().enumerate() {
+                    if let Some(t) = source_column(p, d, dsub, dp) {
+                        o[t] = anc[t] + v;
+                    }
                 }
             });
         Ok(out)
@@ -437,7 +439,7 @@ pub(crate) fn encode_residuals_in_steps<B: Backend + ?Sized>(
 ) -> Result<(Vec<u32>, Vec<u8>)> {
     let (d, dp, pq) = (cb.d, cb.pq.dim(), &cb.pq);
     let (a, _) = b.nearest(x, d, &cb.anchors)?;
-    let r = residuals(x, d, dp, &cb.anchors, &a);
+    let r = residuals(x, d, pq.dsub, dp, &cb.anchors, &a);
     let y = if cb.rot.is_empty() {
         r
     } else {
@@ -446,17 +448,93 @@ pub(crate) fn encode_residuals_in_steps<B: Backend + ?Sized>(
     Ok((a, b.pq_assign(&y, pq.nsub, pq.dsub, &pq.centroids)?))
 }
 
-/// `x - anchor`, zero-padded from d to dp columns.
-fn residuals(x: &[f32], d: usize, dp: usize, anchors: &[f32], assign: &[u32]) -> Vec<f32> {
+/// Which input column lands at position `p` of the padded M x dsub layout, or None for a
+/// zero. When d is not a multiple of M, the first `d % M` sub-spaces hold dsub real columns
+/// and the rest dsub - 1 and one zero each: padding all at the end would leave whole
+/// sub-spaces empty and waste their bytes. Mirrored by the residual kernels.
+#[inline]
+pub(crate) fn source_column(p: usize, d: usize, dsub: usize, dp: usize) -> Option<usize> {
+    let nsub = dp / dsub;
+    let (q, rem) = (d / nsub, d % nsub);
+    let (j, o) = (p / dsub, p % dsub);
+    if j < rem {
+        Some(p)
+    } else if o < q {
+        Some(rem * dsub + (j - rem) * q + o)
+    } else {
+        None
+    }
+}
+
+/// Rows of d columns spread into the padded layout (`dp` = M x `dsub` columns).
+pub(crate) fn pad_rows(x: &[f32], d: usize, dsub: usize, dp: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len() / d * dp];
+    out.par_chunks_mut(dp)
+        .zip(x.par_chunks(d))
+        .for_each(|(o, xr)| {
+            for (p, v) in o.iter_mut().enumerate() {
+                if let Some(t) = source_column(p, d, dsub, dp) {
+                    *v = xr[t];
+                }
+            }
+        });
+    out
+}
+
+/// `x - anchor` in the padded layout.
+fn residuals(
+    x: &[f32],
+    d: usize,
+    dsub: usize,
+    dp: usize,
+    anchors: &[f32],
+    assign: &[u32],
+) -> Vec<f32> {
     let mut out = vec![0f32; assign.len() * dp];
     out.par_chunks_mut(dp)
         .zip(x.par_chunks(d))
         .zip(assign.par_iter())
         .for_each(|((o, xr), &a)| {
             let anc = &anchors[a as usize * d..(a as usize + 1) * d];
-            for t in 0..d {
-                o[t] = xr[t] - anc[t];
+            for (p, v) in o.iter_mut().enumerate() {
+                if let Some(t) = source_column(p, d, dsub, dp) {
+                    *v = xr[t] - anc[t];
+                }
             }
         });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::source_column;
+
+    #[test]
+    fn padding_spreads_one_zero_per_subspace() {
+        for (d, nsub) in [
+            (784usize, 64usize),
+            (50, 16),
+            (50, 64),
+            (384, 32),
+            (7, 3),
+            (1, 1),
+        ] {
+            let dsub = d.div_ceil(nsub);
+            let dp = nsub * dsub;
+            let cols: Vec<Option<usize>> = (0..dp).map(|p| source_column(p, d, dsub, dp)).collect();
+            let seen: Vec<usize> = cols.iter().flatten().copied().collect();
+            // Input order is kept and every column appears once.
+            assert_eq!(seen, (0..d).collect::<Vec<_>>(), "d={d} M={nsub}");
+            for j in 0..nsub {
+                let zeros = cols[j * dsub..(j + 1) * dsub]
+                    .iter()
+                    .filter(|c| c.is_none())
+                    .count();
+                assert!(
+                    zeros <= 1 || d < nsub,
+                    "d={d} M={nsub}: sub-space {j} has {zeros} zeros"
+                );
+            }
+        }
+    }
 }
