@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project: `bash scripts/test.sh` on a fresh clone. Installs what the
-# tests need first (Debian packages, the pinned cbindgen CLI, the NVRTC wheel); every step is
-# idempotent. With CI set, a test that cannot find NVRTC fails instead of skipping.
+# tests need first (Debian packages incl. the software Vulkan driver, the pinned cbindgen CLI,
+# the NVRTC wheel); every step is idempotent. With CI set, a test that cannot find NVRTC or a
+# Vulkan adapter fails instead of skipping.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -17,6 +18,9 @@ command -v go >/dev/null || missing+=(golang-go)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v g++ >/dev/null || missing+=(g++)
 command -v readelf >/dev/null || missing+=(binutils)
+# The WGPU tests run for real on lavapipe, Mesa's software Vulkan driver.
+ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)
+ldconfig -p | grep -q 'libvulkan\.so\.1' || missing+=(libvulkan1)
 if [ ${#missing[@]} -gt 0 ]; then
   as_root apt-get update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -41,6 +45,10 @@ if [ ! -e "$whl/nvidia/cu13/lib/libnvrtc.so.13" ]; then
     nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.96
 fi
 export LD_LIBRARY_PATH="$whl/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# Vulkan loaders warn when this is unset; a private one keeps them quiet.
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$tmp/xdg}
+mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
 
 step "generated header is up to date"
 cbindgen --config cbindgen.toml --output include/vlc_compress.h --verify \

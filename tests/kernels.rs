@@ -33,3 +33,45 @@ fn every_cuda_kernel_compiles() {
         }
     }
 }
+
+/// Every WGSL file parses and validates with naga (what wgpu runs on them), as written and with
+/// the constants the backend sets from adapter limits.
+#[cfg(feature = "wgpu")]
+#[test]
+fn every_wgsl_kernel_validates() {
+    use vlc_compress::backend::wgpu;
+    let files: Vec<String> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/wgpu"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|f| f.ends_with(".wgsl"))
+            .collect();
+    for f in &files {
+        assert!(
+            wgpu::KERNELS.iter().any(|(name, _)| name == f),
+            "kernels/wgpu/{f} is not listed in backend::wgpu::KERNELS"
+        );
+    }
+    assert_eq!(files.len(), wgpu::KERNELS.len());
+    let validate = |name: &str, src: &str| {
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+        naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::empty(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+        assert!(!module.entry_points.is_empty(), "{name}: no entry points");
+    };
+    for (name, src) in wgpu::KERNELS {
+        validate(name, src);
+        // Smaller adapters and other index shapes.
+        for (wg, lut, want) in [(64, 2048, 16), (128, 11264, 128), (256, 256, 1)] {
+            let s = wgpu::with_const(src, "WG", wg);
+            let s = wgpu::with_const(&s, "LUT", lut);
+            let s = wgpu::with_const(&s, "WANT", want);
+            validate(name, &s);
+        }
+    }
+}

@@ -7,7 +7,10 @@
 
 mod cpu;
 pub mod cuda;
+#[cfg(not(feature = "wgpu"))]
 mod unavailable;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use cpu::CpuBackend;
 
@@ -139,11 +142,33 @@ pub fn open(kind: BackendKind, device: usize) -> Result<Box<dyn Backend>> {
     match kind {
         BackendKind::Cpu => Ok(Box::new(CpuBackend)),
         BackendKind::Cuda => open_cuda(device),
-        BackendKind::Wgpu => unavailable::wgpu(device),
+        BackendKind::Wgpu => open_wgpu(device, false),
         BackendKind::Auto => open_cuda(device)
-            .or_else(|_| unavailable::wgpu(device))
+            .or_else(|_| open_wgpu(device, true))
             .or_else(|_| Ok(Box::new(CpuBackend) as Box<dyn Backend>)),
     }
+}
+
+/// As `open_cuda`, for WGPU. For AUTO (`gpu_only`), a software adapter does not count: the
+/// CPU backend is faster than a CPU emulating a GPU.
+#[cfg(feature = "wgpu")]
+fn open_wgpu(device: usize, gpu_only: bool) -> Result<Box<dyn Backend>> {
+    let b = std::panic::catch_unwind(|| self::wgpu::open(device)).unwrap_or_else(|_| {
+        Err(crate::Error::BackendUnavailable(
+            "WGPU failed while starting".into(),
+        ))
+    })?;
+    if gpu_only && b.is_cpu_adapter() {
+        return Err(crate::Error::BackendUnavailable(
+            "the only WGPU adapter is a software one".into(),
+        ));
+    }
+    Ok(Box::new(b))
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn open_wgpu(device: usize, _gpu_only: bool) -> Result<Box<dyn Backend>> {
+    unavailable::wgpu(device)
 }
 
 /// A driver or library that misbehaves while starting must not take the caller down: a panic

@@ -1,0 +1,129 @@
+// Residual encoding on the WGPU backend: residuals in the padded layout, the product-quantizer
+// assignment and the packing of its indices into bytes. Anchor assignment and the rotation are
+// dots.wgsl's.
+
+struct Params {
+    n: u32,        // rows
+    d: u32,        // input columns
+    dp: u32,       // padded columns: nsub x dsub
+    dsub: u32,
+    ksub: u32,
+    nsub: u32,
+    has_anchors: u32,
+    groups_x: u32, // workgroups along x, for grids folded into two dimensions
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> anchors: array<f32>;
+@group(0) @binding(3) var<storage, read> assigned: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read> books: array<f32>;
+@group(0) @binding(6) var<storage, read_write> idx: array<u32>;
+@group(0) @binding(7) var<storage, read_write> packed: array<u32>;
+
+// Threads per workgroup and the largest sub-codebook (ksub x dsub floats) held in workgroup
+// memory: set from the adapter's limits when the pipelines are built.
+const WG: u32 = 256u;
+const BOOK: u32 = 3584u;
+// Widest sub-vector kept in registers.
+const MAX_DSUB: u32 = 32u;
+const INF: f32 = 3.40282347e38;
+
+var<workgroup> cb: array<f32, BOOK>;
+var<workgroup> cn: array<f32, 256>;
+
+fn linear(wg: vec3<u32>) -> u32 {
+    return wg.y * P.groups_x + wg.x;
+}
+
+// y = x - anchor[assigned] in the padded layout: when d is not a multiple of nsub, the first
+// d % nsub sub-spaces hold dsub columns and the others dsub - 1 and a zero
+// (quant::source_column). Without anchors, y is x padded: how search pads its queries.
+@compute @workgroup_size(WG)
+fn residuals(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = linear(wg) * WG + lid.x;
+    if (e >= P.n * P.dp) {
+        return;
+    }
+    let i = e / P.dp;
+    let p = e % P.dp;
+    let nsub = P.dp / P.dsub;
+    let q = P.d / nsub;
+    let rem = P.d % nsub;
+    let j = p / P.dsub;
+    let o = p % P.dsub;
+    var t = p;
+    if (j >= rem) {
+        if (o >= q) {
+            y[e] = 0.0;
+            return;
+        }
+        t = rem * P.dsub + (j - rem) * q + o;
+    }
+    var v = x[i * P.d + t];
+    if (P.has_anchors != 0u) {
+        v -= anchors[assigned[i] * P.d + t];
+    }
+    y[e] = v;
+}
+
+// Nearest codeword of each (row, sub-space): workgroups (row tiles, nsub). The sub-codebook
+// and its squared norms sit in workgroup memory, the row's sub-vector in registers. Score
+// |c|^2 - 2 y.c, first minimum on ties.
+@compute @workgroup_size(WG)
+fn pq_assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let j = wg.y;
+    let base = j * P.ksub * P.dsub;
+    for (var t = lid.x; t < P.ksub * P.dsub; t += WG) {
+        cb[t] = books[base + t];
+    }
+    workgroupBarrier();
+    for (var c = lid.x; c < P.ksub; c += WG) {
+        var s = 0.0;
+        for (var t = 0u; t < P.dsub; t++) {
+            s += cb[c * P.dsub + t] * cb[c * P.dsub + t];
+        }
+        cn[c] = s;
+    }
+    workgroupBarrier();
+    let i = wg.x * WG + lid.x;
+    if (i >= P.n) {
+        return;
+    }
+    var v: array<f32, MAX_DSUB>;
+    for (var t = 0u; t < P.dsub; t++) {
+        v[t] = y[i * P.dp + j * P.dsub + t];
+    }
+    var best = INF;
+    var at = 0u;
+    for (var c = 0u; c < P.ksub; c++) {
+        var dot = 0.0;
+        for (var t = 0u; t < P.dsub; t++) {
+            dot += v[t] * cb[c * P.dsub + t];
+        }
+        let s = cn[c] - 2.0 * dot;
+        if (s < best) {
+            best = s;
+            at = c;
+        }
+    }
+    idx[i * P.nsub + j] = at;
+}
+
+// Four indices per word, little-endian: the n x nsub bytes of the codes' indices.
+@compute @workgroup_size(WG)
+fn pack(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let w = linear(wg) * WG + lid.x;
+    let total = P.n * P.nsub;
+    if (w * 4u >= total) {
+        return;
+    }
+    var word = 0u;
+    for (var b = 0u; b < 4u; b++) {
+        if (w * 4u + b < total) {
+            word |= (idx[w * 4u + b] & 255u) << (8u * b);
+        }
+    }
+    packed[w] = word;
+}

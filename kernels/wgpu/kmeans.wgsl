@@ -1,0 +1,242 @@
+// k-means steps of the WGPU backend besides the assignment (dots.wgsl): norms, counts and
+// energy, the counting sort of points by centroid, each centroid's trim cutoff (radix select
+// on the distance bits), and the trimmed means. Only O(k) values go back to the host.
+
+struct Params {
+    n: u32,        // points (or rows for row_norms, centroids x d for finalize)
+    d: u32,
+    k: u32,
+    row0: u32,     // first row of the bound block of points
+    rows: u32,     // rows in that block
+    first: u32,    // update_sums: the first block overwrites the sums
+    use_bias: u32,
+    groups_x: u32, // workgroups along x, for grids folded into two dimensions
+    trim: f32,     // update_cut: the fraction of farthest members dropped
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> norms: array<f32>;
+@group(0) @binding(3) var<storage, read> assigned: array<u32>;
+@group(0) @binding(4) var<storage, read> dist: array<f32>;
+@group(0) @binding(5) var<storage, read_write> counts: array<atomic<u32>>;
+@group(0) @binding(6) var<storage, read_write> partial: array<f32>;
+@group(0) @binding(7) var<storage, read_write> cursor: array<atomic<u32>>;
+@group(0) @binding(8) var<storage, read_write> order: array<u32>;
+@group(0) @binding(9) var<storage, read> start: array<u32>;
+@group(0) @binding(10) var<storage, read_write> cut: array<u32>;
+@group(0) @binding(11) var<storage, read_write> kept: array<u32>;
+@group(0) @binding(12) var<storage, read_write> spread: array<f32>;
+@group(0) @binding(13) var<storage, read_write> sums: array<f32>;
+@group(0) @binding(14) var<storage, read_write> cent: array<f32>;
+@group(0) @binding(15) var<storage, read> bias: array<f32>;
+
+// Threads per workgroup: set from the adapter's limits when the pipelines are built.
+const WG: u32 = 256u;
+
+var<workgroup> red_f: array<f32, WG>;
+var<workgroup> red_u: array<u32, WG>;
+var<workgroup> hist: array<atomic<u32>, 256>;
+var<workgroup> pick: array<u32, 2>;
+
+fn linear(wg: vec3<u32>) -> u32 {
+    return wg.y * P.groups_x + wg.x;
+}
+
+// Squared norm of each row of the bound block into norms[row0 + i].
+@compute @workgroup_size(WG)
+fn row_norms(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = linear(wg) * WG + lid.x;
+    if (i >= P.rows) {
+        return;
+    }
+    var s = 0.0;
+    for (var t = 0u; t < P.d; t++) {
+        let v = x[i * P.d + t];
+        s += v * v;
+    }
+    norms[P.row0 + i] = s;
+}
+
+// off[j] = |c_j|^2 + bias[j], written over the norms: what the assignment adds to -2 x.c.
+@compute @workgroup_size(WG)
+fn offsets(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let j = linear(wg) * WG + lid.x;
+    if (j < P.k && P.use_bias != 0u) {
+        norms[j] += bias[j];
+    }
+}
+
+fn sum_f(v: f32, tid: u32) -> f32 {
+    red_f[tid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            red_f[tid] += red_f[tid + s];
+        }
+        workgroupBarrier();
+    }
+    let t = red_f[0];
+    workgroupBarrier();
+    return t;
+}
+
+fn sum_u(v: u32, tid: u32) -> u32 {
+    red_u[tid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            red_u[tid] += red_u[tid + s];
+        }
+        workgroupBarrier();
+    }
+    let t = red_u[0];
+    workgroupBarrier();
+    return t;
+}
+
+// Points per centroid, and per workgroup the sum of its points' distances (a fixed grid and a
+// fixed order, so the energy repeats exactly).
+@compute @workgroup_size(WG)
+fn count_energy(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_id) lid: vec3<u32>) {
+    var s = 0.0;
+    for (var i = wg.x * WG + lid.x; i < P.n; i += nwg.x * WG) {
+        atomicAdd(&counts[assigned[i]], 1u);
+        s += dist[i];
+    }
+    let t = sum_f(s, lid.x);
+    if (lid.x == 0u) {
+        partial[wg.x] = t;
+    }
+}
+
+// Counting sort of point indices by centroid: cursor starts at each group's offset.
+@compute @workgroup_size(WG)
+fn scatter(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = linear(wg) * WG + lid.x;
+    if (i < P.n) {
+        order[atomicAdd(&cursor[assigned[i]], 1u)] = i;
+    }
+}
+
+// One workgroup per centroid j over its members order[start[j] .. start[j+1]]: the trim
+// cutoff (the keep-th smallest distance, keep = count - floor(count * trim), by a radix select
+// over the bits of non-negative floats, whose order is that of the bits), how many points are
+// kept and their mean distance (the spread).
+@compute @workgroup_size(WG)
+fn update_cut(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let j = linear(wg);
+    if (j >= P.k) {
+        return;
+    }
+    let tid = lid.x;
+    let b = start[j];
+    let e = start[j + 1u];
+    let count = e - b;
+    let drop = u32(floor(f32(count) * P.trim));
+    var c = 0xffffffffu;
+    if (drop > 0u) {
+        var keep = count - drop;
+        var prefix = 0u;
+        for (var shift = 24i; shift >= 0i; shift -= 8i) {
+            for (var t = tid; t < 256u; t += WG) {
+                atomicStore(&hist[t], 0u);
+            }
+            workgroupBarrier();
+            var hi_mask = 0u;
+            if (shift < 24i) {
+                hi_mask = 0xffffffffu << u32(shift + 8i);
+            }
+            for (var p = b + tid; p < e; p += WG) {
+                let v = bitcast<u32>(dist[order[p]]);
+                if ((v & hi_mask) == prefix) {
+                    atomicAdd(&hist[(v >> u32(shift)) & 255u], 1u);
+                }
+            }
+            workgroupBarrier();
+            if (tid == 0u) {
+                var acc = 0u;
+                var dg = 0u;
+                for (; dg < 255u; dg++) {
+                    let h = atomicLoad(&hist[dg]);
+                    if (acc + h >= keep) {
+                        break;
+                    }
+                    acc += h;
+                }
+                pick[0] = dg;
+                pick[1] = keep - acc;
+            }
+            workgroupBarrier();
+            prefix |= pick[0] << u32(shift);
+            keep = pick[1];
+            workgroupBarrier();
+        }
+        c = prefix;
+    }
+    var nk = 0u;
+    var s = 0.0;
+    for (var p = b + tid; p < e; p += WG) {
+        let v = dist[order[p]];
+        if (bitcast<u32>(v) <= c) {
+            nk += 1u;
+            s += v;
+        }
+    }
+    nk = sum_u(nk, tid);
+    s = sum_f(s, tid);
+    if (tid == 0u) {
+        cut[j] = c;
+        kept[j] = nk;
+        spread[j] = select(0.0, s / f32(nk), nk > 0u);
+    }
+}
+
+// One workgroup per centroid: the sum of its kept members that lie in the bound block of
+// points (rows row0 .. row0 + rows), added to (or, for the first block, written over) sums.
+// Threads take dimensions, so each member row is read whole.
+@compute @workgroup_size(WG)
+fn update_sums(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let j = linear(wg);
+    if (j >= P.k) {
+        return;
+    }
+    let b = start[j];
+    let e = start[j + 1u];
+    let c = cut[j];
+    for (var t0 = 0u; t0 < P.d; t0 += WG) {
+        let t = t0 + lid.x;
+        if (t >= P.d) {
+            break;
+        }
+        var acc = 0.0;
+        for (var p = b; p < e; p++) {
+            let i = order[p];
+            if (i >= P.row0 && i - P.row0 < P.rows && bitcast<u32>(dist[i]) <= c) {
+                acc += x[(i - P.row0) * P.d + t];
+            }
+        }
+        if (P.first != 0u) {
+            sums[j * P.d + t] = acc;
+        } else {
+            sums[j * P.d + t] += acc;
+        }
+    }
+}
+
+// Centroids with kept points become the mean of those points; the others stay.
+@compute @workgroup_size(WG)
+fn finalize(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = linear(wg) * WG + lid.x;
+    if (e >= P.k * P.d) {
+        return;
+    }
+    let nk = kept[e / P.d];
+    if (nk > 0u) {
+        cent[e] = sums[e] / f32(nk);
+    }
+}

@@ -1,0 +1,257 @@
+// Index search on the WGPU backend. Lists live on the device back to back (codes as bytes
+// packed four to a word, ids as two words, start offsets), with the per-list L2 table terms.
+// Coarse dot products come from dots.wgsl.
+
+struct Params {
+    nq: u32,      // queries in this batch
+    d: u32,
+    m: u32,       // lists
+    l2: u32,
+    nprobe: u32,
+    nsub: u32,
+    dsub: u32,
+    want: u32,    // candidates kept per query
+    dp: u32,
+    per: u32,     // merge: candidates per query (nprobe x want)
+    _p0: u32,
+    _p1: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read_write> scores: array<f32>;
+@group(0) @binding(3) var<storage, read> anorm: array<f32>;
+@group(0) @binding(4) var<storage, read_write> probes: array<u32>;
+@group(0) @binding(5) var<storage, read_write> base: array<f32>;
+@group(0) @binding(6) var<storage, read> books: array<f32>;
+@group(0) @binding(7) var<storage, read_write> qt: array<f32>;
+@group(0) @binding(8) var<storage, read> codes: array<u32>;
+@group(0) @binding(9) var<storage, read> start: array<u32>;
+@group(0) @binding(10) var<storage, read> terms: array<f32>;
+@group(0) @binding(11) var<storage, read_write> cand_d: array<f32>;
+@group(0) @binding(12) var<storage, read_write> cand_p: array<u32>;
+@group(0) @binding(13) var<storage, read> ids: array<vec2<u32>>;
+@group(0) @binding(14) var<storage, read_write> out_id: array<vec2<u32>>;
+@group(0) @binding(15) var<storage, read_write> out_d: array<f32>;
+
+// Threads per workgroup, the table size (nsub x 256) and the candidates kept per thread: set
+// when the pipelines are built (the last two per index shape).
+const WG: u32 = 128u;
+const LUT: u32 = 8192u;
+const WANT: u32 = 128u;
+const INF: f32 = 3.40282347e38;
+const NONE: u32 = 0xffffffffu;
+
+var<workgroup> red_v: array<f32, WG>;
+var<workgroup> red_p: array<u32, WG>;
+var<workgroup> red_t: array<u32, WG>;
+var<workgroup> lut: array<f32, LUT>;
+var<workgroup> top_d: array<f32, WANT>;
+var<workgroup> top_p: array<u32, WANT>;
+
+// Workgroup argmin of (v, p) (ties to the smaller p); every thread gets the winner, its
+// position and the thread that offered it.
+fn argmin(v: f32, p: u32, tid: u32) -> vec3<u32> {
+    red_v[tid] = v;
+    red_p[tid] = p;
+    red_t[tid] = tid;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            let ov = red_v[tid + s];
+            let op = red_p[tid + s];
+            if (ov < red_v[tid] || (ov == red_v[tid] && op < red_p[tid])) {
+                red_v[tid] = ov;
+                red_p[tid] = op;
+                red_t[tid] = red_t[tid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    let r = vec3<u32>(bitcast<u32>(red_v[0]), red_p[0], red_t[0]);
+    workgroupBarrier();
+    return r;
+}
+
+// Per query (one workgroup): coarse scores from the dot products (L2: |q|^2 + |a|^2 - 2 q.a;
+// inner product: -q.a) written over them, then the nprobe best lists in order.
+@compute @workgroup_size(WG)
+fn coarse_probe(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let qi = wg.x;
+    let tid = lid.x;
+    var qn = 0.0;
+    for (var t = tid; t < P.d; t += WG) {
+        let v = q[qi * P.d + t];
+        qn += v * v;
+    }
+    red_v[tid] = qn;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            red_v[tid] += red_v[tid + s];
+        }
+        workgroupBarrier();
+    }
+    qn = red_v[0];
+    workgroupBarrier();
+    let row = qi * P.m;
+    for (var j = tid; j < P.m; j += WG) {
+        let dq = scores[row + j];
+        scores[row + j] = select(-dq, qn + anorm[j] - 2.0 * dq, P.l2 != 0u);
+    }
+    storageBarrier();
+    for (var p = 0u; p < P.nprobe; p++) {
+        var best = INF;
+        var at = NONE;
+        for (var j = tid; j < P.m; j += WG) {
+            let v = scores[row + j];
+            if (v < best) {
+                best = v;
+                at = j;
+            }
+        }
+        let w = argmin(best, at, tid);
+        var a = w.y;
+        if (a == NONE) {
+            a = 0u; // fewer lists than probes: repeats are skipped by the scan
+        }
+        if (tid == 0u) {
+            probes[qi * P.nprobe + p] = a;
+            base[qi * P.nprobe + p] = bitcast<f32>(w.x);
+            scores[row + a] = INF;
+        }
+        storageBarrier();
+    }
+}
+
+// Per (query, sub-space): scale * <y_j, c> for every codeword (scale -2 for L2, -1 for inner
+// product), one thread per codeword.
+@compute @workgroup_size(WG)
+fn query_tables(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let qi = wg.x;
+    let j = wg.y;
+    let scale = select(-1.0, -2.0, P.l2 != 0u);
+    for (var c = lid.x; c < 256u; c += WG) {
+        var s = 0.0;
+        for (var t = 0u; t < P.dsub; t++) {
+            s += q[qi * P.dp + j * P.dsub + t] * books[(j * 256u + c) * P.dsub + t];
+        }
+        qt[(qi * P.nsub + j) * 256u + c] = scale * s;
+    }
+}
+
+// Keeps the `want` smallest (distance, position) pairs seen, sorted.
+fn offer(kd: ptr<function, array<f32, WANT>>, kp: ptr<function, array<u32, WANT>>, v: f32, p: u32) {
+    if (!(v < (*kd)[P.want - 1u])) {
+        return;
+    }
+    var i = P.want - 1u;
+    while (i > 0u && (*kd)[i - 1u] > v) {
+        (*kd)[i] = (*kd)[i - 1u];
+        (*kp)[i] = (*kp)[i - 1u];
+        i--;
+    }
+    (*kd)[i] = v;
+    (*kp)[i] = p;
+}
+
+// The workgroup's `want` best of every thread's sorted candidates into top_d / top_p:
+// `want` rounds of a workgroup argmin over the threads' heads.
+fn block_top(kd: ptr<function, array<f32, WANT>>, kp: ptr<function, array<u32, WANT>>, tid: u32) {
+    var head = 0u;
+    for (var r = 0u; r < P.want; r++) {
+        var v = INF;
+        var p = NONE;
+        if (head < P.want) {
+            v = (*kd)[head];
+            p = (*kp)[head];
+        }
+        let w = argmin(v, p, tid);
+        if (tid == 0u) {
+            top_d[r] = bitcast<f32>(w.x);
+            top_p[r] = w.y;
+        }
+        if (tid == w.z) {
+            head++;
+        }
+    }
+    workgroupBarrier();
+}
+
+// One workgroup per (probe, query): the list's table (terms + query table for L2, the query
+// table alone for inner product) in workgroup memory, a scan of its 8-bit codes, and the
+// workgroup's `want` best (distance, position in the flat lists) to cand_d / cand_p.
+@compute @workgroup_size(WG)
+fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let p = wg.x;
+    let qi = wg.y;
+    let tid = lid.x;
+    let a = probes[qi * P.nprobe + p];
+    let n = P.nsub * 256u;
+    for (var e = tid; e < n; e += WG) {
+        var v = qt[qi * n + e];
+        if (P.l2 != 0u) {
+            v += terms[a * n + e];
+        }
+        lut[e] = v;
+    }
+    // A list probed twice (fewer lists than probes) is scanned once.
+    var repeat = false;
+    for (var o = 0u; o < p; o++) {
+        repeat = repeat || probes[qi * P.nprobe + o] == a;
+    }
+    workgroupBarrier();
+    var kd: array<f32, WANT>;
+    var kp: array<u32, WANT>;
+    for (var r = 0u; r < P.want; r++) {
+        kd[r] = INF;
+        kp[r] = NONE;
+    }
+    if (!repeat) {
+        let b0 = base[qi * P.nprobe + p];
+        let s1 = start[a + 1u];
+        for (var i = start[a] + tid; i < s1; i += WG) {
+            var v = b0;
+            let c0 = i * P.nsub;
+            for (var j = 0u; j < P.nsub; j++) {
+                let byte = c0 + j;
+                let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 255u;
+                v += lut[j * 256u + code];
+            }
+            offer(&kd, &kp, v, i);
+        }
+    }
+    block_top(&kd, &kp, tid);
+    let o = (qi * P.nprobe + p) * P.want;
+    for (var r = tid; r < P.want; r += WG) {
+        cand_d[o + r] = top_d[r];
+        cand_p[o + r] = top_p[r];
+    }
+}
+
+// One workgroup per query: the `want` best of its nprobe x want candidates, as ids (two words,
+// little-endian; none = all ones) and distances.
+@compute @workgroup_size(WG)
+fn merge_candidates(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let qi = wg.x;
+    let tid = lid.x;
+    var kd: array<f32, WANT>;
+    var kp: array<u32, WANT>;
+    for (var r = 0u; r < P.want; r++) {
+        kd[r] = INF;
+        kp[r] = NONE;
+    }
+    for (var e = tid; e < P.per; e += WG) {
+        offer(&kd, &kp, cand_d[qi * P.per + e], cand_p[qi * P.per + e]);
+    }
+    block_top(&kd, &kp, tid);
+    for (var r = tid; r < P.want; r += WG) {
+        let pos = top_p[r];
+        out_d[qi * P.want + r] = top_d[r];
+        var id = vec2<u32>(NONE, NONE);
+        if (pos != NONE) {
+            id = ids[pos];
+        }
+        out_id[qi * P.want + r] = id;
+    }
+}

@@ -1,0 +1,694 @@
+//! The WGPU backend: the same engine on any Vulkan or Metal GPU (and on a software Vulkan
+//! driver such as lavapipe, where CI runs it). Kernels are `kernels/wgpu/*.wgsl`, built once per
+//! context with workgroup sizes and workgroup-memory budgets taken from the adapter's limits.
+//!
+//! As with CUDA, a k-means session keeps points, centroids, assignments and distances on the
+//! device and brings back only O(k) values per iteration; encoding runs assignment, residual,
+//! rotation and PQ in one submission per block; search keeps the last index's lists resident.
+//! Arrays larger than one storage binding are split into blocks of rows.
+
+mod search;
+mod session;
+
+use super::{Backend, BackendKind, KmeansSession, Transfers};
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+pub use session::WgpuSession;
+
+/// Every kernel source, by file name: built at context creation and validated by the tests.
+pub const KERNELS: &[(&str, &str)] = &[
+    ("dots.wgsl", include_str!("../../../kernels/wgpu/dots.wgsl")),
+    (
+        "kmeans.wgsl",
+        include_str!("../../../kernels/wgpu/kmeans.wgsl"),
+    ),
+    (
+        "encode.wgsl",
+        include_str!("../../../kernels/wgpu/encode.wgsl"),
+    ),
+    (
+        "search.wgsl",
+        include_str!("../../../kernels/wgpu/search.wgsl"),
+    ),
+];
+
+/// Widest sub-vector the PQ kernel keeps in registers (`MAX_DSUB` in encode.wgsl).
+const MAX_DSUB: usize = 32;
+
+/// Rows per tile of the dot-product kernels (`T` in dots.wgsl).
+const TILE: usize = 64;
+
+/// Workgroups per grid dimension that every adapter accepts.
+const MAX_GROUPS: u32 = 65_535;
+
+/// Sets `const NAME: u32 = ...u;` in a kernel source: how adapter limits reach the WGSL.
+pub fn with_const(src: &str, name: &str, value: u32) -> String {
+    let key = format!("const {name}: u32 = ");
+    let Some(at) = src.find(&key) else {
+        return src.to_string();
+    };
+    let end = at + src[at..].find(';').expect("a const line ends with ;");
+    format!("{}{key}{value}u{}", &src[..at], &src[end..])
+}
+
+/// The kernel sources as this adapter builds them (`search.wgsl` also per index shape).
+pub fn sources(limits: &wgpu::Limits) -> Vec<(&'static str, String)> {
+    let wg = workgroup_size(limits);
+    KERNELS
+        .iter()
+        .map(|(name, src)| {
+            let mut s = with_const(src, "WG", wg);
+            s = with_const(&s, "BOOK", book_floats(limits) as u32);
+            (*name, s)
+        })
+        .collect()
+}
+
+/// Threads per workgroup of the one-dimensional kernels: 256, or what the adapter allows.
+/// Powers of two only: the kernels' tree reductions halve it.
+fn workgroup_size(l: &wgpu::Limits) -> u32 {
+    let cap = l
+        .max_compute_invocations_per_workgroup
+        .min(l.max_compute_workgroup_size_x)
+        .clamp(1, 256);
+    1 << (31 - cap.leading_zeros())
+}
+
+/// Floats of sub-codebook the PQ kernel holds in workgroup memory (beside 256 norms).
+fn book_floats(l: &wgpu::Limits) -> usize {
+    ((l.max_compute_workgroup_storage_size as usize / 4).saturating_sub(256 + 64))
+        .min(256 * MAX_DSUB)
+}
+
+fn fold(groups: usize) -> (u32, u32) {
+    let g = groups.max(1);
+    let x = g.min(MAX_GROUPS as usize);
+    (x as u32, g.div_ceil(x) as u32)
+}
+
+struct Pipelines {
+    dots: wgpu::ComputePipeline,
+    assign: wgpu::ComputePipeline,
+    row_norms: wgpu::ComputePipeline,
+    offsets: wgpu::ComputePipeline,
+    count_energy: wgpu::ComputePipeline,
+    scatter: wgpu::ComputePipeline,
+    update_cut: wgpu::ComputePipeline,
+    update_sums: wgpu::ComputePipeline,
+    finalize: wgpu::ComputePipeline,
+    residuals: wgpu::ComputePipeline,
+    pq_assign: wgpu::ComputePipeline,
+    pack: wgpu::ComputePipeline,
+}
+
+/// The WGPU backend: one adapter, its device and queue, and the built pipelines.
+pub struct WgpuBackend {
+    name: String,
+    cpu_adapter: bool,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    wg: u32,
+    k: Pipelines,
+    search: Mutex<search::PipeCache>,
+    /// The first error the device reported outside a scope (or its loss), not yet returned.
+    fault: Arc<Mutex<Option<Error>>>,
+    h2d: AtomicU64,
+    d2h: AtomicU64,
+    lists: Mutex<Option<search::DeviceLists>>,
+    codebook: Mutex<Option<search::DeviceCodebook>>,
+}
+
+/// Adapters, real GPUs first (a CPU adapter is a software driver).
+fn adapters() -> Vec<wgpu::Adapter> {
+    let backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL;
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    let mut all = pollster::block_on(instance.enumerate_adapters(backends));
+    all.sort_by_key(|a| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    });
+    all
+}
+
+/// Opens adapter `device` (real GPUs are numbered before software ones).
+pub fn open(device: usize) -> Result<WgpuBackend> {
+    let all = adapters();
+    let found = all.len();
+    let Some(adapter) = all.into_iter().nth(device) else {
+        return Err(Error::BackendUnavailable(if found == 0 {
+            "no Vulkan or Metal adapter was found".into()
+        } else {
+            format!("WGPU adapter {device} does not exist ({found} found)")
+        }));
+    };
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    if limits.max_compute_invocations_per_workgroup < 256
+        || limits.max_compute_workgroup_size_x < 16
+        || limits.max_compute_workgroup_size_y < 16
+        || limits.max_compute_workgroup_storage_size < 16 << 10
+    {
+        return Err(Error::BackendUnavailable(format!(
+            "{}: compute limits below what the kernels need (256 threads, 16 KB per workgroup)",
+            info.name
+        )));
+    }
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("vlc_compress"),
+        required_features: wgpu::Features::empty(),
+        required_limits: limits.clone(),
+        ..Default::default()
+    }))
+    .map_err(|e| Error::BackendUnavailable(format!("{}: {e}", info.name)))?;
+    let fault: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
+    let f = fault.clone();
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        let mine = match e {
+            wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(format!("WGPU: {e}")),
+            _ => Error::Device(format!("WGPU: {e}")),
+        };
+        f.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(mine);
+    }));
+    let f = fault.clone();
+    device.set_device_lost_callback(move |reason, msg| {
+        if reason != wgpu::DeviceLostReason::Destroyed {
+            let e = Error::Device(format!("WGPU: the device was lost ({reason:?}): {msg}"));
+            f.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        }
+    });
+    let wg = workgroup_size(&limits);
+    let src = sources(&limits);
+    // A smaller binding cap makes tests split arrays into blocks on any adapter.
+    let mut limits = limits;
+    if let Some(cap) = std::env::var("VLCC_WGPU_MAX_BINDING")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        limits.max_storage_buffer_binding_size =
+            limits.max_storage_buffer_binding_size.min(cap.max(4096));
+    }
+    let module = |name: &str| -> Result<wgpu::ShaderModule> {
+        let (_, s) = src
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("every kernel file is listed");
+        scoped(&device, || {
+            device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(name),
+                source: wgpu::ShaderSource::Wgsl(s.as_str().into()),
+            })
+        })
+    };
+    let (dots, kmeans, encode) = (
+        module("dots.wgsl")?,
+        module("kmeans.wgsl")?,
+        module("encode.wgsl")?,
+    );
+    let pipe = |m: &wgpu::ShaderModule, entry: &str| pipeline(&device, m, entry);
+    let k = Pipelines {
+        dots: pipe(&dots, "dots")?,
+        assign: pipe(&dots, "assign")?,
+        row_norms: pipe(&kmeans, "row_norms")?,
+        offsets: pipe(&kmeans, "offsets")?,
+        count_energy: pipe(&kmeans, "count_energy")?,
+        scatter: pipe(&kmeans, "scatter")?,
+        update_cut: pipe(&kmeans, "update_cut")?,
+        update_sums: pipe(&kmeans, "update_sums")?,
+        finalize: pipe(&kmeans, "finalize")?,
+        residuals: pipe(&encode, "residuals")?,
+        pq_assign: pipe(&encode, "pq_assign")?,
+        pack: pipe(&encode, "pack")?,
+    };
+    Ok(WgpuBackend {
+        name: format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type),
+        cpu_adapter: info.device_type == wgpu::DeviceType::Cpu,
+        device,
+        queue,
+        limits,
+        wg,
+        k,
+        search: Mutex::new(Vec::new()),
+        fault,
+        h2d: AtomicU64::new(0),
+        d2h: AtomicU64::new(0),
+        lists: Mutex::new(None),
+        codebook: Mutex::new(None),
+    })
+}
+
+/// Runs `f` inside validation and out-of-memory error scopes: what it got wrong becomes an
+/// error instead of a panic or a later failure.
+fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<T> {
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let out = f();
+    let v = pollster::block_on(val.pop());
+    let o = pollster::block_on(oom.pop());
+    if let Some(e) = o {
+        return Err(Error::OutOfMemory(format!("WGPU: {e}")));
+    }
+    if let Some(e) = v {
+        return Err(Error::Device(format!("WGPU: {e}")));
+    }
+    Ok(out)
+}
+
+fn pipeline(
+    device: &wgpu::Device,
+    module: &wgpu::ShaderModule,
+    entry: &str,
+) -> Result<wgpu::ComputePipeline> {
+    scoped(device, || {
+        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        })
+    })
+}
+
+/// Parameters of one dispatch: the kernels' `Params` structs, 12 words at most.
+pub(crate) struct Params([u32; 12]);
+
+impl Params {
+    pub fn new(words: &[u32]) -> Params {
+        let mut p = [0u32; 12];
+        p[..words.len()].copy_from_slice(words);
+        Params(p)
+    }
+}
+
+fn u32_of(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} {v} exceeds 2^32 - 1")))
+}
+
+impl WgpuBackend {
+    /// Whether the adapter is a software (CPU) driver: AUTO skips those.
+    pub fn is_cpu_adapter(&self) -> bool {
+        self.cpu_adapter
+    }
+
+    /// The error the device reported since the last check, if any.
+    fn check(&self) -> Result<()> {
+        match self.fault.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Largest buffer one storage binding may cover.
+    fn max_binding(&self) -> u64 {
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
+    }
+
+    fn fits_binding(&self, bytes: usize, what: &str) -> Result<()> {
+        if bytes as u64 > self.max_binding() {
+            return Err(Error::OutOfMemory(format!(
+                "WGPU: {what} needs {bytes} bytes in one binding; the adapter allows {}",
+                self.max_binding()
+            )));
+        }
+        Ok(())
+    }
+
+    const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+        .union(wgpu::BufferUsages::COPY_SRC)
+        .union(wgpu::BufferUsages::COPY_DST);
+
+    /// A zeroed storage buffer of `bytes` (at least 4).
+    fn zeros(&self, bytes: usize, what: &str) -> Result<wgpu::Buffer> {
+        let size = bytes.max(4).next_multiple_of(4);
+        self.fits_binding(size, what)?;
+        scoped(&self.device, || {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(what),
+                size: size as u64,
+                usage: Self::USAGE,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    /// A storage buffer holding `data`.
+    fn upload<T: bytemuck::Pod>(&self, data: &[T], what: &str) -> Result<wgpu::Buffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() % 4 != 0 || bytes.is_empty() {
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().max(4).next_multiple_of(4), 0);
+            return self.upload(&padded, what);
+        }
+        self.fits_binding(bytes.len(), what)?;
+        let b = scoped(&self.device, || {
+            self.device
+                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some(what),
+                    contents: bytes,
+                    usage: Self::USAGE,
+                })
+        })?;
+        self.h2d.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(b)
+    }
+
+    /// Overwrites the start of `buf` with `data`, ordered before the next submission.
+    fn write<T: bytemuck::Pod>(&self, buf: &wgpu::Buffer, data: &[T]) {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.queue.write_buffer(buf, 0, bytes);
+        self.h2d.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    }
+
+    fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+    }
+
+    /// Records one dispatch of `pipe` with `params` at binding 0 and `bufs` at their bindings.
+    fn dispatch(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        pipe: &wgpu::ComputePipeline,
+        params: Params,
+        bufs: &[(u32, &wgpu::Buffer)],
+        groups: (u32, u32, u32),
+    ) {
+        let ub = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: None,
+                contents: bytemuck::cast_slice(&params.0),
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: ub.as_entire_binding(),
+        }];
+        entries.extend(bufs.iter().map(|(i, b)| wgpu::BindGroupEntry {
+            binding: *i,
+            resource: b.as_entire_binding(),
+        }));
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipe.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(pipe);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+    }
+
+    /// Submits `enc` and waits for it.
+    fn finish(&self, enc: wgpu::CommandEncoder) -> Result<()> {
+        self.queue.submit([enc.finish()]);
+        self.wait()
+    }
+
+    fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Device(format!("WGPU: {e}")))?;
+        self.check()
+    }
+
+    /// Submits `enc` with copies of `parts` (buffer, bytes) appended, waits, and returns their
+    /// bytes: one round trip for several small results.
+    fn read(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        parts: &[(&wgpu::Buffer, usize)],
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut stage = Vec::with_capacity(parts.len());
+        for (b, bytes) in parts {
+            let size = bytes.max(&4).next_multiple_of(4) as u64;
+            let s = scoped(&self.device, || {
+                self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("readback"),
+                    size,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })?;
+            enc.copy_buffer_to_buffer(b, 0, &s, 0, size);
+            stage.push(s);
+        }
+        self.queue.submit([enc.finish()]);
+        let done: Arc<Mutex<Vec<Result<()>>>> = Arc::new(Mutex::new(Vec::new()));
+        for s in &stage {
+            let d = done.clone();
+            s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                let r = r.map_err(|e| Error::Device(format!("WGPU: reading back: {e}")));
+                d.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+            });
+        }
+        self.wait()?;
+        for r in done.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            r?;
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        for (s, (_, bytes)) in stage.iter().zip(parts) {
+            let view = s
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| Error::Device(format!("WGPU: reading back: {e}")))?;
+            out.push(view[..*bytes].to_vec());
+            drop(view);
+            s.unmap();
+            self.d2h.fetch_add(*bytes as u64, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+
+    /// Workgroups (folded into two dimensions) for `items` threads of a 1-D kernel.
+    fn groups_for(&self, items: usize) -> (u32, u32, u32) {
+        let (x, y) = fold(items.div_ceil(self.wg as usize));
+        (x, y, 1)
+    }
+
+    /// `out (rows x n) = a (rows x k) . b (n x k)^T`.
+    fn dots(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        a: &wgpu::Buffer,
+        rows: usize,
+        b: &wgpu::Buffer,
+        n: usize,
+        k: usize,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        let (gx, gy) = (n.div_ceil(TILE), rows.div_ceil(TILE));
+        if gx > MAX_GROUPS as usize || gy > MAX_GROUPS as usize {
+            return Err(Error::InvalidArgument(format!(
+                "WGPU: a {rows} x {n} product is too large for one dispatch"
+            )));
+        }
+        let p = Params::new(&[u32_of(rows, "rows")?, n as u32, k as u32]);
+        self.dispatch(
+            enc,
+            &self.k.dots,
+            p,
+            &[(1, a), (2, b), (3, out)],
+            (gx as u32, gy as u32, 1),
+        );
+        Ok(())
+    }
+
+    /// Per row of `a` (rows x d, global rows row0..), the nearest row of `b` (n x d) under
+    /// offsets `off` (|b|^2 [+ bias]): into `assigned` and `dist` (global rows).
+    #[allow(clippy::too_many_arguments)]
+    fn assign_rows(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        a: &wgpu::Buffer,
+        rows: usize,
+        row0: usize,
+        d: usize,
+        b: &wgpu::Buffer,
+        n: usize,
+        off: &wgpu::Buffer,
+        bias: Option<&wgpu::Buffer>,
+        an: &wgpu::Buffer,
+        assigned: &wgpu::Buffer,
+        dist: &wgpu::Buffer,
+    ) {
+        let (gx, gy) = fold(rows.div_ceil(TILE));
+        let p = Params::new(&[
+            rows as u32,
+            n as u32,
+            d as u32,
+            row0 as u32,
+            bias.is_some() as u32,
+            gx,
+        ]);
+        self.dispatch(
+            enc,
+            &self.k.assign,
+            p,
+            &[
+                (1, a),
+                (2, b),
+                (4, off),
+                (5, bias.unwrap_or(off)),
+                (6, an),
+                (7, assigned),
+                (8, dist),
+            ],
+            (gx, gy, 1),
+        );
+    }
+
+    /// Squared norms of `rows` rows of `x` into `out[row0..]`.
+    fn row_norms(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        rows: usize,
+        d: usize,
+        row0: usize,
+        out: &wgpu::Buffer,
+    ) {
+        let g = self.groups_for(rows);
+        let p = Params::new(&[0, d as u32, 0, row0 as u32, rows as u32, 0, 0, g.0]);
+        self.dispatch(enc, &self.k.row_norms, p, &[(1, x), (2, out)], g);
+    }
+
+    /// Rows per block so that a block of `width` floats per row fits one binding.
+    fn rows_per_block(&self, width: usize) -> usize {
+        ((self.max_binding() as usize / 4) / width.max(1)).max(1)
+    }
+
+    /// PQ indices of `y` (rows x nsub*dsub, on the device) packed as bytes (rows x nsub),
+    /// recorded into `enc`; returns the packed buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn pq_on_device(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        y: &wgpu::Buffer,
+        rows: usize,
+        nsub: usize,
+        dsub: usize,
+        books: &wgpu::Buffer,
+        ksub: usize,
+    ) -> Result<wgpu::Buffer> {
+        let idx = self.zeros(rows * nsub * 4, "PQ indices")?;
+        let packed = self.zeros(rows * nsub, "codes")?;
+        let dp = nsub * dsub;
+        let tiles = rows.div_ceil(self.wg as usize);
+        if tiles > MAX_GROUPS as usize || nsub > MAX_GROUPS as usize {
+            return Err(Error::InvalidArgument(format!(
+                "WGPU: {rows} rows x {nsub} sub-spaces is too large for one dispatch"
+            )));
+        }
+        let p = Params::new(&[
+            rows as u32,
+            0,
+            dp as u32,
+            dsub as u32,
+            ksub as u32,
+            nsub as u32,
+            0,
+            0,
+        ]);
+        self.dispatch(
+            enc,
+            &self.k.pq_assign,
+            p,
+            &[(4, y), (5, books), (6, &idx)],
+            (tiles as u32, nsub as u32, 1),
+        );
+        let g = self.groups_for((rows * nsub).div_ceil(4));
+        let p = Params::new(&[rows as u32, 0, 0, 0, 0, nsub as u32, 0, g.0]);
+        self.dispatch(enc, &self.k.pack, p, &[(6, &idx), (7, &packed)], g);
+        Ok(packed)
+    }
+
+    /// Whether the PQ kernel takes this shape (sub-codebook in workgroup memory).
+    fn pq_fits(&self, dsub: usize, ksub: usize) -> bool {
+        (1..=MAX_DSUB).contains(&dsub)
+            && (1..=256).contains(&ksub)
+            && ksub * dsub <= book_floats(&self.limits)
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Wgpu
+    }
+    fn describe(&self) -> String {
+        format!("wgpu ({})", self.name)
+    }
+    fn kmeans_session<'a>(
+        &'a self,
+        x: &'a [f32],
+        d: usize,
+        _precision: crate::Precision, // fp32 always: WGSL has no tensor-core path
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
+        Ok(Box::new(WgpuSession::new(self, x, d)?))
+    }
+    fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
+        if x.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let mut s = WgpuSession::new(self, x, d)?;
+        s.set_centroids(centroids)?;
+        s.assign(None)?;
+        s.assignment_and_distances()
+    }
+    fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
+        let dp = nsub * dsub;
+        let ksub = books.len() / dp.max(1);
+        if !self.pq_fits(dsub, ksub) || y.len() % dp != 0 {
+            return crate::quant::pq::assign_by_nearest(self, y, nsub, dsub, books);
+        }
+        let n = y.len() / dp;
+        let bd = self.upload(books, "sub-codebooks")?;
+        let mut out = Vec::with_capacity(n * nsub);
+        let per = self
+            .rows_per_block(dp * 2)
+            .min(MAX_GROUPS as usize * self.wg as usize);
+        for block in y.chunks(per * dp) {
+            let rows = block.len() / dp;
+            let yd = self.upload(block, "PQ input")?;
+            let mut enc = self.encoder();
+            let packed = self.pq_on_device(&mut enc, &yd, rows, nsub, dsub, &bd, ksub)?;
+            out.extend(self.read(enc, &[(&packed, rows * nsub)])?.remove(0));
+        }
+        Ok(out)
+    }
+    fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
+        search::encode_residuals(self, cb, x)
+    }
+    fn search_lists(
+        &self,
+        ix: &crate::Index,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        search::search_lists(self, ix, q, nprobe, want)
+    }
+    fn transfers(&self) -> Transfers {
+        Transfers {
+            h2d_bytes: self.h2d.load(Ordering::Relaxed),
+            d2h_bytes: self.d2h.load(Ordering::Relaxed),
+        }
+    }
+}

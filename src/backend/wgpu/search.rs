@@ -1,0 +1,406 @@
+//! Encoding and index search on the WGPU device. The codebook of the last call and the lists
+//! of the last searched index stay resident (re-uploaded when they change).
+
+use super::{fold, with_const, Params, WgpuBackend, KERNELS, MAX_GROUPS, TILE};
+use crate::error::{Error, Result};
+use crate::quant::Codebook;
+use std::sync::Arc;
+
+/// Most candidates per query the device scan keeps (the largest `WANT` built).
+const MAX_WANT: usize = 128;
+
+/// Queries per search batch: bounds the coarse scores and candidate buffers.
+const QUERY_BATCH: usize = 4096;
+
+/// Threads per search workgroup: lists are short, and the candidate merge is a tree over them.
+const SEARCH_WG: u32 = 128;
+
+/// A codebook on the device.
+pub(super) struct DeviceCodebook {
+    fingerprint: u64,
+    anchors: wgpu::Buffer,
+    /// |a_j|^2: the assignment's offsets and the coarse L2 terms.
+    anorm: wgpu::Buffer,
+    books: wgpu::Buffer,
+    rot: Option<wgpu::Buffer>,
+}
+
+/// An index's lists on the device, back to back.
+pub(super) struct DeviceLists {
+    stamp: u64,
+    m: usize,
+    codes: wgpu::Buffer,
+    ids: wgpu::Buffer,
+    start: wgpu::Buffer,
+    terms: wgpu::Buffer,
+}
+
+/// The search pipelines built for one table size and candidate count.
+pub(super) struct Pipes {
+    coarse: wgpu::ComputePipeline,
+    tables: wgpu::ComputePipeline,
+    scan: wgpu::ComputePipeline,
+    merge: wgpu::ComputePipeline,
+}
+
+/// Search pipelines by (table floats, candidates per thread).
+pub(super) type PipeCache = Vec<((u32, u32), Arc<Pipes>)>;
+
+/// Workgroup bytes of the scan kernel beside its table.
+fn scan_extra(want: usize) -> usize {
+    SEARCH_WG as usize * 12 + want * 8
+}
+
+fn device_codebook<'s>(
+    b: &WgpuBackend,
+    slot: &'s mut Option<DeviceCodebook>,
+    cb: &Codebook,
+) -> Result<&'s DeviceCodebook> {
+    if slot
+        .as_ref()
+        .is_none_or(|c| c.fingerprint != cb.fingerprint())
+    {
+        *slot = None; // free the old copy first
+        *slot = Some(DeviceCodebook {
+            fingerprint: cb.fingerprint(),
+            anchors: b.upload(&cb.anchors, "anchors")?,
+            anorm: b.upload(&crate::linalg::row_norms(&cb.anchors, cb.d), "anchor norms")?,
+            books: b.upload(&cb.pq.centroids, "sub-codebooks")?,
+            rot: if cb.rot.is_empty() {
+                None
+            } else {
+                Some(b.upload(&cb.rot, "rotation")?)
+            },
+        });
+    }
+    Ok(slot.as_ref().expect("the codebook was just uploaded"))
+}
+
+/// `y` (rows x dp, on the device) rotated by the codebook's rotation, if it has one.
+fn rotated(
+    b: &WgpuBackend,
+    enc: &mut wgpu::CommandEncoder,
+    dc: &DeviceCodebook,
+    y: wgpu::Buffer,
+    rows: usize,
+    dp: usize,
+) -> Result<wgpu::Buffer> {
+    let Some(r) = &dc.rot else { return Ok(y) };
+    let out = b.zeros(rows * dp * 4, "rotated residuals")?;
+    b.dots(enc, &y, rows, r, dp, dp, &out)?;
+    Ok(out)
+}
+
+/// Records the padded residuals of `x` (rows x d on the device; against `assigned` anchors,
+/// or none) into a new rows x dp buffer.
+#[allow(clippy::too_many_arguments)]
+fn residuals(
+    b: &WgpuBackend,
+    enc: &mut wgpu::CommandEncoder,
+    x: &wgpu::Buffer,
+    rows: usize,
+    cb: &Codebook,
+    anchors: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
+) -> Result<wgpu::Buffer> {
+    let (d, dp, dsub) = (cb.d, cb.pq.dim(), cb.pq.dsub);
+    let y = b.zeros(rows * dp * 4, "residuals")?;
+    let g = b.groups_for(rows * dp);
+    let p = Params::new(&[
+        rows as u32,
+        d as u32,
+        dp as u32,
+        dsub as u32,
+        0,
+        cb.pq.nsub as u32,
+        anchors.is_some() as u32,
+        g.0,
+    ]);
+    match anchors {
+        Some((a, assigned)) => b.dispatch(
+            enc,
+            &b.k.residuals,
+            p,
+            &[(1, x), (2, a), (3, assigned), (4, &y)],
+            g,
+        ),
+        // The kernel reads no anchors then; any buffer satisfies the bindings.
+        None => b.dispatch(
+            enc,
+            &b.k.residuals,
+            p,
+            &[(1, x), (2, x), (3, x), (4, &y)],
+            g,
+        ),
+    }
+    Ok(y)
+}
+
+pub(super) fn encode_residuals(
+    b: &WgpuBackend,
+    cb: &Codebook,
+    x: &[f32],
+) -> Result<(Vec<u32>, Vec<u8>)> {
+    let (d, dp, nsub, dsub) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub);
+    if !b.pq_fits(dsub, cb.pq.ksub()) || dp < d {
+        return crate::quant::encode_residuals_in_steps(b, cb, x);
+    }
+    let n = x.len() / d;
+    let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
+    let dc = device_codebook(b, &mut slot, cb)?;
+    let m = cb.anchors();
+    // Rows per block: the widest per-row buffer (residuals, or indices) within one binding
+    // and one dispatch.
+    let per = b
+        .rows_per_block(dp.max(d).max(nsub))
+        .min(MAX_GROUPS as usize * b.wg as usize);
+    let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
+    for block in x.chunks(per * d) {
+        let rows = block.len() / d;
+        let xd = b.upload(block, "vectors")?;
+        let xn = b.zeros(rows * 4, "vector norms")?;
+        let assigned = b.zeros(rows * 4, "anchor ids")?;
+        let dist = b.zeros(rows * 4, "anchor distances")?;
+        let mut enc = b.encoder();
+        b.row_norms(&mut enc, &xd, rows, d, 0, &xn);
+        b.assign_rows(
+            &mut enc,
+            &xd,
+            rows,
+            0,
+            d,
+            &dc.anchors,
+            m,
+            &dc.anorm,
+            None,
+            &xn,
+            &assigned,
+            &dist,
+        );
+        let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
+        let y = rotated(b, &mut enc, dc, y, rows, dp)?;
+        let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.pq.ksub())?;
+        let mut r = b.read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)])?;
+        codes.extend(r.pop().expect("two parts"));
+        ids.extend(bytemuck::pod_collect_to_vec::<u8, u32>(
+            &r.pop().expect("two parts"),
+        ));
+    }
+    Ok((ids, codes))
+}
+
+impl DeviceLists {
+    fn upload(b: &WgpuBackend, ix: &crate::Index) -> Result<DeviceLists> {
+        let cb = &ix.cb;
+        let m = ix.nlist();
+        let mut start = Vec::with_capacity(m + 1);
+        let (mut codes, mut ids) = (Vec::new(), Vec::new());
+        start.push(0u32);
+        for j in 0..m {
+            let (i, c) = ix.list(j);
+            ids.extend_from_slice(i);
+            codes.extend_from_slice(c);
+            start.push(ids.len() as u32);
+        }
+        let terms = match &ix.tables.l2_terms {
+            Some(t) if cb.metric == crate::Metric::L2 => b.upload(t, "list terms")?,
+            _ => b.zeros(4, "list terms")?,
+        };
+        Ok(DeviceLists {
+            stamp: ix.stamp,
+            m,
+            codes: b.upload(&codes, "codes")?,
+            ids: b.upload(&ids, "ids")?,
+            start: b.upload(&start, "list offsets")?,
+            terms,
+        })
+    }
+}
+
+impl WgpuBackend {
+    fn search_pipes(&self, lut: u32, want: u32) -> Result<Arc<Pipes>> {
+        let mut cache = self.search.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = cache.iter().find(|(k, _)| *k == (lut, want)) {
+            return Ok(p.clone());
+        }
+        let src = KERNELS
+            .iter()
+            .find(|(n, _)| *n == "search.wgsl")
+            .expect("search.wgsl is listed")
+            .1;
+        let src = with_const(src, "WG", SEARCH_WG);
+        let src = with_const(&src, "LUT", lut);
+        let src = with_const(&src, "WANT", want);
+        let module = super::scoped(&self.device, || {
+            self.device
+                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some("search.wgsl"),
+                    source: wgpu::ShaderSource::Wgsl(src.into()),
+                })
+        })?;
+        let pipe = |e: &str| super::pipeline(&self.device, &module, e);
+        let p = Arc::new(Pipes {
+            coarse: pipe("coarse_probe")?,
+            tables: pipe("query_tables")?,
+            scan: pipe("scan_lists")?,
+            merge: pipe("merge_candidates")?,
+        });
+        cache.push(((lut, want), p.clone()));
+        Ok(p)
+    }
+}
+
+pub(super) fn search_lists(
+    b: &WgpuBackend,
+    ix: &crate::Index,
+    q: &[f32],
+    nprobe: usize,
+    want: usize,
+) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+    let cb = &ix.cb;
+    let l2 = cb.metric == crate::Metric::L2;
+    let lut = cb.pq.nsub * 256;
+    let want_built = want.max(1).next_power_of_two();
+    let m = ix.nlist();
+    let fits = cb.pq.bits == 8
+        && want <= MAX_WANT
+        && lut * 4 + scan_extra(want_built) <= b.limits.max_compute_workgroup_storage_size as usize
+        && (!l2 || ix.tables.l2_terms.is_some())
+        && ix.len() < u32::MAX as usize
+        && (ix.len() * cb.pq.nsub) as u64 <= b.max_binding()
+        && (m * lut * 4) as u64 <= b.max_binding()
+        && m.div_ceil(TILE) <= MAX_GROUPS as usize;
+    if !fits {
+        return Ok(None);
+    }
+    let pipes = b.search_pipes(lut as u32, want_built as u32)?;
+    let mut lists = b.lists.lock().unwrap_or_else(|e| e.into_inner());
+    let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
+    let dc = device_codebook(b, &mut slot, cb)?;
+    if lists.as_ref().is_none_or(|l| l.stamp != ix.stamp) {
+        *lists = None; // free the old copy first
+        match DeviceLists::upload(b, ix) {
+            Ok(l) => *lists = Some(l),
+            // An index larger than the device is searched on the host instead.
+            Err(Error::OutOfMemory(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    let dl = lists.as_ref().expect("lists were just uploaded");
+    let d = cb.dim();
+    let nq = q.len() / d;
+    // Coarse scores (batch x m) must fit one binding too.
+    let batch = QUERY_BATCH.min(b.rows_per_block(m)).max(1);
+    let mut ids = Vec::with_capacity(nq * want);
+    let mut dist = Vec::with_capacity(nq * want);
+    for chunk in q.chunks(batch * d) {
+        let (i, s) = search_batch(b, &pipes, dc, dl, cb, chunk, nprobe.min(dl.m), want)?;
+        ids.extend(i);
+        dist.extend(s);
+    }
+    Ok(Some((ids, dist)))
+}
+
+/// One batch of queries (nb x d, prepared): coarse products and probe selection, the query
+/// tables, one workgroup per (probe, query) scanning a list, and a merge per query.
+#[allow(clippy::too_many_arguments)]
+fn search_batch(
+    b: &WgpuBackend,
+    pipes: &Pipes,
+    dc: &DeviceCodebook,
+    dl: &DeviceLists,
+    cb: &Codebook,
+    q: &[f32],
+    nprobe: usize,
+    want: usize,
+) -> Result<(Vec<u64>, Vec<f32>)> {
+    let (d, dp, m, nsub) = (cb.d, cb.pq.dim(), dl.m, cb.pq.nsub);
+    let nb = q.len() / d;
+    let l2 = cb.metric == crate::Metric::L2;
+    let qd = b.upload(q, "queries")?;
+    let scores = b.zeros(nb * m * 4, "coarse scores")?;
+    let probes = b.zeros(nb * nprobe * 4, "probes")?;
+    let base = b.zeros(nb * nprobe * 4, "probe bases")?;
+    let qt = b.zeros(nb * nsub * 256 * 4, "query tables")?;
+    let per = nprobe * want;
+    let cand_d = b.zeros(nb * per * 4, "candidates")?;
+    let cand_p = b.zeros(nb * per * 4, "candidates")?;
+    let out_d = b.zeros(nb * want * 4, "distances")?;
+    let out_id = b.zeros(nb * want * 8, "ids")?;
+    let p = || {
+        Params::new(&[
+            nb as u32,
+            d as u32,
+            m as u32,
+            l2 as u32,
+            nprobe as u32,
+            nsub as u32,
+            cb.pq.dsub as u32,
+            want as u32,
+            dp as u32,
+            per as u32,
+        ])
+    };
+    let mut enc = b.encoder();
+    b.dots(&mut enc, &qd, nb, &dc.anchors, m, d, &scores)?;
+    b.dispatch(
+        &mut enc,
+        &pipes.coarse,
+        p(),
+        &[
+            (1, &qd),
+            (2, &scores),
+            (3, &dc.anorm),
+            (4, &probes),
+            (5, &base),
+        ],
+        (nb as u32, 1, 1),
+    );
+    let y = residuals(b, &mut enc, &qd, nb, cb, None)?;
+    let y = rotated(b, &mut enc, dc, y, nb, dp)?;
+    b.dispatch(
+        &mut enc,
+        &pipes.tables,
+        p(),
+        &[(1, &y), (6, &dc.books), (7, &qt)],
+        (nb as u32, nsub as u32, 1),
+    );
+    // The terms are read only under L2 but bound either way.
+    let scan_bufs = [
+        (4, &probes),
+        (5, &base),
+        (7, &qt),
+        (8, &dl.codes),
+        (9, &dl.start),
+        (10, &dl.terms),
+        (11, &cand_d),
+        (12, &cand_p),
+    ];
+    let (gx, gy) = fold(nprobe);
+    debug_assert_eq!(
+        gy, 1,
+        "nprobe is at most the number of lists, below 65536 tiles"
+    );
+    b.dispatch(&mut enc, &pipes.scan, p(), &scan_bufs, (gx, nb as u32, 1));
+    b.dispatch(
+        &mut enc,
+        &pipes.merge,
+        p(),
+        &[
+            (11, &cand_d),
+            (12, &cand_p),
+            (13, &dl.ids),
+            (14, &out_id),
+            (15, &out_d),
+        ],
+        (nb as u32, 1, 1),
+    );
+    let mut r = b.read(enc, &[(&out_id, nb * want * 8), (&out_d, nb * want * 4)])?;
+    let mut dist: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+    let ids: Vec<u64> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+    for (v, &id) in dist.iter_mut().zip(&ids) {
+        if id == u64::MAX {
+            *v = f32::INFINITY;
+        }
+    }
+    Ok((ids, dist))
+}

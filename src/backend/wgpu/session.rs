@@ -1,0 +1,306 @@
+//! k-means on the WGPU device: the training set is uploaded once (in blocks of rows that each
+//! fit one storage binding) and every iteration runs there. Per iteration the bias and the
+//! group offsets go up and the counts, energy partials and spreads come down: O(k) values.
+
+use super::{fold, u32_of, Params, WgpuBackend};
+use crate::backend::{AssignStats, KmeansSession};
+use crate::error::{Error, Result};
+
+/// Workgroups of the energy reduction: a fixed grid, so the energy repeats exactly.
+const ENERGY_GROUPS: usize = 256;
+
+/// Buffers sized by the number of centroids.
+struct Centroids {
+    k: usize,
+    c: wgpu::Buffer,
+    /// |c_j|^2.
+    cn: wgpu::Buffer,
+    /// |c_j|^2 + bias_j, rebuilt by every assignment.
+    off: wgpu::Buffer,
+    bias: wgpu::Buffer,
+    counts: wgpu::Buffer,
+    cursor: wgpu::Buffer,
+    start: wgpu::Buffer,
+    cut: wgpu::Buffer,
+    kept: wgpu::Buffer,
+    spread: wgpu::Buffer,
+    sums: wgpu::Buffer,
+}
+
+/// A training set resident on a WGPU device.
+pub struct WgpuSession<'a> {
+    b: &'a WgpuBackend,
+    n: usize,
+    d: usize,
+    /// (first row, rows, points) per block.
+    blocks: Vec<(usize, usize, wgpu::Buffer)>,
+    xn: wgpu::Buffer,
+    assigned: wgpu::Buffer,
+    dist: wgpu::Buffer,
+    order: wgpu::Buffer,
+    partial: wgpu::Buffer,
+    c: Option<Centroids>,
+    /// Counts of the last assignment (the update's group offsets come from them).
+    counts: Vec<u32>,
+}
+
+impl<'a> WgpuSession<'a> {
+    pub(super) fn new(b: &'a WgpuBackend, x: &[f32], d: usize) -> Result<WgpuSession<'a>> {
+        if d == 0 || x.len() % d != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} values do not make rows of {d}",
+                x.len()
+            )));
+        }
+        let n = x.len() / d;
+        u32_of(n, "points")?;
+        // Blocks of rows within one binding and one dispatch of the assignment.
+        let per = b
+            .rows_per_block(d)
+            .min(super::MAX_GROUPS as usize * super::TILE);
+        let mut blocks = Vec::new();
+        for (i, chunk) in x.chunks(per * d).enumerate() {
+            blocks.push((
+                i * per,
+                chunk.len() / d,
+                b.upload(chunk, "training points")?,
+            ));
+        }
+        let xn = b.zeros(n * 4, "point norms")?;
+        let mut enc = b.encoder();
+        for (row0, rows, buf) in &blocks {
+            b.row_norms(&mut enc, buf, *rows, d, *row0, &xn);
+        }
+        b.finish(enc)?;
+        Ok(WgpuSession {
+            b,
+            n,
+            d,
+            blocks,
+            xn,
+            assigned: b.zeros(n * 4, "assignment")?,
+            dist: b.zeros(n * 4, "distances")?,
+            order: b.zeros(n * 4, "members")?,
+            partial: b.zeros(ENERGY_GROUPS * 4, "energy partials")?,
+            c: None,
+            counts: Vec::new(),
+        })
+    }
+
+    fn centroids_ref(&self) -> Result<&Centroids> {
+        self.c
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("no centroids were set".into()))
+    }
+
+    /// The last assignment and its distances (bias excluded).
+    pub(super) fn assignment_and_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)> {
+        let mut r = self.b.read(
+            self.b.encoder(),
+            &[(&self.assigned, self.n * 4), (&self.dist, self.n * 4)],
+        )?;
+        let dist = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+        let a = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+        Ok((a, dist))
+    }
+}
+
+impl KmeansSession for WgpuSession<'_> {
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
+        let (b, d) = (self.b, self.d);
+        if centroids.is_empty() || centroids.len() % d != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} centroid values do not make rows of {d}",
+                centroids.len()
+            )));
+        }
+        let k = centroids.len() / d;
+        if self.c.as_ref().is_some_and(|c| c.k == k) {
+            b.write(&self.c.as_ref().expect("checked").c, centroids);
+        } else {
+            self.c = None; // free the old buffers first
+            let z = |bytes: usize, what: &str| b.zeros(bytes, what);
+            self.c = Some(Centroids {
+                k,
+                c: b.upload(centroids, "centroids")?,
+                cn: z(k * 4, "centroid norms")?,
+                off: z(k * 4, "offsets")?,
+                bias: z(k * 4, "bias")?,
+                counts: z(k * 4, "counts")?,
+                cursor: z(k * 4, "cursor")?,
+                start: z((k + 1) * 4, "group offsets")?,
+                cut: z(k * 4, "trim cutoffs")?,
+                kept: z(k * 4, "kept counts")?,
+                spread: z(k * 4, "spreads")?,
+                sums: z(k * d * 4, "centroid sums")?,
+            });
+        }
+        let c = self.centroids_ref()?;
+        let mut enc = b.encoder();
+        b.row_norms(&mut enc, &c.c, k, d, 0, &c.cn);
+        b.finish(enc)
+    }
+
+    fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {
+        let (b, d, n) = (self.b, self.d, self.n);
+        let c = self.centroids_ref()?;
+        let k = c.k;
+        if let Some(v) = bias {
+            if v.len() != k {
+                return Err(Error::InvalidArgument(format!(
+                    "bias has {} values for {k} centroids",
+                    v.len()
+                )));
+            }
+            b.write(&c.bias, v);
+        }
+        let mut enc = b.encoder();
+        enc.copy_buffer_to_buffer(&c.cn, 0, &c.off, 0, (k * 4) as u64);
+        if bias.is_some() {
+            let g = b.groups_for(k);
+            let p = Params::new(&[0, 0, k as u32, 0, 0, 0, 1, g.0]);
+            b.dispatch(&mut enc, &b.k.offsets, p, &[(2, &c.off), (15, &c.bias)], g);
+        }
+        for (row0, rows, buf) in &self.blocks {
+            b.assign_rows(
+                &mut enc,
+                buf,
+                *rows,
+                *row0,
+                d,
+                &c.c,
+                k,
+                &c.off,
+                bias.map(|_| &c.bias),
+                &self.xn,
+                &self.assigned,
+                &self.dist,
+            );
+        }
+        enc.clear_buffer(&c.counts, 0, None);
+        let p = Params::new(&[n as u32, d as u32, k as u32]);
+        b.dispatch(
+            &mut enc,
+            &b.k.count_energy,
+            p,
+            &[
+                (3, &self.assigned),
+                (4, &self.dist),
+                (5, &c.counts),
+                (6, &self.partial),
+            ],
+            (ENERGY_GROUPS as u32, 1, 1),
+        );
+        let mut r = b.read(
+            enc,
+            &[(&c.counts, k * 4), (&self.partial, ENERGY_GROUPS * 4)],
+        )?;
+        let partial: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+        self.counts = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+        let energy = partial.iter().map(|&v| v as f64).sum();
+        Ok(AssignStats {
+            counts: self.counts.clone(),
+            energy,
+        })
+    }
+
+    fn update(&mut self, trim: f32) -> Result<Vec<f32>> {
+        let (b, d, n) = (self.b, self.d, self.n);
+        let c = self.centroids_ref()?;
+        let k = c.k;
+        if self.counts.len() != k {
+            return Err(Error::InvalidArgument(
+                "update needs an assignment to the current centroids".into(),
+            ));
+        }
+        let mut start = Vec::with_capacity(k + 1);
+        start.push(0u32);
+        for &v in &self.counts {
+            start.push(start.last().expect("not empty") + v);
+        }
+        b.write(&c.start, &start);
+        let mut enc = b.encoder();
+        enc.copy_buffer_to_buffer(&c.start, 0, &c.cursor, 0, (k * 4) as u64);
+        let g = b.groups_for(n);
+        let p = Params::new(&[n as u32, d as u32, k as u32, 0, 0, 0, 0, g.0]);
+        b.dispatch(
+            &mut enc,
+            &b.k.scatter,
+            p,
+            &[(3, &self.assigned), (7, &c.cursor), (8, &self.order)],
+            g,
+        );
+        let (gx, gy) = fold(k);
+        let mut words = [n as u32, d as u32, k as u32, 0, 0, 0, 0, gx, 0];
+        words[8] = trim.to_bits();
+        b.dispatch(
+            &mut enc,
+            &b.k.update_cut,
+            Params::new(&words),
+            &[
+                (4, &self.dist),
+                (8, &self.order),
+                (9, &c.start),
+                (10, &c.cut),
+                (11, &c.kept),
+                (12, &c.spread),
+            ],
+            (gx, gy, 1),
+        );
+        for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
+            let p = Params::new(&[
+                n as u32,
+                d as u32,
+                k as u32,
+                *row0 as u32,
+                *rows as u32,
+                (i == 0) as u32,
+                0,
+                gx,
+            ]);
+            b.dispatch(
+                &mut enc,
+                &b.k.update_sums,
+                p,
+                &[
+                    (1, buf),
+                    (4, &self.dist),
+                    (8, &self.order),
+                    (9, &c.start),
+                    (10, &c.cut),
+                    (13, &c.sums),
+                ],
+                (gx, gy, 1),
+            );
+        }
+        let g = b.groups_for(k * d);
+        let p = Params::new(&[0, d as u32, k as u32, 0, 0, 0, 0, g.0]);
+        b.dispatch(
+            &mut enc,
+            &b.k.finalize,
+            p,
+            &[(11, &c.kept), (13, &c.sums), (14, &c.c)],
+            g,
+        );
+        b.row_norms(&mut enc, &c.c, k, d, 0, &c.cn);
+        let r = b.read(enc, &[(&c.spread, k * 4)])?;
+        Ok(bytemuck::pod_collect_to_vec(&r[0]))
+    }
+
+    fn centroids(&mut self) -> Result<Vec<f32>> {
+        let c = self.centroids_ref()?;
+        let r = self.b.read(self.b.encoder(), &[(&c.c, c.k * self.d * 4)])?;
+        Ok(bytemuck::pod_collect_to_vec(&r[0]))
+    }
+
+    fn assignment(&mut self) -> Result<Vec<u32>> {
+        let r = self
+            .b
+            .read(self.b.encoder(), &[(&self.assigned, self.n * 4)])?;
+        Ok(bytemuck::pod_collect_to_vec(&r[0]))
+    }
+}

@@ -1,0 +1,287 @@
+//! The WGPU backend against the CPU reference on the same data. These run wherever a Vulkan or
+//! Metal adapter is, a software one included (CI installs lavapipe); without one they skip,
+//! unless `CI` or `VLCC_REQUIRE_WGPU` is set, where skipping fails. Sizes are small: a software
+//! driver runs every kernel on two CPU cores.
+
+mod common;
+use std::sync::Arc;
+use vlc_compress::train::train_anchors;
+use vlc_compress::{
+    vecio, AnchorParams, BackendKind, Compressor, Context, DenseRaw, Error, Init, Metric,
+    NoProgress, Precision, RawVectors, Rotation, SearchParams,
+};
+
+fn gpu() -> Option<Arc<Context>> {
+    match Context::new(BackendKind::Wgpu, 0, 0) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e)
+            if std::env::var_os("CI").is_some()
+                || std::env::var_os("VLCC_REQUIRE_WGPU").is_some() =>
+        {
+            panic!("no WGPU adapter: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// The first `rows` demo vectors and their exact top-10 for the first `nq` demo queries.
+struct Small {
+    base: vecio::Matrix<f32>,
+    query: Vec<f32>,
+    gt: Vec<i32>,
+}
+
+fn small(rows: usize, nq: usize) -> Small {
+    let demo = common::demo();
+    let d = demo.base.cols;
+    let data = demo.base.data[..rows * d].to_vec();
+    let query = demo.query.data[..nq * d].to_vec();
+    let gt = common::brute_force(&data, &query, d, 10, |a, b| {
+        a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+    });
+    Small {
+        base: vecio::Matrix {
+            data,
+            rows,
+            cols: d,
+        },
+        query,
+        gt,
+    }
+}
+
+#[test]
+fn anchors_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    eprintln!("{}", g.backend().describe());
+    let s = small(6000, 0);
+    let (x, d) = (&s.base.data, s.base.cols);
+    for (anchors, trim, init) in [
+        (64, 0.05, Init::Sample),
+        (100, 0.0, Init::Sample),
+        (48, 0.05, Init::KMeansPlusPlus),
+    ] {
+        let p = AnchorParams {
+            anchors,
+            trim,
+            init,
+            max_iters: 15,
+            ..AnchorParams::default()
+        };
+        let cpu = common::ctx(0)
+            .run(|b| train_anchors(b, x, d, &p, &NoProgress))
+            .unwrap();
+        let gpu = g.run(|b| train_anchors(b, x, d, &p, &NoProgress)).unwrap();
+        let rel = (gpu.energy - cpu.energy).abs() / cpu.energy;
+        eprintln!(
+            "k={anchors} trim={trim} {init:?}: energy cpu {} wgpu {} ({rel:.2e})",
+            cpu.energy, gpu.energy
+        );
+        assert!(rel < 0.01, "energy differs by {rel}");
+        assert_eq!(
+            gpu.counts.iter().map(|&c| c as usize).sum::<usize>(),
+            gpu.points
+        );
+    }
+    let t = g.backend().transfers();
+    assert!(t.h2d_bytes > 0 && t.d2h_bytes > 0);
+}
+
+#[test]
+fn split_bindings_give_the_same_steps() {
+    let Some(g) = gpu() else { return };
+    let s = small(3000, 0);
+    let (x, d) = (&s.base.data, s.base.cols);
+    let init = x[..32 * d].to_vec();
+    // One assignment and trimmed update, as a whole and in blocks: the same counts, energy and
+    // centroids up to the order of float sums. (Whole trainings are not compared: the annealed
+    // loop turns last-bit differences into different, equally good, answers.)
+    let step = |ctx: &Context| {
+        ctx.run(|b| {
+            let mut s = b.kmeans_session(x, d, Precision::Exact)?;
+            s.set_centroids(&init)?;
+            let a = s.assign(None)?;
+            let spread = s.update(0.1)?;
+            let c = s.centroids()?;
+            let a2 = s.assign(Some(&[0.5; 32]))?;
+            Ok::<_, Error>((a, spread, c, a2))
+        })
+        .unwrap()
+    };
+    let whole = step(&g);
+    // 64 KB bindings: the 600 KB training set goes up in ten blocks.
+    std::env::set_var("VLCC_WGPU_MAX_BINDING", "65536");
+    let split = Context::new(BackendKind::Wgpu, 0, 0);
+    std::env::remove_var("VLCC_WGPU_MAX_BINDING");
+    let parts = step(&split.unwrap());
+    assert_eq!(whole.0.counts, parts.0.counts);
+    assert!((whole.0.energy - parts.0.energy).abs() <= 1e-6 * whole.0.energy);
+    for (a, b) in whole.1.iter().zip(&parts.1) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "spread {a} vs {b}");
+    }
+    for (a, b) in whole.2.iter().zip(&parts.2) {
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+            "centroid {a} vs {b}"
+        );
+    }
+    assert_eq!(whole.3.counts.len(), 32);
+    let rel = (whole.3.energy - parts.3.energy).abs() / whole.3.energy;
+    eprintln!(
+        "second assignment energy whole {} split {} ({rel:.2e})",
+        whole.3.energy, parts.3.energy
+    );
+    assert!(rel < 1e-4);
+}
+
+#[test]
+fn codes_and_recall_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let s = small(6000, 200);
+    let d = s.base.cols;
+    let cpu_ctx = common::ctx(0);
+    // One codebook, two backends. 1 byte is a 50-d sub-vector (through `nearest`); 13 bytes
+    // leave sub-spaces of 3 and 4 columns (the spread padding).
+    let cases = [
+        (16, 8, Rotation::None),
+        (16, 8, Rotation::Random),
+        (13, 8, Rotation::None),
+        (1, 8, Rotation::None),
+        (8, 4, Rotation::None),
+    ];
+    for (bytes, bits, rotation) in cases {
+        let mut p = common::small_params(64, bytes);
+        p.bits = bits;
+        p.rotation = rotation;
+        let mut c = Compressor::new(cpu_ctx.clone(), p);
+        c.train(&s.base.data, d).unwrap();
+        let cb = c.codebook().unwrap().clone();
+        let on_cpu = cpu_ctx
+            .run(|b| cb.encode(b, s.base.data[..].into()))
+            .unwrap();
+        let on_gpu = g.run(|b| cb.encode(b, s.base.data[..].into())).unwrap();
+        let size = on_cpu.len() / s.base.rows;
+        let same = on_cpu
+            .chunks_exact(size)
+            .zip(on_gpu.chunks_exact(size))
+            .filter(|(a, b)| a == b)
+            .count();
+        let frac = same as f64 / s.base.rows as f64;
+        eprintln!("{bytes} B, {bits} bits, {rotation:?}: identical codes {frac:.4}");
+        assert!(
+            frac >= 0.99,
+            "{bytes} B: only {frac} of codes are identical"
+        );
+    }
+
+    // Trained on each backend, searched the same way: mean recall over three seeds.
+    let recall = |ctx: &Arc<Context>| {
+        let mut total = 0.0;
+        for seed in 1..=3 {
+            let mut p = common::small_params(64, 16);
+            p.anchor.seed = seed;
+            let ix = common::indexed(ctx, p, &s.base);
+            let sp = SearchParams {
+                k: 10,
+                nprobe: 8,
+                rerank: 0,
+            };
+            let r = ix.search(&s.query, &sp, None).unwrap();
+            total += common::recall(&r.ids, 10, &s.gt, 10, 10);
+        }
+        total / 3.0
+    };
+    let (rc, rg) = (recall(&cpu_ctx), recall(&g));
+    eprintln!("mean recall@10 over 3 seeds: cpu {rc:.4} wgpu {rg:.4}");
+    assert!((rc - rg).abs() <= 0.015, "recall cpu {rc} vs wgpu {rg}");
+}
+
+#[test]
+fn device_search_matches_the_host() {
+    let Some(g) = gpu() else { return };
+    let s = small(5000, 100);
+    let d = s.base.cols;
+    let cpu = common::ctx(0);
+    let raw = DenseRaw {
+        data: &s.base.data,
+        d,
+    };
+    let cases = [
+        (Metric::L2, Rotation::None, 0),
+        (Metric::L2, Rotation::Random, 0),
+        (Metric::L2, Rotation::None, 50),
+        (Metric::InnerProduct, Rotation::None, 0),
+        (Metric::Cosine, Rotation::None, 20),
+    ];
+    for (metric, rotation, rerank) in cases {
+        let mut p = common::small_params(64, 16);
+        p.metric = metric;
+        p.rotation = rotation;
+        let mut ix = common::indexed(&cpu, p, &s.base);
+        let sp = SearchParams {
+            k: 10,
+            nprobe: 8,
+            rerank,
+        };
+        let rawp = (rerank > 0).then_some(&raw as &dyn RawVectors);
+        let compare = |ix: &vlc_compress::Index, what: &str| {
+            let host = ix.search(&s.query, &sp, rawp).unwrap();
+            let dev = g.run(|b| ix.search_with(b, &s.query, &sp, rawp)).unwrap();
+            let same = host
+                .ids
+                .iter()
+                .zip(&dev.ids)
+                .filter(|(a, b)| a == b)
+                .count();
+            let frac = same as f64 / host.ids.len() as f64;
+            eprintln!("{metric:?} {rotation:?} rerank {rerank} {what}: same ids {frac:.4}");
+            assert!(frac >= 0.99, "{what}: only {frac} of result ids agree");
+            for (a, b) in host.distances.iter().zip(&dev.distances) {
+                assert!(
+                    (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
+                    "{what}: distance {a} vs {b}"
+                );
+            }
+        };
+        compare(&ix, "fresh");
+        // A changed index is uploaded again, not searched stale.
+        let gone: Vec<u64> = (0..s.base.rows as u64).step_by(3).collect();
+        ix.remove(&gone).unwrap();
+        compare(&ix, "after remove");
+    }
+}
+
+#[test]
+fn bad_devices_and_inputs_are_errors() {
+    let Some(g) = gpu() else { return };
+    assert!(matches!(
+        Context::new(BackendKind::Wgpu, 99, 0),
+        Err(Error::BackendUnavailable(_))
+    ));
+    let x = vec![1.0f32; 10 * 8];
+    let p = AnchorParams {
+        anchors: 20,
+        ..AnchorParams::default()
+    };
+    assert!(g.run(|b| train_anchors(b, &x, 8, &p, &NoProgress)).is_err());
+    // 2^27 centroids of 8 floats are 4 GiB: more than one binding of any adapter here.
+    let rows = vec![1.0f32; 64 * 8];
+    let huge = g.run(|b| b.nearest(&rows, 8, &vec![0.0; 8 << 27]));
+    assert!(matches!(huge, Err(Error::OutOfMemory(_))), "{huge:?}");
+    // The context still works afterwards.
+    let (a, _) = g.run(|b| b.nearest(&rows, 8, &[0.0; 16])).unwrap();
+    assert_eq!(a.len(), 64);
+}
+
+#[test]
+fn auto_skips_software_adapters() {
+    let auto = Context::new(BackendKind::Auto, 0, 1).unwrap();
+    if let Ok(w) = Context::new(BackendKind::Wgpu, 0, 1) {
+        if w.backend().describe().contains("Cpu") && auto.backend().kind() == BackendKind::Wgpu {
+            panic!("AUTO chose a software adapter");
+        }
+    }
+}
