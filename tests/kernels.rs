@@ -34,8 +34,8 @@ fn every_cuda_kernel_compiles() {
     }
 }
 
-/// Every WGSL file parses and validates with naga (what wgpu runs on them), as written and with
-/// the constants the backend sets from adapter limits.
+/// Every WGSL file parses, validates and translates to SPIR-V with naga (what wgpu does with
+/// them on Vulkan), as written and with the constants the backend sets from adapter limits.
 #[cfg(feature = "wgpu")]
 #[test]
 fn every_wgsl_kernel_validates() {
@@ -56,13 +56,15 @@ fn every_wgsl_kernel_validates() {
     let validate = |name: &str, src: &str| {
         let module = naga::front::wgsl::parse_str(src)
             .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
-        naga::valid::Validator::new(
+        let info = naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(),
             naga::valid::Capabilities::empty(),
         )
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
         assert!(!module.entry_points.is_empty(), "{name}: no entry points");
+        naga::back::spv::write_vec(&module, &info, &Default::default(), None)
+            .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
     };
     for (name, src) in wgpu::KERNELS {
         validate(name, src);

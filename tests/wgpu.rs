@@ -229,7 +229,13 @@ fn device_search_matches_the_host() {
         let rawp = (rerank > 0).then_some(&raw as &dyn RawVectors);
         let compare = |ix: &vlc_compress::Index, what: &str| {
             let host = ix.search(&s.query, &sp, rawp).unwrap();
+            let before = g.backend().transfers().d2h_bytes;
             let dev = g.run(|b| ix.search_with(b, &s.query, &sp, rawp)).unwrap();
+            // The results came from the device, not from the host fallback.
+            assert!(
+                g.backend().transfers().d2h_bytes > before,
+                "{what}: searched on the host"
+            );
             let same = host
                 .ids
                 .iter()

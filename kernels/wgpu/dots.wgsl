@@ -3,8 +3,9 @@
 // minimizing off[j] - 2 a_i.b_j (off = |b_j|^2 + bias_j), first on ties, without writing C:
 // the k-means and nearest-anchor assignment.
 //
-// A workgroup of 16 x 16 threads owns a 64-row tile of A; each thread accumulates a 4 x 4
-// block of dot products while 16-wide slices of A and B pass through workgroup memory.
+// A workgroup of 16 x 16 threads owns a 128-row tile of A; each thread accumulates an 8 x 8
+// block of dot products (rows 4ty.. and 64 + 4ty.., columns 4tx.. and 64 + 4tx..) while
+// 8-wide slices of A and B pass through workgroup memory: 64 multiply-adds per 4 loads.
 
 struct Params {
     m: u32,        // rows of A in this dispatch
@@ -27,22 +28,25 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> assigned: array<u32>;
 @group(0) @binding(8) var<storage, read_write> dist: array<f32>;
 
-const T: u32 = 64u;
-const TK: u32 = 16u;
+const T: u32 = 128u;
+const TK: u32 = 8u;
 // The largest float: above any real score (WGSL has no infinity literal).
 const INF: f32 = 3.40282347e38;
 const NONE: u32 = 0xffffffffu;
 
-// Slices of A and B: element (t, r) of the 16 x 64 slice at [t * 16 + r / 4][r % 4].
+// Slices of A and B: element (t, r) of the 8 x 128 slice at [t * 32 + r / 4][r % 4].
 var<workgroup> sa: array<vec4<f32>, 256>;
 var<workgroup> sb: array<vec4<f32>, 256>;
-// assign: each thread's best per row, merged across the 16 threads sharing the rows.
+// assign: each thread's best per row, merged across the 16 threads sharing the rows, one
+// half of the tile's rows at a time (16 KB of workgroup memory in all).
 var<workgroup> best_v: array<f32, 1024>;
 var<workgroup> best_i: array<u32, 1024>;
 
-// acc[r][c] = a_(i0 + ty*4 + r) . b_(j0 + tx*4 + c).
-fn tile(i0: u32, j0: u32, lid: vec3<u32>) -> array<vec4<f32>, 4> {
-    var acc: array<vec4<f32>, 4>;
+// acc[2 r + g][c] = a_(i0 + row r) . b_(j0 + column (g, c)) for this thread, r < 8: rows
+// 4 ty + r (r < 4) and 64 + 4 ty + r - 4; columns 4 tx + c (g = 0) and 64 + 4 tx + c (g = 1).
+// Every index below is a constant, so the accumulators stay in registers.
+fn tile(i0: u32, j0: u32, lid: vec3<u32>) -> array<vec4<f32>, 16> {
+    var acc: array<vec4<f32>, 16>;
     let tid = lid.y * 16u + lid.x;
     for (var t0 = 0u; t0 < P.k; t0 += TK) {
         for (var e = tid; e < T * TK; e += 256u) {
@@ -57,21 +61,47 @@ fn tile(i0: u32, j0: u32, lid: vec3<u32>) -> array<vec4<f32>, 4> {
             if (j0 + r < P.n && gt < P.k) {
                 vb = xb[(j0 + r) * P.k + gt];
             }
-            sa[t * 16u + r / 4u][r % 4u] = va;
-            sb[t * 16u + r / 4u][r % 4u] = vb;
+            sa[t * 32u + r / 4u][r % 4u] = va;
+            sb[t * 32u + r / 4u][r % 4u] = vb;
         }
         workgroupBarrier();
         for (var t = 0u; t < TK; t++) {
-            let a = sa[t * 16u + lid.y];
-            let b = sb[t * 16u + lid.x];
-            acc[0] += a.x * b;
-            acc[1] += a.y * b;
-            acc[2] += a.z * b;
-            acc[3] += a.w * b;
+            let a0 = sa[t * 32u + lid.y];
+            let a1 = sa[t * 32u + 16u + lid.y];
+            let b0 = sb[t * 32u + lid.x];
+            let b1 = sb[t * 32u + 16u + lid.x];
+            acc[0] += a0.x * b0;
+            acc[1] += a0.x * b1;
+            acc[2] += a0.y * b0;
+            acc[3] += a0.y * b1;
+            acc[4] += a0.z * b0;
+            acc[5] += a0.z * b1;
+            acc[6] += a0.w * b0;
+            acc[7] += a0.w * b1;
+            acc[8] += a1.x * b0;
+            acc[9] += a1.x * b1;
+            acc[10] += a1.y * b0;
+            acc[11] += a1.y * b1;
+            acc[12] += a1.z * b0;
+            acc[13] += a1.z * b1;
+            acc[14] += a1.w * b0;
+            acc[15] += a1.w * b1;
         }
         workgroupBarrier();
     }
     return acc;
+}
+
+// Four columns j.. of row i into `out`, within bounds.
+fn put(i: u32, j: u32, v: vec4<f32>) {
+    if (i >= P.m) {
+        return;
+    }
+    let o = i * P.n;
+    if (j < P.n) { out[o + j] = v.x; }
+    if (j + 1u < P.n) { out[o + j + 1u] = v.y; }
+    if (j + 2u < P.n) { out[o + j + 2u] = v.z; }
+    if (j + 3u < P.n) { out[o + j + 3u] = v.w; }
 }
 
 @compute @workgroup_size(16, 16)
@@ -79,15 +109,74 @@ fn dots(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let i0 = wg.y * T;
     let j0 = wg.x * T;
     let acc = tile(i0, j0, lid);
-    for (var r = 0u; r < 4u; r++) {
-        let i = i0 + lid.y * 4u + r;
-        for (var c = 0u; c < 4u; c++) {
-            let j = j0 + lid.x * 4u + c;
-            if (i < P.m && j < P.n) {
-                out[i * P.n + j] = acc[r][c];
-            }
+    let ia = i0 + 4u * lid.y;
+    let ib = ia + 64u;
+    let ja = j0 + 4u * lid.x;
+    let jb = ja + 64u;
+    put(ia, ja, acc[0]);
+    put(ia, jb, acc[1]);
+    put(ia + 1u, ja, acc[2]);
+    put(ia + 1u, jb, acc[3]);
+    put(ia + 2u, ja, acc[4]);
+    put(ia + 2u, jb, acc[5]);
+    put(ia + 3u, ja, acc[6]);
+    put(ia + 3u, jb, acc[7]);
+    put(ib, ja, acc[8]);
+    put(ib, jb, acc[9]);
+    put(ib + 1u, ja, acc[10]);
+    put(ib + 1u, jb, acc[11]);
+    put(ib + 2u, ja, acc[12]);
+    put(ib + 2u, jb, acc[13]);
+    put(ib + 3u, ja, acc[14]);
+    put(ib + 3u, jb, acc[15]);
+}
+
+fn off_at(j: u32) -> f32 {
+    return select(INF, off[min(j, P.n - 1u)], j < P.n);
+}
+
+// A row's best score so far and its column.
+struct Best {
+    v: f32,
+    a: u32,
+}
+
+// Offers four consecutive columns' scores to one row's best (columns rise, so a strict <
+// keeps the first minimum).
+fn take(b: Best, s: vec4<f32>, j: u32) -> Best {
+    var o = b;
+    if (s.x < o.v) { o = Best(s.x, j); }
+    if (s.y < o.v) { o = Best(s.y, j + 1u); }
+    if (s.z < o.v) { o = Best(s.z, j + 2u); }
+    if (s.w < o.v) { o = Best(s.w, j + 3u); }
+    return o;
+}
+
+// One row of the tile (`row` < 64 within the half) from the 16 threads' candidates.
+fn finish_row(i0: u32, row: u32, tid: u32) {
+    if (i0 + row >= P.m) {
+        return;
+    }
+    var v = INF;
+    var a = NONE;
+    for (var t = 0u; t < 16u; t++) {
+        let ov = best_v[(row % 64u) * 16u + t];
+        let oa = best_i[(row % 64u) * 16u + t];
+        if (ov < v || (ov == v && oa < a)) {
+            v = ov;
+            a = oa;
         }
     }
+    if (a == NONE) {
+        a = 0u; // every score was infinite or NaN
+    }
+    let g = P.row0 + i0 + row;
+    var dv = an[g] + v;
+    if (P.use_bias != 0u) {
+        dv -= bias[a];
+    }
+    assigned[g] = a;
+    dist[g] = max(dv, 0.0);
 }
 
 @compute @workgroup_size(16, 16)
@@ -96,51 +185,57 @@ fn assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     if (i0 >= P.m) {
         return;
     }
-    var best = array<f32, 4>(INF, INF, INF, INF);
-    var at = array<u32, 4>(NONE, NONE, NONE, NONE);
+    let none = Best(INF, NONE);
+    var best = array<Best, 8>(none, none, none, none, none, none, none, none);
     for (var j0 = 0u; j0 < P.n; j0 += T) {
         let acc = tile(i0, j0, lid);
-        // Columns rise within a thread, so a strict < keeps the first minimum.
-        for (var c = 0u; c < 4u; c++) {
-            let j = j0 + lid.x * 4u + c;
-            if (j < P.n) {
-                let o = off[j];
-                for (var r = 0u; r < 4u; r++) {
-                    let s = o - 2.0 * acc[r][c];
-                    if (s < best[r]) {
-                        best[r] = s;
-                        at[r] = j;
-                    }
-                }
-            }
-        }
+        let ja = j0 + 4u * lid.x;
+        let jb = ja + 64u;
+        let oa = vec4<f32>(off_at(ja), off_at(ja + 1u), off_at(ja + 2u), off_at(ja + 3u));
+        let ob = vec4<f32>(off_at(jb), off_at(jb + 1u), off_at(jb + 2u), off_at(jb + 3u));
+        best[0] = take(best[0], oa - 2.0 * acc[0], ja);
+        best[0] = take(best[0], ob - 2.0 * acc[1], jb);
+        best[1] = take(best[1], oa - 2.0 * acc[2], ja);
+        best[1] = take(best[1], ob - 2.0 * acc[3], jb);
+        best[2] = take(best[2], oa - 2.0 * acc[4], ja);
+        best[2] = take(best[2], ob - 2.0 * acc[5], jb);
+        best[3] = take(best[3], oa - 2.0 * acc[6], ja);
+        best[3] = take(best[3], ob - 2.0 * acc[7], jb);
+        best[4] = take(best[4], oa - 2.0 * acc[8], ja);
+        best[4] = take(best[4], ob - 2.0 * acc[9], jb);
+        best[5] = take(best[5], oa - 2.0 * acc[10], ja);
+        best[5] = take(best[5], ob - 2.0 * acc[11], jb);
+        best[6] = take(best[6], oa - 2.0 * acc[12], ja);
+        best[6] = take(best[6], ob - 2.0 * acc[13], jb);
+        best[7] = take(best[7], oa - 2.0 * acc[14], ja);
+        best[7] = take(best[7], ob - 2.0 * acc[15], jb);
     }
-    for (var r = 0u; r < 4u; r++) {
-        best_v[(lid.y * 4u + r) * 16u + lid.x] = best[r];
-        best_i[(lid.y * 4u + r) * 16u + lid.x] = at[r];
+    // The rows' candidates meet in workgroup memory, one half of the tile at a time.
+    let tid = lid.y * 16u + lid.x;
+    let slot = 4u * lid.y * 16u + lid.x;
+    best_v[slot] = best[0].v;
+    best_i[slot] = best[0].a;
+    best_v[slot + 16u] = best[1].v;
+    best_i[slot + 16u] = best[1].a;
+    best_v[slot + 32u] = best[2].v;
+    best_i[slot + 32u] = best[2].a;
+    best_v[slot + 48u] = best[3].v;
+    best_i[slot + 48u] = best[3].a;
+    workgroupBarrier();
+    if (tid < 64u) {
+        finish_row(i0, tid, tid);
     }
     workgroupBarrier();
-    let row = lid.y * 16u + lid.x;
-    if (row < T && i0 + row < P.m) {
-        var v = INF;
-        var a = NONE;
-        for (var t = 0u; t < 16u; t++) {
-            let ov = best_v[row * 16u + t];
-            let oa = best_i[row * 16u + t];
-            if (ov < v || (ov == v && oa < a)) {
-                v = ov;
-                a = oa;
-            }
-        }
-        if (a == NONE) {
-            a = 0u; // every score was infinite or NaN
-        }
-        let g = P.row0 + i0 + row;
-        var dv = an[g] + v;
-        if (P.use_bias != 0u) {
-            dv -= bias[a];
-        }
-        assigned[g] = a;
-        dist[g] = max(dv, 0.0);
+    best_v[slot] = best[4].v;
+    best_i[slot] = best[4].a;
+    best_v[slot + 16u] = best[5].v;
+    best_i[slot + 16u] = best[5].a;
+    best_v[slot + 32u] = best[6].v;
+    best_i[slot + 32u] = best[6].a;
+    best_v[slot + 48u] = best[7].v;
+    best_i[slot + 48u] = best[7].a;
+    workgroupBarrier();
+    if (tid < 64u) {
+        finish_row(i0, 64u + tid, tid);
     }
 }

@@ -27,12 +27,14 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> qt: array<f32>;
 @group(0) @binding(8) var<storage, read> codes: array<u32>;
 @group(0) @binding(9) var<storage, read> start: array<u32>;
-@group(0) @binding(10) var<storage, read> terms: array<f32>;
+@group(0) @binding(10) var<storage, read> terms: array<vec4<f32>>;
 @group(0) @binding(11) var<storage, read_write> cand_d: array<f32>;
 @group(0) @binding(12) var<storage, read_write> cand_p: array<u32>;
 @group(0) @binding(13) var<storage, read> ids: array<vec2<u32>>;
 @group(0) @binding(14) var<storage, read_write> out_id: array<vec2<u32>>;
 @group(0) @binding(15) var<storage, read_write> out_d: array<f32>;
+// The query tables again, four floats at a time, for the scan's table fill.
+@group(0) @binding(16) var<storage, read> qt4: array<vec4<f32>>;
 
 // Threads per workgroup, the table size (nsub x 256) and the candidates kept per thread: set
 // when the pipelines are built (the last two per index shape).
@@ -187,13 +189,16 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
     let qi = wg.y;
     let tid = lid.x;
     let a = probes[qi * P.nprobe + p];
-    let n = P.nsub * 256u;
-    for (var e = tid; e < n; e += WG) {
-        var v = qt[qi * n + e];
+    let n4 = P.nsub * 64u;
+    for (var e = tid; e < n4; e += WG) {
+        var v = qt4[qi * n4 + e];
         if (P.l2 != 0u) {
-            v += terms[a * n + e];
+            v += terms[a * n4 + e];
         }
-        lut[e] = v;
+        lut[4u * e] = v.x;
+        lut[4u * e + 1u] = v.y;
+        lut[4u * e + 2u] = v.z;
+        lut[4u * e + 3u] = v.w;
     }
     // A list probed twice (fewer lists than probes) is scanned once.
     var repeat = false;
@@ -213,10 +218,22 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
         for (var i = start[a] + tid; i < s1; i += WG) {
             var v = b0;
             let c0 = i * P.nsub;
-            for (var j = 0u; j < P.nsub; j++) {
-                let byte = c0 + j;
-                let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 255u;
-                v += lut[j * 256u + code];
+            if (P.nsub % 4u == 0u) {
+                // Whole words: four sub-codes per load.
+                for (var w = 0u; w < P.nsub / 4u; w++) {
+                    let word = codes[c0 / 4u + w];
+                    let t = w * 1024u;
+                    v += lut[t + (word & 255u)];
+                    v += lut[t + 256u + ((word >> 8u) & 255u)];
+                    v += lut[t + 512u + ((word >> 16u) & 255u)];
+                    v += lut[t + 768u + (word >> 24u)];
+                }
+            } else {
+                for (var j = 0u; j < P.nsub; j++) {
+                    let byte = c0 + j;
+                    let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 255u;
+                    v += lut[j * 256u + code];
+                }
             }
             offer(&kd, &kp, v, i);
         }

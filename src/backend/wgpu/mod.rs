@@ -39,7 +39,7 @@ pub const KERNELS: &[(&str, &str)] = &[
 const MAX_DSUB: usize = 32;
 
 /// Rows per tile of the dot-product kernels (`T` in dots.wgsl).
-const TILE: usize = 64;
+const TILE: usize = 128;
 
 /// Workgroups per grid dimension that every adapter accepts.
 const MAX_GROUPS: u32 = 65_535;
@@ -116,6 +116,8 @@ pub struct WgpuBackend {
     search: Mutex<search::PipeCache>,
     /// The first error the device reported outside a scope (or its loss), not yet returned.
     fault: Arc<Mutex<Option<Error>>>,
+    /// Parameter blocks by content: iterations repeat the same few, so each is made once.
+    uniforms: Mutex<std::collections::HashMap<[u32; 12], wgpu::Buffer>>,
     h2d: AtomicU64,
     d2h: AtomicU64,
     lists: Mutex<Option<search::DeviceLists>>,
@@ -240,6 +242,7 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         k,
         search: Mutex::new(Vec::new()),
         fault,
+        uniforms: Mutex::new(Default::default()),
         h2d: AtomicU64::new(0),
         d2h: AtomicU64::new(0),
         lists: Mutex::new(None),
@@ -279,6 +282,46 @@ fn pipeline(
             cache: None,
         })
     })
+}
+
+/// With `VLCC_WGPU_TRACE` set, each step is submitted and waited for on its own and timed,
+/// and the totals are printed when the trace ends: where the time goes, without a profiler.
+pub(crate) struct Trace {
+    last: Option<std::time::Instant>,
+    spent: Vec<(&'static str, f64)>,
+}
+
+impl Trace {
+    pub fn new() -> Trace {
+        let on = std::env::var_os("VLCC_WGPU_TRACE").is_some();
+        Trace {
+            last: on.then(std::time::Instant::now),
+            spent: Vec::new(),
+        }
+    }
+    /// Ends a step: when tracing, submits what `enc` holds, waits, and starts a new encoder.
+    pub fn mark(&mut self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, step: &'static str) {
+        let Some(last) = self.last else { return };
+        let done = std::mem::replace(enc, b.encoder());
+        let _ = b.finish(done);
+        let now = std::time::Instant::now();
+        let dt = (now - last).as_secs_f64();
+        match self.spent.iter_mut().find(|(n, _)| *n == step) {
+            Some((_, t)) => *t += dt,
+            None => self.spent.push((step, dt)),
+        }
+        self.last = Some(now);
+    }
+}
+
+impl Drop for Trace {
+    fn drop(&mut self) {
+        if self.last.is_some() {
+            for (n, t) in &self.spent {
+                eprintln!("wgpu trace {n:>14}: {:9.3} ms", t * 1e3);
+            }
+        }
+    }
 }
 
 /// Parameters of one dispatch: the kernels' `Params` structs, 12 words at most.
@@ -387,13 +430,23 @@ impl WgpuBackend {
         bufs: &[(u32, &wgpu::Buffer)],
         groups: (u32, u32, u32),
     ) {
-        let ub = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: None,
-                contents: bytemuck::cast_slice(&params.0),
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
+        let ub = {
+            let mut cache = self.uniforms.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= 4096 {
+                cache.clear();
+            }
+            cache
+                .entry(params.0)
+                .or_insert_with(|| {
+                    self.device
+                        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                            label: None,
+                            contents: bytemuck::cast_slice(&params.0),
+                            usage: wgpu::BufferUsages::UNIFORM,
+                        })
+                })
+                .clone()
+        };
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: ub.as_entire_binding(),
@@ -633,7 +686,12 @@ impl Backend for WgpuBackend {
         BackendKind::Wgpu
     }
     fn describe(&self) -> String {
-        format!("wgpu ({})", self.name)
+        format!(
+            "wgpu ({}; {} KB workgroup memory, {} MB per binding)",
+            self.name,
+            self.limits.max_compute_workgroup_storage_size >> 10,
+            self.max_binding() >> 20
+        )
     }
     fn kmeans_session<'a>(
         &'a self,

@@ -1,7 +1,7 @@
 //! Encoding and index search on the WGPU device. The codebook of the last call and the lists
 //! of the last searched index stay resident (re-uploaded when they change).
 
-use super::{fold, with_const, Params, WgpuBackend, KERNELS, MAX_GROUPS, TILE};
+use super::{fold, with_const, Params, Trace, WgpuBackend, KERNELS, MAX_GROUPS, TILE};
 use crate::error::{Error, Result};
 use crate::quant::Codebook;
 use std::sync::Arc;
@@ -154,13 +154,15 @@ pub(super) fn encode_residuals(
         .rows_per_block(dp.max(d).max(nsub))
         .min(MAX_GROUPS as usize * b.wg as usize);
     let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
+    let mut trace = Trace::new();
     for block in x.chunks(per * d) {
         let rows = block.len() / d;
+        let mut enc = b.encoder();
         let xd = b.upload(block, "vectors")?;
+        trace.mark(b, &mut enc, "upload");
         let xn = b.zeros(rows * 4, "vector norms")?;
         let assigned = b.zeros(rows * 4, "anchor ids")?;
         let dist = b.zeros(rows * 4, "anchor distances")?;
-        let mut enc = b.encoder();
         b.row_norms(&mut enc, &xd, rows, d, 0, &xn);
         b.assign_rows(
             &mut enc,
@@ -176,10 +178,14 @@ pub(super) fn encode_residuals(
             &assigned,
             &dist,
         );
+        trace.mark(b, &mut enc, "anchors");
         let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
         let y = rotated(b, &mut enc, dc, y, rows, dp)?;
+        trace.mark(b, &mut enc, "residuals");
         let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.pq.ksub())?;
+        trace.mark(b, &mut enc, "pq");
         let mut r = b.read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)])?;
+        trace.mark(b, &mut b.encoder(), "download");
         codes.extend(r.pop().expect("two parts"));
         ids.extend(bytemuck::pod_collect_to_vec::<u8, u32>(
             &r.pop().expect("two parts"),
@@ -203,7 +209,7 @@ impl DeviceLists {
         }
         let terms = match &ix.tables.l2_terms {
             Some(t) if cb.metric == crate::Metric::L2 => b.upload(t, "list terms")?,
-            _ => b.zeros(4, "list terms")?,
+            _ => b.zeros(16, "list terms")?,
         };
         Ok(DeviceLists {
             stamp: ix.stamp,
@@ -340,8 +346,11 @@ fn search_batch(
             per as u32,
         ])
     };
+    let mut trace = Trace::new();
     let mut enc = b.encoder();
+    trace.mark(b, &mut enc, "upload");
     b.dots(&mut enc, &qd, nb, &dc.anchors, m, d, &scores)?;
+    trace.mark(b, &mut enc, "coarse dots");
     b.dispatch(
         &mut enc,
         &pipes.coarse,
@@ -355,6 +364,7 @@ fn search_batch(
         ],
         (nb as u32, 1, 1),
     );
+    trace.mark(b, &mut enc, "coarse probe");
     let y = residuals(b, &mut enc, &qd, nb, cb, None)?;
     let y = rotated(b, &mut enc, dc, y, nb, dp)?;
     b.dispatch(
@@ -368,19 +378,21 @@ fn search_batch(
     let scan_bufs = [
         (4, &probes),
         (5, &base),
-        (7, &qt),
         (8, &dl.codes),
         (9, &dl.start),
         (10, &dl.terms),
         (11, &cand_d),
         (12, &cand_p),
+        (16, &qt),
     ];
     let (gx, gy) = fold(nprobe);
     debug_assert_eq!(
         gy, 1,
         "nprobe is at most the number of lists, below 65536 tiles"
     );
+    trace.mark(b, &mut enc, "query tables");
     b.dispatch(&mut enc, &pipes.scan, p(), &scan_bufs, (gx, nb as u32, 1));
+    trace.mark(b, &mut enc, "scan");
     b.dispatch(
         &mut enc,
         &pipes.merge,
@@ -394,7 +406,9 @@ fn search_batch(
         ],
         (nb as u32, 1, 1),
     );
+    trace.mark(b, &mut enc, "merge");
     let mut r = b.read(enc, &[(&out_id, nb * want * 8), (&out_d, nb * want * 4)])?;
+    trace.mark(b, &mut b.encoder(), "download");
     let mut dist: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
     let ids: Vec<u64> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
     for (v, &id) in dist.iter_mut().zip(&ids) {
