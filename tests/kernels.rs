@@ -69,10 +69,12 @@ fn every_wgsl_kernel_validates() {
     for (name, src) in wgpu::KERNELS {
         validate(name, src);
         // Smaller adapters and other index shapes.
-        for (wg, lut, want) in [(64, 2048, 16), (128, 11264, 128), (256, 256, 1)] {
+        for (wg, lut, want, d4) in [(64, 2048, 16, 1), (128, 11264, 128, 3), (256, 256, 1, 8)] {
             let s = wgpu::with_const(src, "WG", wg);
             let s = wgpu::with_const(&s, "LUT", lut);
             let s = wgpu::with_const(&s, "WANT", want);
+            let s = wgpu::with_const(&s, "D4", d4);
+            let s = wgpu::with_const(&s, "TK", if wg == 64 { 8 } else { 16 });
             validate(name, &s);
         }
     }

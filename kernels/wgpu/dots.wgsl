@@ -29,14 +29,16 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> dist: array<f32>;
 
 const T: u32 = 128u;
+// Shared-dimension step: 8, or 16 where the adapter has 24 KB of workgroup memory (set when
+// the pipelines are built; a longer step halves the barriers per multiply-add).
 const TK: u32 = 8u;
 // The largest float: above any real score (WGSL has no infinity literal).
 const INF: f32 = 3.40282347e38;
 const NONE: u32 = 0xffffffffu;
 
-// Slices of A and B: element (t, r) of the 8 x 128 slice at [t * 32 + r / 4][r % 4].
-var<workgroup> sa: array<vec4<f32>, 256>;
-var<workgroup> sb: array<vec4<f32>, 256>;
+// Slices of A and B: element (t, r) of the TK x 128 slice at [t * 32 + r / 4][r % 4].
+var<workgroup> sa: array<vec4<f32>, TK * 32u>;
+var<workgroup> sb: array<vec4<f32>, TK * 32u>;
 // assign: each thread's best per row, merged across the 16 threads sharing the rows, one
 // half of the tile's rows at a time (16 KB of workgroup memory in all).
 var<workgroup> best_v: array<f32, 1024>;

@@ -26,11 +26,12 @@ struct Params {
 // memory: set from the adapter's limits when the pipelines are built.
 const WG: u32 = 256u;
 const BOOK: u32 = 3584u;
-// Widest sub-vector kept in registers.
-const MAX_DSUB: u32 = 32u;
+// pq_assign is built per sub-vector width: D4 = ceil(dsub / 4) (at most 8) four-float pieces,
+// so its loops have fixed lengths and the row's sub-vector stays in registers.
+const D4: u32 = 8u;
 const INF: f32 = 3.40282347e38;
 
-var<workgroup> cb: array<f32, BOOK>;
+var<workgroup> cb: array<vec4<f32>, BOOK / 4u>;
 var<workgroup> cn: array<f32, 256>;
 
 fn linear(wg: vec3<u32>) -> u32 {
@@ -69,20 +70,28 @@ fn residuals(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
 }
 
 // Nearest codeword of each (row, sub-space): workgroups (row tiles, nsub). The sub-codebook
-// and its squared norms sit in workgroup memory, the row's sub-vector in registers. Score
-// |c|^2 - 2 y.c, first minimum on ties.
+// (zero-padded to D4 x 4 floats per codeword) and its squared norms sit in workgroup memory,
+// the row's sub-vector in registers. Score |c|^2 - 2 y.c, first minimum on ties.
 @compute @workgroup_size(WG)
 fn pq_assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let j = wg.y;
     let base = j * P.ksub * P.dsub;
-    for (var t = lid.x; t < P.ksub * P.dsub; t += WG) {
-        cb[t] = books[base + t];
+    for (var e = lid.x; e < P.ksub * D4; e += WG) {
+        let c = e / D4;
+        let t = (e % D4) * 4u;
+        var w = vec4<f32>();
+        for (var u = 0u; u < 4u; u++) {
+            if (t + u < P.dsub) {
+                w[u] = books[base + c * P.dsub + t + u];
+            }
+        }
+        cb[e] = w;
     }
     workgroupBarrier();
     for (var c = lid.x; c < P.ksub; c += WG) {
         var s = 0.0;
-        for (var t = 0u; t < P.dsub; t++) {
-            s += cb[c * P.dsub + t] * cb[c * P.dsub + t];
+        for (var q = 0u; q < D4; q++) {
+            s += dot(cb[c * D4 + q], cb[c * D4 + q]);
         }
         cn[c] = s;
     }
@@ -91,18 +100,23 @@ fn pq_assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     if (i >= P.n) {
         return;
     }
-    var v: array<f32, MAX_DSUB>;
-    for (var t = 0u; t < P.dsub; t++) {
-        v[t] = y[i * P.dp + j * P.dsub + t];
+    var v: array<vec4<f32>, D4>;
+    let row = i * P.dp + j * P.dsub;
+    for (var q = 0u; q < D4; q++) {
+        for (var u = 0u; u < 4u; u++) {
+            if (4u * q + u < P.dsub) {
+                v[q][u] = y[row + 4u * q + u];
+            }
+        }
     }
     var best = INF;
     var at = 0u;
     for (var c = 0u; c < P.ksub; c++) {
-        var dot = 0.0;
-        for (var t = 0u; t < P.dsub; t++) {
-            dot += v[t] * cb[c * P.dsub + t];
+        var d = 0.0;
+        for (var q = 0u; q < D4; q++) {
+            d += dot(v[q], cb[c * D4 + q]);
         }
-        let s = cn[c] - 2.0 * dot;
+        let s = cn[c] - 2.0 * d;
         if (s < best) {
             best = s;
             at = c;

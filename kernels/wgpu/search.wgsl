@@ -1,6 +1,9 @@
 // Index search on the WGPU backend. Lists live on the device back to back (codes as bytes
-// packed four to a word, ids as two words, start offsets), with the per-list L2 table terms.
-// Coarse dot products come from dots.wgsl.
+// packed four to a word, ids as two words, start offsets) with, under L2, each vector's part
+// of its distance that does not depend on the query (sum over sub-spaces of |c|^2 + 2 a.c,
+// computed once when the lists are uploaded). A query's table is then the same for every list
+// it probes: one workgroup per query fills it once and scans all its probes. Coarse dot
+// products come from dots.wgsl.
 
 struct Params {
     nq: u32,      // queries in this batch
@@ -12,9 +15,9 @@ struct Params {
     dsub: u32,
     want: u32,    // candidates kept per query
     dp: u32,
-    per: u32,     // merge: candidates per query (nprobe x want)
     _p0: u32,
     _p1: u32,
+    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -27,9 +30,7 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> qt: array<f32>;
 @group(0) @binding(8) var<storage, read> codes: array<u32>;
 @group(0) @binding(9) var<storage, read> start: array<u32>;
-@group(0) @binding(10) var<storage, read> terms: array<vec4<f32>>;
-@group(0) @binding(11) var<storage, read_write> cand_d: array<f32>;
-@group(0) @binding(12) var<storage, read_write> cand_p: array<u32>;
+@group(0) @binding(10) var<storage, read> vterm: array<f32>;
 @group(0) @binding(13) var<storage, read> ids: array<vec2<u32>>;
 @group(0) @binding(14) var<storage, read_write> out_id: array<vec2<u32>>;
 @group(0) @binding(15) var<storage, read_write> out_d: array<f32>;
@@ -180,30 +181,20 @@ fn block_top(kd: ptr<function, array<f32, WANT>>, kp: ptr<function, array<u32, W
     workgroupBarrier();
 }
 
-// One workgroup per (probe, query): the list's table (terms + query table for L2, the query
-// table alone for inner product) in workgroup memory, a scan of its 8-bit codes, and the
-// workgroup's `want` best (distance, position in the flat lists) to cand_d / cand_p.
+// One workgroup per query: its table in workgroup memory, a scan of the 8-bit codes of every
+// list it probes, and its `want` best as ids (two words, little-endian; none = all ones) and
+// distances.
 @compute @workgroup_size(WG)
 fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let p = wg.x;
-    let qi = wg.y;
+    let qi = wg.x;
     let tid = lid.x;
-    let a = probes[qi * P.nprobe + p];
     let n4 = P.nsub * 64u;
     for (var e = tid; e < n4; e += WG) {
-        var v = qt4[qi * n4 + e];
-        if (P.l2 != 0u) {
-            v += terms[a * n4 + e];
-        }
+        let v = qt4[qi * n4 + e];
         lut[4u * e] = v.x;
         lut[4u * e + 1u] = v.y;
         lut[4u * e + 2u] = v.z;
         lut[4u * e + 3u] = v.w;
-    }
-    // A list probed twice (fewer lists than probes) is scanned once.
-    var repeat = false;
-    for (var o = 0u; o < p; o++) {
-        repeat = repeat || probes[qi * P.nprobe + o] == a;
     }
     workgroupBarrier();
     var kd: array<f32, WANT>;
@@ -212,11 +203,23 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
         kd[r] = INF;
         kp[r] = NONE;
     }
-    if (!repeat) {
+    for (var p = 0u; p < P.nprobe; p++) {
+        let a = probes[qi * P.nprobe + p];
+        // A list probed twice (fewer lists than probes) is scanned once.
+        var repeat = false;
+        for (var o = 0u; o < p; o++) {
+            repeat = repeat || probes[qi * P.nprobe + o] == a;
+        }
+        if (repeat) {
+            continue;
+        }
         let b0 = base[qi * P.nprobe + p];
         let s1 = start[a + 1u];
         for (var i = start[a] + tid; i < s1; i += WG) {
             var v = b0;
+            if (P.l2 != 0u) {
+                v += vterm[i];
+            }
             let c0 = i * P.nsub;
             if (P.nsub % 4u == 0u) {
                 // Whole words: four sub-codes per load.
@@ -237,29 +240,6 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
             }
             offer(&kd, &kp, v, i);
         }
-    }
-    block_top(&kd, &kp, tid);
-    let o = (qi * P.nprobe + p) * P.want;
-    for (var r = tid; r < P.want; r += WG) {
-        cand_d[o + r] = top_d[r];
-        cand_p[o + r] = top_p[r];
-    }
-}
-
-// One workgroup per query: the `want` best of its nprobe x want candidates, as ids (two words,
-// little-endian; none = all ones) and distances.
-@compute @workgroup_size(WG)
-fn merge_candidates(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let qi = wg.x;
-    let tid = lid.x;
-    var kd: array<f32, WANT>;
-    var kp: array<u32, WANT>;
-    for (var r = 0u; r < P.want; r++) {
-        kd[r] = INF;
-        kp[r] = NONE;
-    }
-    for (var e = tid; e < P.per; e += WG) {
-        offer(&kd, &kp, cand_d[qi * P.per + e], cand_p[qi * P.per + e]);
     }
     block_top(&kd, &kp, tid);
     for (var r = tid; r < P.want; r += WG) {

@@ -35,7 +35,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Widest sub-vector the PQ kernel keeps in registers (`MAX_DSUB` in encode.wgsl).
+/// Widest sub-vector the PQ kernel keeps in registers (its `DSUB` is set per codebook).
 const MAX_DSUB: usize = 32;
 
 /// Rows per tile of the dot-product kernels (`T` in dots.wgsl).
@@ -62,6 +62,7 @@ pub fn sources(limits: &wgpu::Limits) -> Vec<(&'static str, String)> {
         .map(|(name, src)| {
             let mut s = with_const(src, "WG", wg);
             s = with_const(&s, "BOOK", book_floats(limits) as u32);
+            s = with_const(&s, "TK", dots_step(limits));
             (*name, s)
         })
         .collect()
@@ -75,6 +76,16 @@ fn workgroup_size(l: &wgpu::Limits) -> u32 {
         .min(l.max_compute_workgroup_size_x)
         .clamp(1, 256);
     1 << (31 - cap.leading_zeros())
+}
+
+/// The dot-product kernels' shared-dimension step: 16 where 24 KB of workgroup memory is
+/// there (two 16 x 128 slices and the 8 KB argmin merge), else 8.
+fn dots_step(l: &wgpu::Limits) -> u32 {
+    if l.max_compute_workgroup_storage_size >= 24 << 10 {
+        16
+    } else {
+        8
+    }
 }
 
 /// Floats of sub-codebook the PQ kernel holds in workgroup memory (beside 256 norms).
@@ -100,8 +111,12 @@ struct Pipelines {
     update_sums: wgpu::ComputePipeline,
     finalize: wgpu::ComputePipeline,
     residuals: wgpu::ComputePipeline,
-    pq_assign: wgpu::ComputePipeline,
     pack: wgpu::ComputePipeline,
+}
+
+/// Four-float pieces per codeword in the PQ kernel.
+fn pq_pieces(dsub: usize) -> u32 {
+    dsub.div_ceil(4) as u32
 }
 
 /// The WGPU backend: one adapter, its device and queue, and the built pipelines.
@@ -114,6 +129,8 @@ pub struct WgpuBackend {
     wg: u32,
     k: Pipelines,
     search: Mutex<search::PipeCache>,
+    /// PQ assignment pipelines by sub-vector width.
+    pq: Mutex<Vec<(usize, Arc<wgpu::ComputePipeline>)>>,
     /// The first error the device reported outside a scope (or its loss), not yet returned.
     fault: Arc<Mutex<Option<Error>>>,
     /// Parameter blocks by content: iterations repeat the same few, so each is made once.
@@ -229,7 +246,6 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         update_sums: pipe(&kmeans, "update_sums")?,
         finalize: pipe(&kmeans, "finalize")?,
         residuals: pipe(&encode, "residuals")?,
-        pq_assign: pipe(&encode, "pq_assign")?,
         pack: pipe(&encode, "pack")?,
     };
     Ok(WgpuBackend {
@@ -241,6 +257,7 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         wg,
         k,
         search: Mutex::new(Vec::new()),
+        pq: Mutex::new(Vec::new()),
         fault,
         uniforms: Mutex::new(Default::default()),
         h2d: AtomicU64::new(0),
@@ -321,6 +338,46 @@ impl Drop for Trace {
                 eprintln!("wgpu trace {n:>14}: {:9.3} ms", t * 1e3);
             }
         }
+    }
+}
+
+/// Results on their way back from the device (`WgpuBackend::start_read`).
+struct PendingRead {
+    stage: Vec<(wgpu::Buffer, usize)>,
+    done: Arc<Mutex<Vec<Result<()>>>>,
+    index: wgpu::SubmissionIndex,
+}
+
+impl PendingRead {
+    /// Waits for the submission and returns the bytes of every part.
+    fn finish(self, b: &WgpuBackend) -> Result<Vec<Vec<u8>>> {
+        b.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(self.index),
+                timeout: None,
+            })
+            .map_err(|e| Error::Device(format!("WGPU: {e}")))?;
+        b.check()?;
+        for r in self
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            r?;
+        }
+        let mut out = Vec::with_capacity(self.stage.len());
+        for (s, bytes) in &self.stage {
+            let view = s
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| Error::Device(format!("WGPU: reading back: {e}")))?;
+            out.push(view[..*bytes].to_vec());
+            drop(view);
+            s.unmap();
+            b.d2h.fetch_add(*bytes as u64, Ordering::Relaxed);
+        }
+        Ok(out)
     }
 }
 
@@ -409,6 +466,14 @@ impl WgpuBackend {
         Ok(b)
     }
 
+    /// A storage buffer holding `data`, filled through the queue: the copy into the device
+    /// overlaps work already submitted.
+    fn upload_queued(&self, data: &[f32], what: &str) -> Result<wgpu::Buffer> {
+        let b = self.zeros(data.len() * 4, what)?;
+        self.write(&b, data);
+        Ok(b)
+    }
+
     /// Overwrites the start of `buf` with `data`, ordered before the next submission.
     fn write<T: bytemuck::Pod>(&self, buf: &wgpu::Buffer, data: &[T]) {
         let bytes: &[u8] = bytemuck::cast_slice(data);
@@ -486,9 +551,18 @@ impl WgpuBackend {
     /// bytes: one round trip for several small results.
     fn read(
         &self,
-        mut enc: wgpu::CommandEncoder,
+        enc: wgpu::CommandEncoder,
         parts: &[(&wgpu::Buffer, usize)],
     ) -> Result<Vec<Vec<u8>>> {
+        self.start_read(enc, parts)?.finish(self)
+    }
+
+    /// As `read`, without waiting: the device runs `enc` while the host goes on.
+    fn start_read(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        parts: &[(&wgpu::Buffer, usize)],
+    ) -> Result<PendingRead> {
         let mut stage = Vec::with_capacity(parts.len());
         for (b, bytes) in parts {
             let size = bytes.max(&4).next_multiple_of(4) as u64;
@@ -501,33 +575,18 @@ impl WgpuBackend {
                 })
             })?;
             enc.copy_buffer_to_buffer(b, 0, &s, 0, size);
-            stage.push(s);
+            stage.push((s, *bytes));
         }
-        self.queue.submit([enc.finish()]);
+        let index = self.queue.submit([enc.finish()]);
         let done: Arc<Mutex<Vec<Result<()>>>> = Arc::new(Mutex::new(Vec::new()));
-        for s in &stage {
+        for (s, _) in &stage {
             let d = done.clone();
             s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
                 let r = r.map_err(|e| Error::Device(format!("WGPU: reading back: {e}")));
                 d.lock().unwrap_or_else(|p| p.into_inner()).push(r);
             });
         }
-        self.wait()?;
-        for r in done.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
-            r?;
-        }
-        let mut out = Vec::with_capacity(parts.len());
-        for (s, (_, bytes)) in stage.iter().zip(parts) {
-            let view = s
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| Error::Device(format!("WGPU: reading back: {e}")))?;
-            out.push(view[..*bytes].to_vec());
-            drop(view);
-            s.unmap();
-            self.d2h.fetch_add(*bytes as u64, Ordering::Relaxed);
-        }
-        Ok(out)
+        Ok(PendingRead { stage, done, index })
     }
 
     /// Workgroups (folded into two dimensions) for `items` threads of a 1-D kernel.
@@ -644,6 +703,7 @@ impl WgpuBackend {
         let idx = self.zeros(rows * nsub * 4, "PQ indices")?;
         let packed = self.zeros(rows * nsub, "codes")?;
         let dp = nsub * dsub;
+        let pipe = self.pq_pipeline(dsub)?;
         let tiles = rows.div_ceil(self.wg as usize);
         if tiles > MAX_GROUPS as usize || nsub > MAX_GROUPS as usize {
             return Err(Error::InvalidArgument(format!(
@@ -662,7 +722,7 @@ impl WgpuBackend {
         ]);
         self.dispatch(
             enc,
-            &self.k.pq_assign,
+            &pipe,
             p,
             &[(4, y), (5, books), (6, &idx)],
             (tiles as u32, nsub as u32, 1),
@@ -673,11 +733,34 @@ impl WgpuBackend {
         Ok(packed)
     }
 
+    fn pq_pipeline(&self, dsub: usize) -> Result<Arc<wgpu::ComputePipeline>> {
+        let mut cache = self.pq.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = cache.iter().find(|(w, _)| *w == dsub) {
+            return Ok(p.clone());
+        }
+        let src = sources(&self.limits)
+            .into_iter()
+            .find(|(n, _)| *n == "encode.wgsl")
+            .expect("encode.wgsl is listed")
+            .1;
+        let src = with_const(&src, "D4", pq_pieces(dsub));
+        let module = scoped(&self.device, || {
+            self.device
+                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some("encode.wgsl"),
+                    source: wgpu::ShaderSource::Wgsl(src.into()),
+                })
+        })?;
+        let p = Arc::new(pipeline(&self.device, &module, "pq_assign")?);
+        cache.push((dsub, p.clone()));
+        Ok(p)
+    }
+
     /// Whether the PQ kernel takes this shape (sub-codebook in workgroup memory).
     fn pq_fits(&self, dsub: usize, ksub: usize) -> bool {
         (1..=MAX_DSUB).contains(&dsub)
             && (1..=256).contains(&ksub)
-            && ksub * dsub <= book_floats(&self.limits)
+            && ksub * 4 * pq_pieces(dsub) as usize <= book_floats(&self.limits)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Encoding and index search on the WGPU device. The codebook of the last call and the lists
 //! of the last searched index stay resident (re-uploaded when they change).
 
-use super::{fold, with_const, Params, Trace, WgpuBackend, KERNELS, MAX_GROUPS, TILE};
+use super::{with_const, Params, Trace, WgpuBackend, KERNELS, MAX_GROUPS, TILE};
 use crate::error::{Error, Result};
 use crate::quant::Codebook;
 use std::sync::Arc;
@@ -12,8 +12,11 @@ const MAX_WANT: usize = 128;
 /// Queries per search batch: bounds the coarse scores and candidate buffers.
 const QUERY_BATCH: usize = 4096;
 
-/// Threads per search workgroup: lists are short, and the candidate merge is a tree over them.
-const SEARCH_WG: u32 = 128;
+/// Rows per encoding block (64K rows of 384-d: 100 MB).
+const ENCODE_BLOCK: usize = 65_536;
+
+/// Threads per search workgroup: one workgroup scans every list a query probes.
+const SEARCH_WG: u32 = 256;
 
 /// A codebook on the device.
 pub(super) struct DeviceCodebook {
@@ -32,7 +35,8 @@ pub(super) struct DeviceLists {
     codes: wgpu::Buffer,
     ids: wgpu::Buffer,
     start: wgpu::Buffer,
-    terms: wgpu::Buffer,
+    /// L2: each vector's query-independent part of its distance.
+    vterm: wgpu::Buffer,
 }
 
 /// The search pipelines built for one table size and candidate count.
@@ -40,7 +44,6 @@ pub(super) struct Pipes {
     coarse: wgpu::ComputePipeline,
     tables: wgpu::ComputePipeline,
     scan: wgpu::ComputePipeline,
-    merge: wgpu::ComputePipeline,
 }
 
 /// Search pipelines by (table floats, candidates per thread).
@@ -49,6 +52,32 @@ pub(super) type PipeCache = Vec<((u32, u32), Arc<Pipes>)>;
 /// Workgroup bytes of the scan kernel beside its table.
 fn scan_extra(want: usize) -> usize {
     SEARCH_WG as usize * 12 + want * 8
+}
+
+/// Under L2, the sum over sub-spaces of each vector's list term (`l2_terms`: |c|^2 + 2 a.c
+/// for its list's anchor a and its codeword c), list after list.
+fn vector_terms(ix: &crate::Index) -> Vec<f32> {
+    use rayon::prelude::*;
+    let (nsub, per) = (ix.cb.pq.nsub, ix.cb.pq.nsub * 256);
+    let Some(terms) = ix.tables.l2_terms.as_ref() else {
+        return Vec::new();
+    };
+    (0..ix.nlist())
+        .into_par_iter()
+        .flat_map_iter(|j| {
+            let t = &terms[j * per..(j + 1) * per];
+            let (_, codes) = ix.list(j);
+            codes
+                .chunks_exact(nsub)
+                .map(move |c| {
+                    c.iter()
+                        .enumerate()
+                        .map(|(s, &v)| t[s * 256 + v as usize])
+                        .sum::<f32>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn device_codebook<'s>(
@@ -148,17 +177,29 @@ pub(super) fn encode_residuals(
     let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
     let dc = device_codebook(b, &mut slot, cb)?;
     let m = cb.anchors();
-    // Rows per block: the widest per-row buffer (residuals, or indices) within one binding
-    // and one dispatch.
+    // Blocks of rows: within one binding and one dispatch, and small enough that uploading
+    // the next block overlaps the device's work on this one.
     let per = b
         .rows_per_block(dp.max(d).max(nsub))
-        .min(MAX_GROUPS as usize * b.wg as usize);
+        .min(MAX_GROUPS as usize * b.wg as usize)
+        .min(ENCODE_BLOCK);
     let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
     let mut trace = Trace::new();
+    let mut pending: Option<super::PendingRead> = None;
+    let mut collect = |p: Option<super::PendingRead>| -> Result<()> {
+        if let Some(p) = p {
+            let mut r = p.finish(b)?;
+            codes.extend(r.pop().expect("two parts"));
+            ids.extend(bytemuck::pod_collect_to_vec::<u8, u32>(
+                &r.pop().expect("two parts"),
+            ));
+        }
+        Ok(())
+    };
     for block in x.chunks(per * d) {
         let rows = block.len() / d;
         let mut enc = b.encoder();
-        let xd = b.upload(block, "vectors")?;
+        let xd = b.upload_queued(block, "vectors")?;
         trace.mark(b, &mut enc, "upload");
         let xn = b.zeros(rows * 4, "vector norms")?;
         let assigned = b.zeros(rows * 4, "anchor ids")?;
@@ -184,13 +225,11 @@ pub(super) fn encode_residuals(
         trace.mark(b, &mut enc, "residuals");
         let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.pq.ksub())?;
         trace.mark(b, &mut enc, "pq");
-        let mut r = b.read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)])?;
-        trace.mark(b, &mut b.encoder(), "download");
-        codes.extend(r.pop().expect("two parts"));
-        ids.extend(bytemuck::pod_collect_to_vec::<u8, u32>(
-            &r.pop().expect("two parts"),
-        ));
+        let next = b.start_read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)])?;
+        // The previous block comes back while this one runs.
+        collect(pending.replace(next))?;
     }
+    collect(pending.take())?;
     Ok((ids, codes))
 }
 
@@ -207,9 +246,9 @@ impl DeviceLists {
             codes.extend_from_slice(c);
             start.push(ids.len() as u32);
         }
-        let terms = match &ix.tables.l2_terms {
-            Some(t) if cb.metric == crate::Metric::L2 => b.upload(t, "list terms")?,
-            _ => b.zeros(16, "list terms")?,
+        let vterm = match cb.metric {
+            crate::Metric::L2 if !ids.is_empty() => b.upload(&vector_terms(ix), "vector terms")?,
+            _ => b.zeros(4, "vector terms")?,
         };
         Ok(DeviceLists {
             stamp: ix.stamp,
@@ -217,7 +256,7 @@ impl DeviceLists {
             codes: b.upload(&codes, "codes")?,
             ids: b.upload(&ids, "ids")?,
             start: b.upload(&start, "list offsets")?,
-            terms,
+            vterm,
         })
     }
 }
@@ -248,7 +287,6 @@ impl WgpuBackend {
             coarse: pipe("coarse_probe")?,
             tables: pipe("query_tables")?,
             scan: pipe("scan_lists")?,
-            merge: pipe("merge_candidates")?,
         });
         cache.push(((lut, want), p.clone()));
         Ok(p)
@@ -273,7 +311,6 @@ pub(super) fn search_lists(
         && (!l2 || ix.tables.l2_terms.is_some())
         && ix.len() < u32::MAX as usize
         && (ix.len() * cb.pq.nsub) as u64 <= b.max_binding()
-        && (m * lut * 4) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
         return Ok(None);
@@ -327,9 +364,6 @@ fn search_batch(
     let probes = b.zeros(nb * nprobe * 4, "probes")?;
     let base = b.zeros(nb * nprobe * 4, "probe bases")?;
     let qt = b.zeros(nb * nsub * 256 * 4, "query tables")?;
-    let per = nprobe * want;
-    let cand_d = b.zeros(nb * per * 4, "candidates")?;
-    let cand_p = b.zeros(nb * per * 4, "candidates")?;
     let out_d = b.zeros(nb * want * 4, "distances")?;
     let out_id = b.zeros(nb * want * 8, "ids")?;
     let p = || {
@@ -343,7 +377,6 @@ fn search_batch(
             cb.pq.dsub as u32,
             want as u32,
             dp as u32,
-            per as u32,
         ])
     };
     let mut trace = Trace::new();
@@ -374,39 +407,25 @@ fn search_batch(
         &[(1, &y), (6, &dc.books), (7, &qt)],
         (nb as u32, nsub as u32, 1),
     );
-    // The terms are read only under L2 but bound either way.
-    let scan_bufs = [
-        (4, &probes),
-        (5, &base),
-        (8, &dl.codes),
-        (9, &dl.start),
-        (10, &dl.terms),
-        (11, &cand_d),
-        (12, &cand_p),
-        (16, &qt),
-    ];
-    let (gx, gy) = fold(nprobe);
-    debug_assert_eq!(
-        gy, 1,
-        "nprobe is at most the number of lists, below 65536 tiles"
-    );
-    trace.mark(b, &mut enc, "query tables");
-    b.dispatch(&mut enc, &pipes.scan, p(), &scan_bufs, (gx, nb as u32, 1));
-    trace.mark(b, &mut enc, "scan");
+    // The vector terms are read only under L2 but bound either way.
     b.dispatch(
         &mut enc,
-        &pipes.merge,
+        &pipes.scan,
         p(),
         &[
-            (11, &cand_d),
-            (12, &cand_p),
+            (4, &probes),
+            (5, &base),
+            (8, &dl.codes),
+            (9, &dl.start),
+            (10, &dl.vterm),
             (13, &dl.ids),
             (14, &out_id),
             (15, &out_d),
+            (16, &qt),
         ],
         (nb as u32, 1, 1),
     );
-    trace.mark(b, &mut enc, "merge");
+    trace.mark(b, &mut enc, "scan");
     let mut r = b.read(enc, &[(&out_id, nb * want * 8), (&out_d, nb * want * 4)])?;
     trace.mark(b, &mut b.encoder(), "download");
     let mut dist: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
