@@ -198,7 +198,8 @@ fn update_cut(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
 
 // One workgroup per centroid: the sum of its kept members that lie in the bound block of
 // points (rows row0 .. row0 + rows), added to (or, for the first block, written over) sums.
-// Threads take dimensions, so each member row is read whole.
+// Threads take dimensions, so each member row is read whole; when d is below the workgroup
+// size, `groups` sets of threads take members in turn and their sums meet in workgroup memory.
 @compute @workgroup_size(WG)
 fn update_sums(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let j = linear(wg);
@@ -208,23 +209,35 @@ fn update_sums(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     let b = start[j];
     let e = start[j + 1u];
     let c = cut[j];
-    for (var t0 = 0u; t0 < P.d; t0 += WG) {
-        let t = t0 + lid.x;
-        if (t >= P.d) {
-            break;
-        }
+    let dw = min(P.d, WG);
+    let groups = WG / dw;
+    let g = lid.x / dw;
+    let u = lid.x % dw;
+    for (var t0 = 0u; t0 < P.d; t0 += dw) {
+        let t = t0 + u;
         var acc = 0.0;
-        for (var p = b; p < e; p++) {
-            let i = order[p];
-            if (i >= P.row0 && i - P.row0 < P.rows && bitcast<u32>(dist[i]) <= c) {
-                acc += x[(i - P.row0) * P.d + t];
+        if (g < groups && t < P.d) {
+            for (var p = b + g; p < e; p += groups) {
+                let i = order[p];
+                if (i >= P.row0 && i - P.row0 < P.rows && bitcast<u32>(dist[i]) <= c) {
+                    acc += x[(i - P.row0) * P.d + t];
+                }
             }
         }
-        if (P.first != 0u) {
-            sums[j * P.d + t] = acc;
-        } else {
-            sums[j * P.d + t] += acc;
+        red_f[lid.x] = acc;
+        workgroupBarrier();
+        if (g == 0u && t < P.d) {
+            var total = 0.0;
+            for (var h = 0u; h < groups; h++) {
+                total += red_f[h * dw + u];
+            }
+            if (P.first != 0u) {
+                sums[j * P.d + t] = total;
+            } else {
+                sums[j * P.d + t] += total;
+            }
         }
+        workgroupBarrier();
     }
 }
 

@@ -2,7 +2,7 @@
 //! fit one storage binding) and every iteration runs there. Per iteration the bias and the
 //! group offsets go up and the counts, energy partials and spreads come down: O(k) values.
 
-use super::{fold, u32_of, Params, WgpuBackend};
+use super::{fold, u32_of, Params, Trace, WgpuBackend};
 use crate::backend::{AssignStats, KmeansSession};
 use crate::error::{Error, Result};
 
@@ -42,6 +42,7 @@ pub struct WgpuSession<'a> {
     c: Option<Centroids>,
     /// Counts of the last assignment (the update's group offsets come from them).
     counts: Vec<u32>,
+    trace: std::cell::RefCell<Trace>,
 }
 
 impl<'a> WgpuSession<'a> {
@@ -84,6 +85,7 @@ impl<'a> WgpuSession<'a> {
             partial: b.zeros(ENERGY_GROUPS * 4, "energy partials")?,
             c: None,
             counts: Vec::new(),
+            trace: std::cell::RefCell::new(Trace::new()),
         })
     }
 
@@ -181,6 +183,7 @@ impl KmeansSession for WgpuSession<'_> {
                 &self.dist,
             );
         }
+        self.trace.borrow_mut().mark(b, &mut enc, "assign");
         enc.clear_buffer(&c.counts, 0, None);
         let p = Params::new(&[n as u32, d as u32, k as u32]);
         b.dispatch(
@@ -234,6 +237,7 @@ impl KmeansSession for WgpuSession<'_> {
             &[(3, &self.assigned), (7, &c.cursor), (8, &self.order)],
             g,
         );
+        self.trace.borrow_mut().mark(b, &mut enc, "scatter");
         let (gx, gy) = fold(k);
         let mut words = [n as u32, d as u32, k as u32, 0, 0, 0, 0, gx, 0];
         words[8] = trim.to_bits();
@@ -251,6 +255,7 @@ impl KmeansSession for WgpuSession<'_> {
             ],
             (gx, gy, 1),
         );
+        self.trace.borrow_mut().mark(b, &mut enc, "trim cutoff");
         for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
             let p = Params::new(&[
                 n as u32,
@@ -277,6 +282,7 @@ impl KmeansSession for WgpuSession<'_> {
                 (gx, gy, 1),
             );
         }
+        self.trace.borrow_mut().mark(b, &mut enc, "sums");
         let g = b.groups_for(k * d);
         let p = Params::new(&[0, d as u32, k as u32, 0, 0, 0, 0, g.0]);
         b.dispatch(
@@ -288,6 +294,9 @@ impl KmeansSession for WgpuSession<'_> {
         );
         b.row_norms(&mut enc, &c.c, k, d, 0, &c.cn);
         let r = b.read(enc, &[(&c.spread, k * 4)])?;
+        self.trace
+            .borrow_mut()
+            .mark(b, &mut b.encoder(), "means, read back");
         Ok(bytemuck::pod_collect_to_vec(&r[0]))
     }
 
