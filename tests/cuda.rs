@@ -6,8 +6,8 @@ use std::sync::Arc;
 use vlc_compress::backend::cuda;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
-    AnchorParams, BackendKind, Compressor, Context, DenseRaw, Error, Init, Metric, NoProgress,
-    Precision, RawVectors, Rotation, SearchParams,
+    AnchorParams, BackendKind, Context, DenseRaw, Error, Init, Metric, NoProgress, Precision,
+    RawVectors, Rotation, SearchParams,
 };
 
 fn gpu() -> Option<Arc<Context>> {
@@ -64,7 +64,6 @@ fn anchors_match_the_cpu() {
 fn codes_and_recall_match_the_cpu() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();
-    let d = demo.base.cols;
     let cpu_ctx = common::ctx(0);
     // One codebook, two backends: the codes must agree for nearly every vector. 1 byte is a
     // 50-d sub-vector: wider than the PQ kernel takes, so it runs through `nearest`.
@@ -75,29 +74,9 @@ fn codes_and_recall_match_the_cpu() {
         (1, 8, Rotation::None),
         (8, 4, Rotation::None),
     ];
-    for (bytes, bits, rotation) in cases {
-        let mut p = common::small_params(256, bytes);
-        p.bits = bits;
-        p.rotation = rotation;
-        let mut c = Compressor::new(cpu_ctx.clone(), p);
-        c.train(&demo.base.data, d).unwrap();
-        let cb = c.codebook().unwrap().clone();
-        let on_cpu = cpu_ctx
-            .run(|b| cb.encode(b, demo.base.data[..].into()))
-            .unwrap();
-        let on_gpu = g.run(|b| cb.encode(b, demo.base.data[..].into())).unwrap();
-        let size = on_cpu.len() / demo.base.rows;
-        let same = on_cpu
-            .chunks_exact(size)
-            .zip(on_gpu.chunks_exact(size))
-            .filter(|(a, b)| a == b)
-            .count();
-        let frac = same as f64 / demo.base.rows as f64;
-        eprintln!("{bytes} B, {bits} bits, {rotation:?}: identical codes {frac:.4}");
-        assert!(
-            frac >= 0.99,
-            "{bytes} B: only {frac} of codes are identical"
-        );
+    for case in cases {
+        let frac = common::code_agreement(&cpu_ctx, &g, &demo.base, 256, case);
+        assert!(frac >= 0.99, "{case:?}: only {frac} of codes are identical");
     }
 
     // Trained on each backend, searched the same way. The two runs part ways at the first

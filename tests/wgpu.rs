@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
-    vecio, AnchorParams, BackendKind, Compressor, Context, DenseRaw, Error, Init, Metric,
-    NoProgress, Precision, RawVectors, Rotation, SearchParams,
+    vecio, AnchorParams, BackendKind, Context, DenseRaw, Error, Init, Metric, NoProgress,
+    Precision, RawVectors, Rotation, SearchParams,
 };
 
 fn gpu() -> Option<Arc<Context>> {
@@ -141,7 +141,6 @@ fn split_bindings_give_the_same_steps() {
 fn codes_and_recall_match_the_cpu() {
     let Some(g) = gpu() else { return };
     let s = small(6000, 200);
-    let d = s.base.cols;
     let cpu_ctx = common::ctx(0);
     // One codebook, two backends. 1 byte is a 50-d sub-vector (through `nearest`); 13 bytes
     // leave sub-spaces of 3 and 4 columns (the spread padding).
@@ -152,29 +151,9 @@ fn codes_and_recall_match_the_cpu() {
         (1, 8, Rotation::None),
         (8, 4, Rotation::None),
     ];
-    for (bytes, bits, rotation) in cases {
-        let mut p = common::small_params(64, bytes);
-        p.bits = bits;
-        p.rotation = rotation;
-        let mut c = Compressor::new(cpu_ctx.clone(), p);
-        c.train(&s.base.data, d).unwrap();
-        let cb = c.codebook().unwrap().clone();
-        let on_cpu = cpu_ctx
-            .run(|b| cb.encode(b, s.base.data[..].into()))
-            .unwrap();
-        let on_gpu = g.run(|b| cb.encode(b, s.base.data[..].into())).unwrap();
-        let size = on_cpu.len() / s.base.rows;
-        let same = on_cpu
-            .chunks_exact(size)
-            .zip(on_gpu.chunks_exact(size))
-            .filter(|(a, b)| a == b)
-            .count();
-        let frac = same as f64 / s.base.rows as f64;
-        eprintln!("{bytes} B, {bits} bits, {rotation:?}: identical codes {frac:.4}");
-        assert!(
-            frac >= 0.99,
-            "{bytes} B: only {frac} of codes are identical"
-        );
+    for case in cases {
+        let frac = common::code_agreement(&cpu_ctx, &g, &s.base, 64, case);
+        assert!(frac >= 0.99, "{case:?}: only {frac} of codes are identical");
     }
 
     // Trained on each backend, searched the same way: mean recall over three seeds.

@@ -6,6 +6,7 @@
 //! spreads down. Encoding runs anchor assignment, residual, rotation and PQ in one device
 //! pass per block; search keeps the last searched index's lists on the device.
 
+use super::trace::Trace;
 use super::{AssignStats, Backend, BackendKind, KmeansSession, Transfers};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -398,7 +399,7 @@ impl Backend for CudaBackend {
         let anc = &sess.c.as_ref().expect("centroids were just set").c;
         let dev = self.lock();
         let s = &dev.stream;
-        let mut trace = Trace::new();
+        let mut trace = trace();
         let mut y = CudaBackend::zeros::<f32>(s, n * dp)?;
         let (ni, di, dpi, dsi) = (n as i32, d as i32, dp as i32, dsub as i32);
         // SAFETY: x is n x d, anchors k x d with every assignment below k, y n x dp.
@@ -418,12 +419,18 @@ impl Backend for CudaBackend {
             "residuals",
         )?;
         let y = rotated(&dev, dc, y, n, dp)?;
-        trace.mark(s, "residuals");
+        trace.mark("residuals", || {
+            let _ = s.synchronize();
+        });
         let idx = self.pq_assign_on_device(&dev, &y, n, nsub, dsub, &dc.books, cb.pq.ksub())?;
-        trace.mark(s, "pq");
+        trace.mark("pq", || {
+            let _ = s.synchronize();
+        });
         let a = self.down(s, &sess.assign)?;
         let idx = self.down(s, &idx)?;
-        trace.mark(s, "download");
+        trace.mark("download", || {
+            let _ = s.synchronize();
+        });
         Ok((a, idx))
     }
 
@@ -690,15 +697,7 @@ impl DeviceLists {
         let s = &dev.stream;
         let cb = &ix.cb;
         let m = ix.nlist();
-        let mut start = Vec::with_capacity(m + 1);
-        let (mut codes, mut ids) = (Vec::new(), Vec::new());
-        start.push(0u64);
-        for j in 0..m {
-            let (i, c) = ix.list(j);
-            ids.extend_from_slice(i);
-            codes.extend_from_slice(c);
-            start.push(ids.len() as u64);
-        }
+        let (start, ids, codes) = ix.flat_lists();
         let terms = match &ix.tables.l2_terms {
             Some(t) if cb.metric == crate::Metric::L2 => b.up(s, t)?,
             _ => CudaBackend::zeros(s, 1)?,
@@ -860,44 +859,9 @@ impl CudaBackend {
     }
 }
 
-/// With `VLCC_CUDA_TRACE` set, each step is synchronized and timed, and the totals are
-/// printed when the session ends: where an iteration's time goes, without a profiler.
-struct Trace {
-    last: Option<std::time::Instant>,
-    spent: Vec<(&'static str, f64)>,
-}
-
-impl Trace {
-    fn new() -> Trace {
-        let on = std::env::var_os("VLCC_CUDA_TRACE").is_some();
-        Trace {
-            last: on.then(std::time::Instant::now),
-            spent: Vec::new(),
-        }
-    }
-    fn mark(&mut self, s: &CudaStream, step: &'static str) {
-        let Some(last) = self.last else { return };
-        let _ = s.synchronize();
-        let now = std::time::Instant::now();
-        let dt = (now - last).as_secs_f64();
-        match self.spent.iter_mut().find(|(n, _)| *n == step) {
-            Some((_, t)) => *t += dt,
-            None => self.spent.push((step, dt)),
-        }
-        self.last = Some(now);
-    }
-}
-
-impl Drop for Trace {
-    fn drop(&mut self) {
-        if self.last.is_some() {
-            let total: f64 = self.spent.iter().map(|(_, t)| t).sum();
-            for (n, t) in &self.spent {
-                eprintln!("cuda trace {n:>12}: {:9.3} ms", t * 1e3);
-            }
-            eprintln!("cuda trace {:>12}: {:9.3} ms", "total", total * 1e3);
-        }
-    }
+/// Step timings (`VLCC_CUDA_TRACE`): each step waits for the stream.
+fn trace() -> Trace {
+    Trace::new("cuda", "VLCC_CUDA_TRACE")
 }
 
 /// A training set on the device.
@@ -955,7 +919,9 @@ impl<'a> CudaSession<'a> {
         as_i32(k, "centroids")?;
         let dev = self.b.lock();
         let s = &dev.stream;
-        self.trace.mark(s, "host");
+        self.trace.mark("host", || {
+            let _ = s.synchronize();
+        });
         if self.k != k || self.c.is_none() {
             self.c = Some(self.buffers(s, k)?);
             self.k = k;
@@ -963,7 +929,9 @@ impl<'a> CudaSession<'a> {
         let cb = self.c.as_mut().expect("centroid buffers were just made");
         fill(&dev, &mut cb.c)?;
         row_norms(&dev, &cb.c, k, self.d, &mut cb.cn)?;
-        self.trace.mark(s, "set_centroids");
+        self.trace.mark("set_centroids", || {
+            let _ = s.synchronize();
+        });
         Ok(())
     }
 
@@ -978,12 +946,14 @@ impl<'a> CudaSession<'a> {
         as_i32(n, "points")?;
         as_i32(d, "dimension")?;
         let mut dev = b.lock();
-        let mut trace = Trace::new();
+        let mut trace = trace();
         let xd = b.up_staged(&mut dev, x)?;
         let s = &dev.stream;
         let mut xn = CudaBackend::zeros::<f32>(s, n)?;
         row_norms(&dev, &xd, n, d, &mut xn)?;
-        trace.mark(s, "upload");
+        trace.mark("upload", || {
+            let _ = s.synchronize();
+        });
         Ok(CudaSession {
             trace,
             tf32: false,
@@ -1049,7 +1019,9 @@ impl KmeansSession for CudaSession<'_> {
         let b = self.b;
         let dev = b.lock();
         let s = &dev.stream;
-        self.trace.mark(s, "host");
+        self.trace.mark("host", || {
+            let _ = s.synchronize();
+        });
         let use_bias: i32 = match bias {
             Some(v) if v.len() == k => {
                 b.up_into(s, v, &mut cb.bias)?;
@@ -1104,7 +1076,9 @@ impl KmeansSession for CudaSession<'_> {
             )?;
             row0 += rows;
         }
-        self.trace.mark(s, "gemm+argmin");
+        self.trace.mark("gemm+argmin", || {
+            let _ = s.synchronize();
+        });
         s.memset_zeros(&mut cb.counts)
             .map_err(|e| dev_err("clear counts", e))?;
         s.memset_zeros(&mut cb.energy)
@@ -1124,7 +1098,9 @@ impl KmeansSession for CudaSession<'_> {
         let counts = b.down(s, &cb.counts)?;
         let energy = b.down(s, &cb.energy)?[0];
         self.counts.clone_from(&counts);
-        self.trace.mark(s, "counts");
+        self.trace.mark("counts", || {
+            let _ = s.synchronize();
+        });
         Ok(AssignStats { counts, energy })
     }
 
@@ -1140,7 +1116,9 @@ impl KmeansSession for CudaSession<'_> {
         let b = self.b;
         let dev = b.lock();
         let s = &dev.stream;
-        self.trace.mark(s, "host");
+        self.trace.mark("host", || {
+            let _ = s.synchronize();
+        });
         let (ni, di) = (n as i32, d as i32);
         // Group offsets from the counts the host already has.
         let mut start = Vec::with_capacity(k + 1);
@@ -1163,7 +1141,9 @@ impl KmeansSession for CudaSession<'_> {
             },
             "group",
         )?;
-        self.trace.mark(s, "scatter");
+        self.trace.mark("scatter", || {
+            let _ = s.synchronize();
+        });
         // Eight warps, or fewer for small groups: warps take members in turn.
         let threads = (n.div_ceil(k).div_ceil(32) * 32).clamp(32, 256) as u32;
         ran(
@@ -1185,10 +1165,14 @@ impl KmeansSession for CudaSession<'_> {
             },
             "means",
         )?;
-        self.trace.mark(s, "means");
+        self.trace.mark("means", || {
+            let _ = s.synchronize();
+        });
         row_norms(&dev, &cb.c, k, d, &mut cb.cn)?;
         let spread = b.down(s, &cb.spread);
-        self.trace.mark(s, "norms+spread");
+        self.trace.mark("norms+spread", || {
+            let _ = s.synchronize();
+        });
         spread
     }
 
@@ -1198,9 +1182,13 @@ impl KmeansSession for CudaSession<'_> {
             .as_ref()
             .ok_or_else(|| Error::InvalidState("no centroids yet".into()))?;
         let dev = self.b.lock();
-        self.trace.mark(&dev.stream, "host");
+        self.trace.mark("host", || {
+            let _ = dev.stream.synchronize();
+        });
         let c = self.b.down(&dev.stream, &cb.c);
-        self.trace.mark(&dev.stream, "get_centroids");
+        self.trace.mark("get_centroids", || {
+            let _ = dev.stream.synchronize();
+        });
         c
     }
 

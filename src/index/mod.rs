@@ -115,6 +115,22 @@ impl Index {
         }
     }
 
+    /// Every list back to back, as devices hold them: list start offsets (m + 1), ids and
+    /// codes in list order.
+    pub(crate) fn flat_lists(&self) -> (Vec<u64>, Vec<u64>, Vec<u8>) {
+        let m = self.nlist();
+        let mut start = Vec::with_capacity(m + 1);
+        let (mut ids, mut codes) = (Vec::new(), Vec::new());
+        start.push(0u64);
+        for j in 0..m {
+            let (i, c) = self.list(j);
+            ids.extend_from_slice(i);
+            codes.extend_from_slice(c);
+            start.push(ids.len() as u64);
+        }
+        (start, ids, codes)
+    }
+
     /// Number of vectors held.
     pub fn len(&self) -> usize {
         (0..self.nlist()).map(|j| self.list(j).0.len()).sum()

@@ -34,6 +34,34 @@ pub fn indexed(ctx: &Arc<Context>, p: TrainParams, base: &vecio::Matrix<f32>) ->
     ix
 }
 
+/// One codebook trained on `cpu` (`anchors`, `bytes`, `bits`, `rotation`), then `base` encoded on
+/// `cpu` and on `dev`: the fraction of vectors whose codes are identical.
+pub fn code_agreement(
+    cpu: &Arc<Context>,
+    dev: &Context,
+    base: &vecio::Matrix<f32>,
+    anchors: usize,
+    (bytes, bits, rotation): (usize, u32, vlc_compress::Rotation),
+) -> f64 {
+    let mut p = small_params(anchors, bytes);
+    p.bits = bits;
+    p.rotation = rotation;
+    let mut c = Compressor::new(cpu.clone(), p);
+    c.train(&base.data, base.cols).unwrap();
+    let cb = c.codebook().unwrap().clone();
+    let on_cpu = cpu.run(|b| cb.encode(b, base.data[..].into())).unwrap();
+    let on_dev = dev.run(|b| cb.encode(b, base.data[..].into())).unwrap();
+    let size = on_cpu.len() / base.rows;
+    let same = on_cpu
+        .chunks_exact(size)
+        .zip(on_dev.chunks_exact(size))
+        .filter(|(a, b)| a == b)
+        .count();
+    let frac = same as f64 / base.rows as f64;
+    eprintln!("{bytes} B, {bits} bits, {rotation:?}: identical codes {frac:.4}");
+    frac
+}
+
 pub fn ctx(threads: usize) -> Arc<Context> {
     Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
 }

@@ -301,43 +301,20 @@ fn pipeline(
     })
 }
 
-/// With `VLCC_WGPU_TRACE` set, each step is submitted and waited for on its own and timed,
-/// and the totals are printed when the trace ends: where the time goes, without a profiler.
-pub(crate) struct Trace {
-    last: Option<std::time::Instant>,
-    spent: Vec<(&'static str, f64)>,
-}
+/// Step timings (`VLCC_WGPU_TRACE`): when recording, each step is submitted on its own and
+/// waited for.
+pub(crate) struct Trace(super::trace::Trace);
 
 impl Trace {
     pub fn new() -> Trace {
-        let on = std::env::var_os("VLCC_WGPU_TRACE").is_some();
-        Trace {
-            last: on.then(std::time::Instant::now),
-            spent: Vec::new(),
-        }
+        Trace(super::trace::Trace::new("wgpu", "VLCC_WGPU_TRACE"))
     }
-    /// Ends a step: when tracing, submits what `enc` holds, waits, and starts a new encoder.
+    /// Ends a step: when recording, submits what `enc` holds, waits, and starts a new encoder.
     pub fn mark(&mut self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, step: &'static str) {
-        let Some(last) = self.last else { return };
-        let done = std::mem::replace(enc, b.encoder());
-        let _ = b.finish(done);
-        let now = std::time::Instant::now();
-        let dt = (now - last).as_secs_f64();
-        match self.spent.iter_mut().find(|(n, _)| *n == step) {
-            Some((_, t)) => *t += dt,
-            None => self.spent.push((step, dt)),
-        }
-        self.last = Some(now);
-    }
-}
-
-impl Drop for Trace {
-    fn drop(&mut self) {
-        if self.last.is_some() {
-            for (n, t) in &self.spent {
-                eprintln!("wgpu trace {n:>14}: {:9.3} ms", t * 1e3);
-            }
-        }
+        self.0.mark(step, || {
+            let done = std::mem::replace(enc, b.encoder());
+            let _ = b.finish(done);
+        });
     }
 }
 

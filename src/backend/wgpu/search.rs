@@ -237,15 +237,9 @@ impl DeviceLists {
     fn upload(b: &WgpuBackend, ix: &crate::Index) -> Result<DeviceLists> {
         let cb = &ix.cb;
         let m = ix.nlist();
-        let mut start = Vec::with_capacity(m + 1);
-        let (mut codes, mut ids) = (Vec::new(), Vec::new());
-        start.push(0u32);
-        for j in 0..m {
-            let (i, c) = ix.list(j);
-            ids.extend_from_slice(i);
-            codes.extend_from_slice(c);
-            start.push(ids.len() as u32);
-        }
+        let (start, ids, codes) = ix.flat_lists();
+        // Fewer than 2^32 vectors (search_lists checks): offsets fit the kernel's words.
+        let start: Vec<u32> = start.iter().map(|&v| v as u32).collect();
         let vterm = match cb.metric {
             crate::Metric::L2 if !ids.is_empty() => b.upload(&vector_terms(ix), "vector terms")?,
             _ => b.zeros(4, "vector terms")?,
