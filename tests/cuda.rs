@@ -84,20 +84,15 @@ fn codes_and_recall_match_the_cpu() {
     // mean over three seeds is compared, within one point on these 500 queries (the dev
     // datasets' half-point comparison is `vlc eval`'s, in docs/perf-cuda.md).
     let recall = |ctx: &Arc<Context>| {
-        let mut total = 0.0;
-        for seed in 1..=3 {
-            let mut p = common::small_params(256, 16);
-            p.anchor.seed = seed;
-            let ix = common::indexed(ctx, p, &demo.base);
-            let p = SearchParams {
-                k: 10,
-                nprobe: 16,
-                rerank: 0,
-            };
-            let r = ix.search(&demo.query.data, &p, None).unwrap();
-            total += common::recall(&r.ids, 10, &demo.gt.data, demo.gt.cols, 10);
-        }
-        total / 3.0
+        common::mean_recall(
+            ctx,
+            &demo.base,
+            &demo.query.data,
+            &demo.gt.data,
+            demo.gt.cols,
+            256,
+            16,
+        )
     };
     let (rc, rg) = (recall(&cpu_ctx), recall(&g));
     eprintln!("mean recall@10 over 3 seeds: cpu {rc:.4} cuda {rg:.4}");

@@ -157,22 +157,7 @@ fn codes_and_recall_match_the_cpu() {
     }
 
     // Trained on each backend, searched the same way: mean recall over three seeds.
-    let recall = |ctx: &Arc<Context>| {
-        let mut total = 0.0;
-        for seed in 1..=3 {
-            let mut p = common::small_params(64, 16);
-            p.anchor.seed = seed;
-            let ix = common::indexed(ctx, p, &s.base);
-            let sp = SearchParams {
-                k: 10,
-                nprobe: 8,
-                rerank: 0,
-            };
-            let r = ix.search(&s.query, &sp, None).unwrap();
-            total += common::recall(&r.ids, 10, &s.gt, 10, 10);
-        }
-        total / 3.0
-    };
+    let recall = |ctx: &Arc<Context>| common::mean_recall(ctx, &s.base, &s.query, &s.gt, 10, 64, 8);
     let (rc, rg) = (recall(&cpu_ctx), recall(&g));
     eprintln!("mean recall@10 over 3 seeds: cpu {rc:.4} wgpu {rg:.4}");
     assert!((rc - rg).abs() <= 0.015, "recall cpu {rc} vs wgpu {rg}");

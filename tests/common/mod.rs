@@ -62,6 +62,33 @@ pub fn code_agreement(
     frac
 }
 
+/// Mean recall@10 over seeds 1..=3 of an index trained on `ctx` (`anchors`, 16 B) from `base`
+/// and searched with `nprobe` (ground truth: 10 per query).
+pub fn mean_recall(
+    ctx: &Arc<Context>,
+    base: &vecio::Matrix<f32>,
+    query: &[f32],
+    gt: &[i32],
+    gt_cols: usize,
+    anchors: usize,
+    nprobe: usize,
+) -> f64 {
+    let mut total = 0.0;
+    for seed in 1..=3 {
+        let mut p = small_params(anchors, 16);
+        p.anchor.seed = seed;
+        let ix = indexed(ctx, p, base);
+        let sp = vlc_compress::SearchParams {
+            k: 10,
+            nprobe,
+            rerank: 0,
+        };
+        let r = ix.search(query, &sp, None).unwrap();
+        total += recall(&r.ids, 10, gt, gt_cols, 10);
+    }
+    total / 3.0
+}
+
 pub fn ctx(threads: usize) -> Arc<Context> {
     Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
 }
