@@ -187,6 +187,10 @@ impl KmeansSession for CpuSession<'_> {
     fn assignment(&mut self) -> Result<Vec<u32>> {
         Ok(self.assign.clone())
     }
+
+    fn assignment_with_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)> {
+        Ok((self.assign.clone(), self.dist.clone()))
+    }
 }
 
 /// Point indices grouped by centroid, each group in increasing order (a counting sort).

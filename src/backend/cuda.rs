@@ -7,7 +7,7 @@
 //! pass per block; search keeps the last searched index's lists on the device.
 
 use super::trace::Trace;
-use super::{AssignStats, Backend, BackendKind, KmeansSession, Transfers};
+use super::{AssignStats, Backend, BackendKind, KmeansSession, Resident, Transfers};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
@@ -128,10 +128,10 @@ pub struct CudaBackend {
     dev: Mutex<Device>,
     /// The lists of the index searched last, resident until another index (or a changed
     /// one) is searched. Locked before `dev` when both are held.
-    lists: Mutex<Option<DeviceLists>>,
+    lists: Mutex<Resident<DeviceLists>>,
     /// The codebook used last (encoding or search), resident until another one is used.
     /// Locked after `lists` and before `dev`.
-    codebook: Mutex<Option<DeviceCodebook>>,
+    codebook: Mutex<Resident<DeviceCodebook>>,
     name: String,
     sms: u32,
     h2d: AtomicU64,
@@ -216,8 +216,8 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
             k,
             staging: None,
         }),
-        lists: Mutex::new(None),
-        codebook: Mutex::new(None),
+        lists: Mutex::new(Resident::new()),
+        codebook: Mutex::new(Resident::new()),
         name,
         sms,
         h2d: 0.into(),
@@ -351,18 +351,6 @@ impl Backend for CudaBackend {
         s.tf32 = precision == crate::Precision::Tf32;
         Ok(Box::new(s))
     }
-    fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
-        if x.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let mut s = CudaSession::new(self, x, d)?;
-        s.set_centroids(centroids)?;
-        s.assign(None)?;
-        let dev = self.lock();
-        let a = self.down(&dev.stream, &s.assign)?;
-        let dist = self.down(&dev.stream, &s.dist)?;
-        Ok((a, dist))
-    }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;
         if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || y.len() % dp != 0 {
@@ -391,7 +379,7 @@ impl Backend for CudaBackend {
         // Everything stays on the device: nearest anchor, residual, rotation, PQ; the codebook
         // itself is uploaded once for all blocks.
         let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-        let dc = self.device_codebook(&mut slot, cb)?;
+        let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
         let mut sess = CudaSession::new(self, x, d)?;
         sess.set_centroids_from(&dc.anchors, cb.anchors())?;
         sess.assign(None)?;
@@ -453,18 +441,14 @@ impl Backend for CudaBackend {
         }
         let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
         let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-        let dc = self.device_codebook(&mut slot, cb)?;
+        let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
         let dev = self.lock();
-        if lists.as_ref().is_none_or(|l| l.stamp != ix.stamp) {
-            *lists = None; // free the old copy first
-            match DeviceLists::upload(self, &dev, ix) {
-                Ok(l) => *lists = Some(l),
-                // An index larger than the device is searched on the host instead.
-                Err(Error::OutOfMemory(_)) => return Ok(None),
-                Err(e) => return Err(e),
-            }
-        }
-        let dl = lists.as_ref().expect("lists were just uploaded");
+        let dl = match lists.get(ix.stamp, || DeviceLists::upload(self, &dev, ix)) {
+            Ok(l) => l,
+            // An index larger than the device is searched on the host instead.
+            Err(Error::OutOfMemory(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
         let d = cb.dim();
         let nq = q.len() / d;
         let mut ids = Vec::with_capacity(nq * want);
@@ -623,7 +607,6 @@ impl CudaBackend {
 
 /// One index's lists on the device, back to back, with what its search needs.
 struct DeviceLists {
-    stamp: u64,
     m: usize,
     d: usize,
     dp: usize,
@@ -637,9 +620,8 @@ struct DeviceLists {
     terms: CudaSlice<f32>,
 }
 
-/// A codebook's arrays on the device, for the codebook with this fingerprint.
+/// A codebook's arrays on the device.
 struct DeviceCodebook {
-    fingerprint: u64,
     anchors: CudaSlice<f32>,
     /// |a|^2 per anchor, as the host computes them (coarse scores then round alike).
     anorm: CudaSlice<f32>,
@@ -662,33 +644,20 @@ fn rotated(
     Ok(turned)
 }
 
-impl CudaBackend {
-    /// The device copy of `cb` in `slot`, uploaded unless it is already the one there.
-    fn device_codebook<'s>(
-        &self,
-        slot: &'s mut Option<DeviceCodebook>,
-        cb: &crate::Codebook,
-    ) -> Result<&'s DeviceCodebook> {
-        if slot
-            .as_ref()
-            .is_none_or(|c| c.fingerprint != cb.fingerprint())
-        {
-            *slot = None; // free the old copy first
-            let dev = self.lock();
-            let s = &dev.stream;
-            *slot = Some(DeviceCodebook {
-                fingerprint: cb.fingerprint(),
-                anchors: self.up(s, &cb.anchors)?,
-                anorm: self.up(s, &crate::linalg::row_norms(&cb.anchors, cb.d))?,
-                books: self.up(s, &cb.pq.centroids)?,
-                rot: if cb.rot.is_empty() {
-                    None
-                } else {
-                    Some(self.up(s, &cb.rot)?)
-                },
-            });
-        }
-        Ok(slot.as_ref().expect("the codebook was just uploaded"))
+impl DeviceCodebook {
+    fn upload(b: &CudaBackend, cb: &crate::Codebook) -> Result<DeviceCodebook> {
+        let dev = b.lock();
+        let s = &dev.stream;
+        Ok(DeviceCodebook {
+            anchors: b.up(s, &cb.anchors)?,
+            anorm: b.up(s, &crate::linalg::row_norms(&cb.anchors, cb.d))?,
+            books: b.up(s, &cb.pq.centroids)?,
+            rot: if cb.rot.is_empty() {
+                None
+            } else {
+                Some(b.up(s, &cb.rot)?)
+            },
+        })
     }
 }
 
@@ -703,7 +672,6 @@ impl DeviceLists {
             _ => CudaBackend::zeros(s, 1)?,
         };
         Ok(DeviceLists {
-            stamp: ix.stamp,
             m,
             d: cb.dim(),
             dp: cb.pq.dim(),
@@ -1195,6 +1163,12 @@ impl KmeansSession for CudaSession<'_> {
     fn assignment(&mut self) -> Result<Vec<u32>> {
         let dev = self.b.lock();
         self.b.down(&dev.stream, &self.assign)
+    }
+
+    fn assignment_with_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)> {
+        let dev = self.b.lock();
+        let a = self.b.down(&dev.stream, &self.assign)?;
+        Ok((a, self.b.down(&dev.stream, &self.dist)?))
     }
 }
 

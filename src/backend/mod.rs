@@ -90,6 +90,8 @@ pub trait KmeansSession {
     fn centroids(&mut self) -> Result<Vec<f32>>;
     /// Download the last assignment (n values): once, at the end, when the caller needs it.
     fn assignment(&mut self) -> Result<Vec<u32>>;
+    /// Download the last assignment and its distances (bias excluded): `nearest`'s answer.
+    fn assignment_with_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)>;
 }
 
 /// A compute device.
@@ -105,8 +107,17 @@ pub trait Backend: Send + Sync {
         d: usize,
         precision: crate::Precision,
     ) -> Result<Box<dyn KmeansSession + 'a>>;
-    /// For each row of `x`, the nearest row of `centroids` (squared L2) and its distance.
-    fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)>;
+    /// For each row of `x`, the nearest row of `centroids` (squared L2) and its distance: one
+    /// exact assignment pass of a session.
+    fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
+        if x.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let mut s = self.kmeans_session(x, d, crate::Precision::Exact)?;
+        s.set_centroids(centroids)?;
+        s.assign(None)?;
+        s.assignment_with_distances()
+    }
     /// Product-quantizer assignment: for each row of `y` (n x nsub*dsub), the index of the
     /// nearest of the `ksub` codewords of every subspace (`codebooks`: nsub x ksub x dsub, ksub
     /// at most 256). Returns n x nsub indices, row-major.
@@ -135,6 +146,26 @@ pub trait Backend: Send + Sync {
     /// Host<->device traffic so far.
     fn transfers(&self) -> Transfers {
         Transfers::default()
+    }
+}
+
+/// A device copy of something the host owns (a codebook, an index's lists), kept while its key
+/// (the codebook's fingerprint, the index's stamp) still names what the host holds.
+pub(crate) struct Resident<T>(Option<(u64, T)>);
+
+impl<T> Resident<T> {
+    pub const fn new() -> Self {
+        Resident(None)
+    }
+
+    /// The copy for `key`: the one held, or a new one from `upload` (the old one is freed
+    /// first, so two never share the device).
+    pub fn get(&mut self, key: u64, upload: impl FnOnce() -> Result<T>) -> Result<&T> {
+        if self.0.as_ref().is_none_or(|(k, _)| *k != key) {
+            self.0 = None;
+            self.0 = Some((key, upload()?));
+        }
+        Ok(&self.0.as_ref().expect("the copy was just uploaded").1)
     }
 }
 

@@ -54,18 +54,45 @@ pub fn with_const(src: &str, name: &str, value: u32) -> String {
     format!("{}{key}{value}u{}", &src[..at], &src[end..])
 }
 
-/// The kernel sources as this adapter builds them (`search.wgsl` also per index shape).
-pub fn sources(limits: &wgpu::Limits) -> Vec<(&'static str, String)> {
-    let wg = workgroup_size(limits);
-    KERNELS
+/// Kernel file `name` built for this adapter: the constants its limits set, then `extra`
+/// (constants per codebook or index shape) over them.
+fn module(
+    device: &wgpu::Device,
+    limits: &wgpu::Limits,
+    name: &str,
+    extra: &[(&str, u32)],
+) -> Result<wgpu::ShaderModule> {
+    let (_, src) = KERNELS
         .iter()
-        .map(|(name, src)| {
-            let mut s = with_const(src, "WG", wg);
-            s = with_const(&s, "BOOK", book_floats(limits) as u32);
-            s = with_const(&s, "TK", dots_step(limits));
-            (*name, s)
+        .find(|(n, _)| *n == name)
+        .expect("every kernel file is listed");
+    let mut s = with_const(src, "WG", workgroup_size(limits));
+    s = with_const(&s, "BOOK", book_floats(limits) as u32);
+    s = with_const(&s, "TK", dots_step(limits));
+    for (c, v) in extra {
+        s = with_const(&s, c, *v);
+    }
+    scoped(device, || {
+        device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(s.into()),
         })
-        .collect()
+    })
+}
+
+/// The pipeline cached under `key`, built on first use.
+fn cached<K: PartialEq + Copy, T>(
+    cache: &Mutex<Vec<(K, Arc<T>)>>,
+    key: K,
+    build: impl FnOnce() -> Result<T>,
+) -> Result<Arc<T>> {
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = c.iter().find(|(k, _)| *k == key) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(build()?);
+    c.push((key, p.clone()));
+    Ok(p)
 }
 
 /// Threads per workgroup of the one-dimensional kernels: 256, or what the adapter allows.
@@ -137,8 +164,8 @@ pub struct WgpuBackend {
     uniforms: Mutex<std::collections::HashMap<[u32; 12], wgpu::Buffer>>,
     h2d: AtomicU64,
     d2h: AtomicU64,
-    lists: Mutex<Option<search::DeviceLists>>,
-    codebook: Mutex<Option<search::DeviceCodebook>>,
+    lists: Mutex<super::Resident<search::DeviceLists>>,
+    codebook: Mutex<super::Resident<search::DeviceCodebook>>,
 }
 
 /// Adapters, real GPUs first (a CPU adapter is a software driver).
@@ -207,7 +234,6 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         }
     });
     let wg = workgroup_size(&limits);
-    let src = sources(&limits);
     // A smaller binding cap makes tests split arrays into blocks on any adapter.
     let mut limits = limits;
     if let Some(cap) = std::env::var("VLCC_WGPU_MAX_BINDING")
@@ -217,22 +243,10 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         limits.max_storage_buffer_binding_size =
             limits.max_storage_buffer_binding_size.min(cap.max(4096));
     }
-    let module = |name: &str| -> Result<wgpu::ShaderModule> {
-        let (_, s) = src
-            .iter()
-            .find(|(n, _)| *n == name)
-            .expect("every kernel file is listed");
-        scoped(&device, || {
-            device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(name),
-                source: wgpu::ShaderSource::Wgsl(s.as_str().into()),
-            })
-        })
-    };
     let (dots, kmeans, encode) = (
-        module("dots.wgsl")?,
-        module("kmeans.wgsl")?,
-        module("encode.wgsl")?,
+        module(&device, &limits, "dots.wgsl", &[])?,
+        module(&device, &limits, "kmeans.wgsl", &[])?,
+        module(&device, &limits, "encode.wgsl", &[])?,
     );
     let pipe = |m: &wgpu::ShaderModule, entry: &str| pipeline(&device, m, entry);
     let k = Pipelines {
@@ -262,8 +276,8 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         uniforms: Mutex::new(Default::default()),
         h2d: AtomicU64::new(0),
         d2h: AtomicU64::new(0),
-        lists: Mutex::new(None),
-        codebook: Mutex::new(None),
+        lists: Mutex::new(super::Resident::new()),
+        codebook: Mutex::new(super::Resident::new()),
     })
 }
 
@@ -422,30 +436,9 @@ impl WgpuBackend {
         })
     }
 
-    /// A storage buffer holding `data`.
+    /// A storage buffer holding `data`, filled while mapped, by all threads at once for large
+    /// arrays: one copy thread moves about 5 GB/s, the device takes several times that.
     fn upload<T: bytemuck::Pod>(&self, data: &[T], what: &str) -> Result<wgpu::Buffer> {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        if bytes.len() % 4 != 0 || bytes.is_empty() {
-            let mut padded = bytes.to_vec();
-            padded.resize(bytes.len().max(4).next_multiple_of(4), 0);
-            return self.upload(&padded, what);
-        }
-        self.fits_binding(bytes.len(), what)?;
-        let b = scoped(&self.device, || {
-            self.device
-                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some(what),
-                    contents: bytes,
-                    usage: Self::USAGE,
-                })
-        })?;
-        self.h2d.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(b)
-    }
-
-    /// A storage buffer holding `data` (a large block), filled while mapped by all threads at
-    /// once: one copy thread moves about 5 GB/s, the device takes several times that.
-    fn upload_queued(&self, data: &[f32], what: &str) -> Result<wgpu::Buffer> {
         use rayon::prelude::*;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let size = bytes.len().max(4).next_multiple_of(4);
@@ -739,26 +732,11 @@ impl WgpuBackend {
     }
 
     fn pq_pipeline(&self, dsub: usize) -> Result<Arc<wgpu::ComputePipeline>> {
-        let mut cache = self.pq.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, p)) = cache.iter().find(|(w, _)| *w == dsub) {
-            return Ok(p.clone());
-        }
-        let src = sources(&self.limits)
-            .into_iter()
-            .find(|(n, _)| *n == "encode.wgsl")
-            .expect("encode.wgsl is listed")
-            .1;
-        let src = with_const(&src, "D4", pq_pieces(dsub));
-        let module = scoped(&self.device, || {
-            self.device
-                .create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some("encode.wgsl"),
-                    source: wgpu::ShaderSource::Wgsl(src.into()),
-                })
-        })?;
-        let p = Arc::new(pipeline(&self.device, &module, "pq_assign")?);
-        cache.push((dsub, p.clone()));
-        Ok(p)
+        cached(&self.pq, dsub, || {
+            let extra = [("D4", pq_pieces(dsub))];
+            let m = module(&self.device, &self.limits, "encode.wgsl", &extra)?;
+            pipeline(&self.device, &m, "pq_assign")
+        })
     }
 
     /// Whether the PQ kernel takes this shape (sub-codebook in workgroup memory).
@@ -788,15 +766,6 @@ impl Backend for WgpuBackend {
         _precision: crate::Precision, // fp32 always: WGSL has no tensor-core path
     ) -> Result<Box<dyn KmeansSession + 'a>> {
         Ok(Box::new(WgpuSession::new(self, x, d)?))
-    }
-    fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
-        if x.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let mut s = WgpuSession::new(self, x, d)?;
-        s.set_centroids(centroids)?;
-        s.assign(None)?;
-        s.assignment_and_distances()
     }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;

@@ -1,7 +1,7 @@
 //! Encoding and index search on the WGPU device. The codebook of the last call and the lists
 //! of the last searched index stay resident (re-uploaded when they change).
 
-use super::{with_const, Params, Trace, WgpuBackend, KERNELS, MAX_GROUPS, TILE};
+use super::{Params, Trace, WgpuBackend, MAX_GROUPS, TILE};
 use crate::error::{Error, Result};
 use crate::quant::Codebook;
 use std::sync::Arc;
@@ -20,7 +20,6 @@ const SEARCH_WG: u32 = 256;
 
 /// A codebook on the device.
 pub(super) struct DeviceCodebook {
-    fingerprint: u64,
     anchors: wgpu::Buffer,
     /// |a_j|^2: the assignment's offsets and the coarse L2 terms.
     anorm: wgpu::Buffer,
@@ -30,7 +29,6 @@ pub(super) struct DeviceCodebook {
 
 /// An index's lists on the device, back to back.
 pub(super) struct DeviceLists {
-    stamp: u64,
     m: usize,
     codes: wgpu::Buffer,
     ids: wgpu::Buffer,
@@ -80,18 +78,9 @@ fn vector_terms(ix: &crate::Index) -> Vec<f32> {
         .collect()
 }
 
-fn device_codebook<'s>(
-    b: &WgpuBackend,
-    slot: &'s mut Option<DeviceCodebook>,
-    cb: &Codebook,
-) -> Result<&'s DeviceCodebook> {
-    if slot
-        .as_ref()
-        .is_none_or(|c| c.fingerprint != cb.fingerprint())
-    {
-        *slot = None; // free the old copy first
-        *slot = Some(DeviceCodebook {
-            fingerprint: cb.fingerprint(),
+impl DeviceCodebook {
+    fn upload(b: &WgpuBackend, cb: &Codebook) -> Result<DeviceCodebook> {
+        Ok(DeviceCodebook {
             anchors: b.upload(&cb.anchors, "anchors")?,
             anorm: b.upload(&crate::linalg::row_norms(&cb.anchors, cb.d), "anchor norms")?,
             books: b.upload(&cb.pq.centroids, "sub-codebooks")?,
@@ -100,9 +89,8 @@ fn device_codebook<'s>(
             } else {
                 Some(b.upload(&cb.rot, "rotation")?)
             },
-        });
+        })
     }
-    Ok(slot.as_ref().expect("the codebook was just uploaded"))
 }
 
 /// `y` (rows x dp, on the device) rotated by the codebook's rotation, if it has one.
@@ -175,7 +163,7 @@ pub(super) fn encode_residuals(
     }
     let n = x.len() / d;
     let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
-    let dc = device_codebook(b, &mut slot, cb)?;
+    let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(b, cb))?;
     let m = cb.anchors();
     // Blocks of rows: within one binding and one dispatch, and small enough that uploading
     // the next block overlaps the device's work on this one.
@@ -199,7 +187,7 @@ pub(super) fn encode_residuals(
     for block in x.chunks(per * d) {
         let rows = block.len() / d;
         let mut enc = b.encoder();
-        let xd = b.upload_queued(block, "vectors")?;
+        let xd = b.upload(block, "vectors")?;
         trace.mark(b, &mut enc, "upload");
         let xn = b.zeros(rows * 4, "vector norms")?;
         let assigned = b.zeros(rows * 4, "anchor ids")?;
@@ -245,7 +233,6 @@ impl DeviceLists {
             _ => b.zeros(4, "vector terms")?,
         };
         Ok(DeviceLists {
-            stamp: ix.stamp,
             m,
             codes: b.upload(&codes, "codes")?,
             ids: b.upload(&ids, "ids")?,
@@ -257,33 +244,16 @@ impl DeviceLists {
 
 impl WgpuBackend {
     fn search_pipes(&self, lut: u32, want: u32) -> Result<Arc<Pipes>> {
-        let mut cache = self.search.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, p)) = cache.iter().find(|(k, _)| *k == (lut, want)) {
-            return Ok(p.clone());
-        }
-        let src = KERNELS
-            .iter()
-            .find(|(n, _)| *n == "search.wgsl")
-            .expect("search.wgsl is listed")
-            .1;
-        let src = with_const(src, "WG", SEARCH_WG);
-        let src = with_const(&src, "LUT", lut);
-        let src = with_const(&src, "WANT", want);
-        let module = super::scoped(&self.device, || {
-            self.device
-                .create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some("search.wgsl"),
-                    source: wgpu::ShaderSource::Wgsl(src.into()),
-                })
-        })?;
-        let pipe = |e: &str| super::pipeline(&self.device, &module, e);
-        let p = Arc::new(Pipes {
-            coarse: pipe("coarse_probe")?,
-            tables: pipe("query_tables")?,
-            scan: pipe("scan_lists")?,
-        });
-        cache.push(((lut, want), p.clone()));
-        Ok(p)
+        super::cached(&self.search, (lut, want), || {
+            let extra = [("WG", SEARCH_WG), ("LUT", lut), ("WANT", want)];
+            let m = super::module(&self.device, &self.limits, "search.wgsl", &extra)?;
+            let pipe = |e: &str| super::pipeline(&self.device, &m, e);
+            Ok(Pipes {
+                coarse: pipe("coarse_probe")?,
+                tables: pipe("query_tables")?,
+                scan: pipe("scan_lists")?,
+            })
+        })
     }
 }
 
@@ -312,17 +282,13 @@ pub(super) fn search_lists(
     let pipes = b.search_pipes(lut as u32, want_built as u32)?;
     let mut lists = b.lists.lock().unwrap_or_else(|e| e.into_inner());
     let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
-    let dc = device_codebook(b, &mut slot, cb)?;
-    if lists.as_ref().is_none_or(|l| l.stamp != ix.stamp) {
-        *lists = None; // free the old copy first
-        match DeviceLists::upload(b, ix) {
-            Ok(l) => *lists = Some(l),
-            // An index larger than the device is searched on the host instead.
-            Err(Error::OutOfMemory(_)) => return Ok(None),
-            Err(e) => return Err(e),
-        }
-    }
-    let dl = lists.as_ref().expect("lists were just uploaded");
+    let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(b, cb))?;
+    let dl = match lists.get(ix.stamp, || DeviceLists::upload(b, ix)) {
+        Ok(l) => l,
+        // An index larger than the device is searched on the host instead.
+        Err(Error::OutOfMemory(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let d = cb.dim();
     let nq = q.len() / d;
     // Coarse scores (batch x m) must fit one binding too.

@@ -94,17 +94,6 @@ impl<'a> WgpuSession<'a> {
             .as_ref()
             .ok_or_else(|| Error::InvalidArgument("no centroids were set".into()))
     }
-
-    /// The last assignment and its distances (bias excluded).
-    pub(super) fn assignment_and_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)> {
-        let mut r = self.b.read(
-            self.b.encoder(),
-            &[(&self.assigned, self.n * 4), (&self.dist, self.n * 4)],
-        )?;
-        let dist = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
-        let a = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
-        Ok((a, dist))
-    }
 }
 
 impl KmeansSession for WgpuSession<'_> {
@@ -311,5 +300,16 @@ impl KmeansSession for WgpuSession<'_> {
             .b
             .read(self.b.encoder(), &[(&self.assigned, self.n * 4)])?;
         Ok(bytemuck::pod_collect_to_vec(&r[0]))
+    }
+
+    fn assignment_with_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)> {
+        // One round trip for both.
+        let mut r = self.b.read(
+            self.b.encoder(),
+            &[(&self.assigned, self.n * 4), (&self.dist, self.n * 4)],
+        )?;
+        let dist = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+        let a = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+        Ok((a, dist))
     }
 }
