@@ -154,8 +154,21 @@ fn take(b: Best, s: vec4<f32>, j: u32) -> Best {
     return o;
 }
 
-// One row of the tile (`row` < 64 within the half) from the 16 threads' candidates.
-fn finish_row(i0: u32, row: u32, tid: u32) {
+// A thread's four rows of one half (rows 4 ty .. 4 ty + 3 within it) into workgroup memory.
+fn stash(slot: u32, b0: Best, b1: Best, b2: Best, b3: Best) {
+    best_v[slot] = b0.v;
+    best_i[slot] = b0.a;
+    best_v[slot + 16u] = b1.v;
+    best_i[slot + 16u] = b1.a;
+    best_v[slot + 32u] = b2.v;
+    best_i[slot + 32u] = b2.a;
+    best_v[slot + 48u] = b3.v;
+    best_i[slot + 48u] = b3.a;
+}
+
+// One row of the tile (`row` % 64 within the half in workgroup memory) from the 16 threads'
+// candidates.
+fn finish_row(i0: u32, row: u32) {
     if (i0 + row >= P.m) {
         return;
     }
@@ -215,29 +228,15 @@ fn assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     // The rows' candidates meet in workgroup memory, one half of the tile at a time.
     let tid = lid.y * 16u + lid.x;
     let slot = 4u * lid.y * 16u + lid.x;
-    best_v[slot] = best[0].v;
-    best_i[slot] = best[0].a;
-    best_v[slot + 16u] = best[1].v;
-    best_i[slot + 16u] = best[1].a;
-    best_v[slot + 32u] = best[2].v;
-    best_i[slot + 32u] = best[2].a;
-    best_v[slot + 48u] = best[3].v;
-    best_i[slot + 48u] = best[3].a;
+    stash(slot, best[0], best[1], best[2], best[3]);
     workgroupBarrier();
     if (tid < 64u) {
-        finish_row(i0, tid, tid);
+        finish_row(i0, tid);
     }
     workgroupBarrier();
-    best_v[slot] = best[4].v;
-    best_i[slot] = best[4].a;
-    best_v[slot + 16u] = best[5].v;
-    best_i[slot + 16u] = best[5].a;
-    best_v[slot + 32u] = best[6].v;
-    best_i[slot + 32u] = best[6].a;
-    best_v[slot + 48u] = best[7].v;
-    best_i[slot + 48u] = best[7].a;
+    stash(slot, best[4], best[5], best[6], best[7]);
     workgroupBarrier();
     if (tid < 64u) {
-        finish_row(i0, 64u + tid, tid);
+        finish_row(i0, 64u + tid);
     }
 }
