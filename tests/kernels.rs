@@ -4,22 +4,26 @@
 
 use vlc_compress::backend::cuda;
 
-#[test]
-fn every_cuda_kernel_compiles() {
+/// Every `.ext` file under kernels/`dir`/ is built into the library: none may be forgotten.
+fn all_listed(dir: &str, ext: &str, listed: &[(&str, &str)]) {
     let files: Vec<String> =
-        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/cuda"))
+        std::fs::read_dir(format!("{}/kernels/{dir}", env!("CARGO_MANIFEST_DIR")))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|f| f.ends_with(".cu"))
+            .filter(|f| f.ends_with(ext))
             .collect();
-    // Every .cu under kernels/cuda/ is compiled into the library: none may be forgotten.
     for f in &files {
         assert!(
-            cuda::KERNELS.iter().any(|(name, _)| name == f),
-            "kernels/cuda/{f} is not listed in backend::cuda::KERNELS"
+            listed.iter().any(|(name, _)| name == f),
+            "kernels/{dir}/{f} is not listed in backend::{dir}::KERNELS"
         );
     }
-    assert_eq!(files.len(), cuda::KERNELS.len());
+    assert_eq!(files.len(), listed.len());
+}
+
+#[test]
+fn every_cuda_kernel_compiles() {
+    all_listed("cuda", ".cu", cuda::KERNELS);
     for (name, src) in cuda::KERNELS {
         match cuda::compile(name, src) {
             Ok(ptx) => assert!(ptx.to_src().contains(".entry"), "{name}: no kernels in PTX"),
@@ -40,19 +44,7 @@ fn every_cuda_kernel_compiles() {
 #[test]
 fn every_wgsl_kernel_validates() {
     use vlc_compress::backend::wgpu;
-    let files: Vec<String> =
-        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/wgpu"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|f| f.ends_with(".wgsl"))
-            .collect();
-    for f in &files {
-        assert!(
-            wgpu::KERNELS.iter().any(|(name, _)| name == f),
-            "kernels/wgpu/{f} is not listed in backend::wgpu::KERNELS"
-        );
-    }
-    assert_eq!(files.len(), wgpu::KERNELS.len());
+    all_listed("wgpu", ".wgsl", wgpu::KERNELS);
     let validate = |name: &str, src: &str| {
         let module = naga::front::wgsl::parse_str(src)
             .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));

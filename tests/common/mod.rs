@@ -89,6 +89,68 @@ pub fn mean_recall(
     total / 3.0
 }
 
+/// For each (metric, rotation, re-rank) case: an index trained on the CPU from `base`
+/// (`anchors`, 16 B), searched on the host and on `dev` (with `nprobe`), fresh and after a third
+/// of its vectors are removed (a changed index must be uploaded again, not searched stale). The
+/// result ids agree for at least 99% and the distances within 1e-3; `check` adds the backend's
+/// own assertions, given both results, the device-to-host bytes of the device search and a
+/// label.
+pub fn search_parity(
+    dev: &Context,
+    base: &vecio::Matrix<f32>,
+    query: &[f32],
+    anchors: usize,
+    nprobe: usize,
+    cases: &[(vlc_compress::Metric, vlc_compress::Rotation, usize)],
+    check: impl Fn(&vlc_compress::SearchResults, &vlc_compress::SearchResults, u64, &str),
+) {
+    use vlc_compress::{DenseRaw, RawVectors, SearchParams};
+    let cpu = ctx(0);
+    let raw = DenseRaw {
+        data: &base.data,
+        d: base.cols,
+    };
+    for &(metric, rotation, rerank) in cases {
+        let mut p = small_params(anchors, 16);
+        p.metric = metric;
+        p.rotation = rotation;
+        let mut ix = indexed(&cpu, p, base);
+        let sp = SearchParams {
+            k: 10,
+            nprobe,
+            rerank,
+        };
+        let rawp = (rerank > 0).then_some(&raw as &dyn RawVectors);
+        let compare = |ix: &Index, when: &str| {
+            let what = format!("{metric:?} {rotation:?} rerank {rerank} {when}");
+            let host = ix.search(query, &sp, rawp).unwrap();
+            let before = dev.backend().transfers().d2h_bytes;
+            let got = dev.run(|b| ix.search_with(b, query, &sp, rawp)).unwrap();
+            let d2h = dev.backend().transfers().d2h_bytes - before;
+            let same = host
+                .ids
+                .iter()
+                .zip(&got.ids)
+                .filter(|(a, b)| a == b)
+                .count();
+            let frac = same as f64 / host.ids.len() as f64;
+            eprintln!("{what}: same ids {frac:.4}");
+            assert!(frac >= 0.99, "{what}: only {frac} of result ids agree");
+            for (a, b) in host.distances.iter().zip(&got.distances) {
+                assert!(
+                    (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
+                    "{what}: distance {a} vs {b}"
+                );
+            }
+            check(&host, &got, d2h, &what);
+        };
+        compare(&ix, "fresh");
+        let gone: Vec<u64> = (0..base.rows as u64).step_by(3).collect();
+        ix.remove(&gone).unwrap();
+        compare(&ix, "after remove");
+    }
+}
+
 pub fn ctx(threads: usize) -> Arc<Context> {
     Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
 }
