@@ -40,20 +40,7 @@ fn anchors_match_the_cpu() {
             init,
             ..AnchorParams::default()
         };
-        let cpu = common::ctx(0)
-            .run(|b| train_anchors(b, x, d, &p, &NoProgress))
-            .unwrap();
-        let gpu = g.run(|b| train_anchors(b, x, d, &p, &NoProgress)).unwrap();
-        let rel = (gpu.energy - cpu.energy).abs() / cpu.energy;
-        eprintln!(
-            "{name} k={anchors} trim={trim}: energy cpu {} cuda {} ({rel:.2e})",
-            cpu.energy, gpu.energy
-        );
-        assert!(rel < 0.01, "{name}: energy differs by {rel}");
-        assert_eq!(
-            gpu.counts.iter().map(|&c| c as usize).sum::<usize>(),
-            gpu.points
-        );
+        common::anchor_parity(&g, x, d, &p, &format!("{name} k={anchors} trim={trim}"));
     }
     let t = g.backend().transfers();
     assert!(t.h2d_bytes > 0 && t.d2h_bytes > 0);

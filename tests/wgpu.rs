@@ -70,20 +70,7 @@ fn anchors_match_the_cpu() {
             max_iters: 15,
             ..AnchorParams::default()
         };
-        let cpu = common::ctx(0)
-            .run(|b| train_anchors(b, x, d, &p, &NoProgress))
-            .unwrap();
-        let gpu = g.run(|b| train_anchors(b, x, d, &p, &NoProgress)).unwrap();
-        let rel = (gpu.energy - cpu.energy).abs() / cpu.energy;
-        eprintln!(
-            "k={anchors} trim={trim} {init:?}: energy cpu {} wgpu {} ({rel:.2e})",
-            cpu.energy, gpu.energy
-        );
-        assert!(rel < 0.01, "energy differs by {rel}");
-        assert_eq!(
-            gpu.counts.iter().map(|&c| c as usize).sum::<usize>(),
-            gpu.points
-        );
+        common::anchor_parity(&g, x, d, &p, &format!("k={anchors} trim={trim} {init:?}"));
     }
     let t = g.backend().transfers();
     assert!(t.h2d_bytes > 0 && t.d2h_bytes > 0);

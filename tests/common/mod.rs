@@ -151,6 +151,34 @@ pub fn search_parity(
     }
 }
 
+/// Anchors trained with `p` on the CPU and on `dev` from the same `x` (n x d): the energies are
+/// within 1% and every point is counted once on the device.
+pub fn anchor_parity(
+    dev: &Context,
+    x: &[f32],
+    d: usize,
+    p: &vlc_compress::AnchorParams,
+    label: &str,
+) {
+    use vlc_compress::{train::train_anchors, NoProgress};
+    let cpu = ctx(0)
+        .run(|b| train_anchors(b, x, d, p, &NoProgress))
+        .unwrap();
+    let got = dev.run(|b| train_anchors(b, x, d, p, &NoProgress)).unwrap();
+    let rel = (got.energy - cpu.energy).abs() / cpu.energy;
+    eprintln!(
+        "{label}: energy cpu {} {} {} ({rel:.2e})",
+        cpu.energy,
+        dev.backend().kind().name(),
+        got.energy
+    );
+    assert!(rel < 0.01, "{label}: energy differs by {rel}");
+    assert_eq!(
+        got.counts.iter().map(|&c| c as usize).sum::<usize>(),
+        got.points
+    );
+}
+
 pub fn ctx(threads: usize) -> Arc<Context> {
     Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
 }
