@@ -67,7 +67,7 @@ fn codes_and_recall_match_the_cpu() {
 
     // Trained on each backend, searched the same way. The two runs part ways at the first
     // near-tie the GEMMs round differently, so one seed compares two training draws; the
-    // mean over three seeds is compared, within one point on these 500 queries (the dev
+    // mean over three seeds may fall at most one point below the CPU on these 500 queries (the dev
     // datasets' half-point comparison is `vlc eval`'s, in docs/perf-cuda.md).
     let recall = |ctx: &Arc<Context>| {
         common::mean_recall(
@@ -82,7 +82,7 @@ fn codes_and_recall_match_the_cpu() {
     };
     let (rc, rg) = (recall(&cpu_ctx), recall(&g));
     eprintln!("mean recall@10 over 3 seeds: cpu {rc:.4} cuda {rg:.4}");
-    assert!((rc - rg).abs() <= 0.01, "recall cpu {rc} vs cuda {rg}");
+    assert!(rg >= rc - 0.01, "recall cpu {rc} vs cuda {rg}");
 }
 
 #[test]

@@ -142,11 +142,14 @@ fn codes_and_recall_match_the_cpu() {
         assert!(frac >= 0.99, "{case:?}: only {frac} of codes are identical");
     }
 
-    // Trained on each backend, searched the same way: mean recall over three seeds.
+    // Trained on each backend, searched the same way: mean recall over three seeds. WGPU sums
+    // in device order, so its training draw moves from run to run: over 12 seeds one seed's
+    // recall here has a spread (sd) of 0.011 on either backend, so a 3-seed mean 0.0065. A
+    // worse index is the failure; a luckier draw is not, so the bound is one-sided, 3 sd.
     let recall = |ctx: &Arc<Context>| common::mean_recall(ctx, &s.base, &s.query, &s.gt, 10, 64, 8);
     let (rc, rg) = (recall(&cpu_ctx), recall(&g));
     eprintln!("mean recall@10 over 3 seeds: cpu {rc:.4} wgpu {rg:.4}");
-    assert!((rc - rg).abs() <= 0.015, "recall cpu {rc} vs wgpu {rg}");
+    assert!(rg >= rc - 0.02, "recall cpu {rc} vs wgpu {rg}");
 }
 
 #[test]
