@@ -90,7 +90,8 @@ fn split_bindings_give_the_same_steps() {
             let mut s = b.kmeans_session(x, d, Precision::Exact)?;
             s.set_centroids(&init)?;
             let a = s.assign(None)?;
-            let spread = s.update(0.1)?;
+            s.update(0.1)?;
+            let spread = s.spread()?;
             let c = s.centroids()?;
             let a2 = s.assign(Some(&[0.5; 32]))?;
             Ok::<_, Error>((a, spread, c, a2))

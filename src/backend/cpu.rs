@@ -32,6 +32,7 @@ impl Backend for CpuBackend {
             cn: Vec::new(),
             assign: try_vec(n, 0u32, "assignment")?,
             dist: try_vec(n, 0f32, "distances")?,
+            spread: Vec::new(),
         }))
     }
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
@@ -53,6 +54,7 @@ struct CpuSession<'a> {
     cn: Vec<f32>,
     assign: Vec<u32>,
     dist: Vec<f32>,
+    spread: Vec<f32>,
 }
 
 impl KmeansSession for CpuSession<'_> {
@@ -94,7 +96,7 @@ impl KmeansSession for CpuSession<'_> {
         Ok(AssignStats { counts, energy })
     }
 
-    fn update(&mut self, trim: f32) -> Result<Vec<f32>> {
+    fn update(&mut self, trim: f32) -> Result<()> {
         let (d, k, n) = (self.d, self.cn.len(), self.assign.len());
         let (x, dist, assign) = (self.x, &self.dist, &self.assign);
         // With trimming, each centroid keeps its `keep` nearest points: those at or below a
@@ -177,7 +179,15 @@ impl KmeansSession for CpuSession<'_> {
             spread[j] = (spread_sum[j] * inv) as f32;
         }
         self.cn = linalg::row_norms(&self.c, d);
-        Ok(spread)
+        self.spread = spread;
+        Ok(())
+    }
+
+    fn spread(&mut self) -> Result<Vec<f32>> {
+        if self.spread.is_empty() {
+            return Err(crate::Error::InvalidState("spread before update".into()));
+        }
+        Ok(self.spread.clone())
     }
 
     fn centroids(&mut self) -> Result<Vec<f32>> {

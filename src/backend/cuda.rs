@@ -850,6 +850,8 @@ struct CudaSession<'a> {
     c: Option<Centroids>,
     /// Counts of the last assignment (host copy: they set the group offsets).
     counts: Vec<u32>,
+    /// Whether the centroid buffers hold an update's spread.
+    updated: bool,
 }
 
 struct Centroids {
@@ -893,6 +895,7 @@ impl<'a> CudaSession<'a> {
         if self.k != k || self.c.is_none() {
             self.c = Some(self.buffers(s, k)?);
             self.k = k;
+            self.updated = false;
         }
         let cb = self.c.as_mut().expect("centroid buffers were just made");
         fill(&dev, &mut cb.c)?;
@@ -936,6 +939,7 @@ impl<'a> CudaSession<'a> {
             order: CudaBackend::zeros(s, n)?,
             c: None,
             counts: Vec::new(),
+            updated: false,
         })
     }
 
@@ -1072,7 +1076,7 @@ impl KmeansSession for CudaSession<'_> {
         Ok(AssignStats { counts, energy })
     }
 
-    fn update(&mut self, trim: f32) -> Result<Vec<f32>> {
+    fn update(&mut self, trim: f32) -> Result<()> {
         let (n, d, k) = (self.n, self.d, self.k);
         let cb = self
             .c
@@ -1137,11 +1141,21 @@ impl KmeansSession for CudaSession<'_> {
             let _ = s.synchronize();
         });
         row_norms(&dev, &cb.c, k, d, &mut cb.cn)?;
-        let spread = b.down(s, &cb.spread);
-        self.trace.mark("norms+spread", || {
+        self.trace.mark("norms", || {
             let _ = s.synchronize();
         });
-        spread
+        self.updated = true;
+        Ok(())
+    }
+
+    fn spread(&mut self) -> Result<Vec<f32>> {
+        let cb = self
+            .c
+            .as_ref()
+            .filter(|_| self.updated)
+            .ok_or_else(|| Error::InvalidState("spread before update".into()))?;
+        let dev = self.b.lock();
+        self.b.down(&dev.stream, &cb.spread)
     }
 
     fn centroids(&mut self) -> Result<Vec<f32>> {

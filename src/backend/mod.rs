@@ -83,9 +83,12 @@ pub trait KmeansSession {
     /// Assign every point to `argmin_c |x - c|^2 + bias[c]` (ties to the smaller index).
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats>;
     /// Move every non-empty centroid to the trimmed mean of its points: the `trim` fraction
-    /// farthest from it is dropped. Returns each centroid's spread (mean squared distance of the
-    /// kept points; 0 for empty ones). Uses the last assignment.
-    fn update(&mut self, trim: f32) -> Result<Vec<f32>>;
+    /// farthest from it is dropped. Uses the last assignment. A device may return before the
+    /// step is done: nothing comes back, so the next assignment follows without a round trip.
+    fn update(&mut self, trim: f32) -> Result<()>;
+    /// Each centroid's spread after the last update (mean squared distance of its kept points;
+    /// 0 for empty ones): used by maintenance, not every iteration.
+    fn spread(&mut self) -> Result<Vec<f32>>;
     /// Download the centroids (k x d): used by maintenance, not every iteration.
     fn centroids(&mut self) -> Result<Vec<f32>>;
     /// Download the last assignment (n values): once, at the end, when the caller needs it.

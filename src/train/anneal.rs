@@ -142,13 +142,14 @@ pub fn train_anchors_from(
             }
         }
         let heat = heat_at(it);
-        let spread = sess.update(p.trim * heat)?;
+        sess.update(p.trim * heat)?;
 
         let empties = stats.counts.contains(&0);
         let maintain = p.maintenance_interval > 0
             && (it + 1) % p.maintenance_interval == 0
             && it + 1 < p.max_iters;
         if empties || maintain {
+            let spread = sess.spread()?;
             c = sess.centroids()?;
             maintenance(
                 &mut c,

@@ -42,6 +42,8 @@ pub struct WgpuSession<'a> {
     c: Option<Centroids>,
     /// Counts of the last assignment (the update's group offsets come from them).
     counts: Vec<u32>,
+    /// Whether the centroid buffers hold an update's spread.
+    updated: bool,
     trace: std::cell::RefCell<Trace>,
 }
 
@@ -85,6 +87,7 @@ impl<'a> WgpuSession<'a> {
             partial: b.zeros(ENERGY_GROUPS * 4, "energy partials")?,
             c: None,
             counts: Vec::new(),
+            updated: false,
             trace: std::cell::RefCell::new(Trace::new()),
         })
     }
@@ -114,6 +117,7 @@ impl KmeansSession for WgpuSession<'_> {
             b.write(&self.c.as_ref().expect("checked").c, centroids);
         } else {
             self.c = None; // free the old buffers first
+            self.updated = false;
             let z = |bytes: usize, what: &str| b.zeros(bytes, what);
             self.c = Some(Centroids {
                 k,
@@ -200,7 +204,7 @@ impl KmeansSession for WgpuSession<'_> {
         })
     }
 
-    fn update(&mut self, trim: f32) -> Result<Vec<f32>> {
+    fn update(&mut self, trim: f32) -> Result<()> {
         let (b, d, n) = (self.b, self.d, self.n);
         let c = self.centroids_ref()?;
         let k = c.k;
@@ -282,10 +286,20 @@ impl KmeansSession for WgpuSession<'_> {
             g,
         );
         b.row_norms(&mut enc, &c.c, k, d, 0, &c.cn);
-        let r = b.read(enc, &[(&c.spread, k * 4)])?;
-        self.trace
-            .borrow_mut()
-            .mark(b, &mut b.encoder(), "means, read back");
+        // Not waited for: the next assignment's read-back waits for both.
+        b.queue.submit([enc.finish()]);
+        self.trace.borrow_mut().mark(b, &mut b.encoder(), "means");
+        self.updated = true;
+        Ok(())
+    }
+
+    fn spread(&mut self) -> Result<Vec<f32>> {
+        let c = self
+            .c
+            .as_ref()
+            .filter(|_| self.updated)
+            .ok_or_else(|| Error::InvalidState("spread before update".into()))?;
+        let r = self.b.read(self.b.encoder(), &[(&c.spread, c.k * 4)])?;
         Ok(bytemuck::pod_collect_to_vec(&r[0]))
     }
 
