@@ -5,7 +5,7 @@
 //
 // A workgroup of 16 x 16 threads owns a 128-row tile of A; each thread accumulates an 8 x 8
 // block of dot products (rows 4ty.. and 64 + 4ty.., columns 4tx.. and 64 + 4tx..) while
-// 8-wide slices of A and B pass through workgroup memory: 64 multiply-adds per 4 loads.
+// TK-wide slices of A and B pass through workgroup memory: 64 multiply-adds per 4 loads.
 
 struct Params {
     m: u32,        // rows of A in this dispatch
@@ -36,42 +36,98 @@ const TK: u32 = 8u;
 const INF: f32 = 3.40282347e38;
 const NONE: u32 = 0xffffffffu;
 
-// Slices of A and B: element (t, r) of the TK x 128 slice at [t * 32 + r / 4][r % 4].
-var<workgroup> sa: array<vec4<f32>, TK * 32u>;
-var<workgroup> sb: array<vec4<f32>, TK * 32u>;
-// assign: each thread's best per row, merged across the 16 threads sharing the rows, one
-// half of the tile's rows at a time (16 KB of workgroup memory in all).
-var<workgroup> best_v: array<f32, 1024>;
-var<workgroup> best_i: array<u32, 1024>;
+// Slices of A and B: element (t, r) of the TK x 128 slice at [t * S + r / 4][r % 4]. S = 33,
+// not 32, so the stores of one warp, which differ in t, spread over the memory banks (at most
+// two to a bank) instead of piling onto a few.
+const S: u32 = 33u;
+var<workgroup> sa: array<vec4<f32>, TK * S>;
+var<workgroup> sb: array<vec4<f32>, TK * S>;
+// assign: once the slices are spent, each thread's best per row goes into them (score in sa,
+// column in sb as its bits), merged across the 16 threads sharing the rows, one half of the
+// tile's rows at a time.
+
+// Four consecutive values, columns t.. of row `row`, of A (or of B with `of_b`): zeros past
+// the ends.
+fn load4(of_b: bool, row: u32, t: u32) -> vec4<f32> {
+    let rows = select(P.m, P.n, of_b);
+    var v = vec4<f32>(0.0);
+    if (row >= rows) {
+        return v;
+    }
+    let o = row * P.k + t;
+    if (t + 3u < P.k) {
+        if (of_b) {
+            return vec4<f32>(xb[o], xb[o + 1u], xb[o + 2u], xb[o + 3u]);
+        }
+        return vec4<f32>(xa[o], xa[o + 1u], xa[o + 2u], xa[o + 3u]);
+    }
+    for (var c = 0u; t + c < P.k; c++) {
+        if (of_b) {
+            v[c] = xb[o + c];
+        } else {
+            v[c] = xa[o + c];
+        }
+    }
+    return v;
+}
+
+// Piece `e` of a slice starting at column t0 (four columns of one row; a slice has T * TK / 4
+// pieces, so each thread fetches TK / 8 of A and as many of B).
+fn fetch(of_b: bool, r0: u32, t0: u32, e: u32) -> vec4<f32> {
+    return load4(of_b, r0 + e / (TK / 4u), t0 + 4u * (e % (TK / 4u)));
+}
+
+// Piece `e` of A's slice and of B's into workgroup memory.
+fn put_piece(e: u32, a: vec4<f32>, b: vec4<f32>) {
+    let r = e / (TK / 4u);
+    let i = 4u * (e % (TK / 4u)) * S + r / 4u;
+    sa[i][r % 4u] = a.x;
+    sa[i + S][r % 4u] = a.y;
+    sa[i + 2u * S][r % 4u] = a.z;
+    sa[i + 3u * S][r % 4u] = a.w;
+    sb[i][r % 4u] = b.x;
+    sb[i + S][r % 4u] = b.y;
+    sb[i + 2u * S][r % 4u] = b.z;
+    sb[i + 3u * S][r % 4u] = b.w;
+}
 
 // acc[2 r + g][c] = a_(i0 + row r) . b_(j0 + column (g, c)) for this thread, r < 8: rows
 // 4 ty + r (r < 4) and 64 + 4 ty + r - 4; columns 4 tx + c (g = 0) and 64 + 4 tx + c (g = 1).
-// Every index below is a constant, so the accumulators stay in registers.
+// Every index below is a constant, so the accumulators stay in registers. The next slices'
+// values are fetched into registers before this slice's products, so the device reads while
+// it multiplies.
 fn tile(i0: u32, j0: u32, lid: vec3<u32>) -> array<vec4<f32>, 16> {
     var acc: array<vec4<f32>, 16>;
     let tid = lid.y * 16u + lid.x;
+    let two = TK == 16u;
+    var pa0 = fetch(false, i0, 0u, tid);
+    var pb0 = fetch(true, j0, 0u, tid);
+    var pa1 = vec4<f32>(0.0);
+    var pb1 = vec4<f32>(0.0);
+    if (two) {
+        pa1 = fetch(false, i0, 0u, tid + 256u);
+        pb1 = fetch(true, j0, 0u, tid + 256u);
+    }
     for (var t0 = 0u; t0 < P.k; t0 += TK) {
-        for (var e = tid; e < T * TK; e += 256u) {
-            let r = e / TK;
-            let t = e % TK;
-            let gt = t0 + t;
-            var va = 0.0;
-            if (i0 + r < P.m && gt < P.k) {
-                va = xa[(i0 + r) * P.k + gt];
-            }
-            var vb = 0.0;
-            if (j0 + r < P.n && gt < P.k) {
-                vb = xb[(j0 + r) * P.k + gt];
-            }
-            sa[t * 32u + r / 4u][r % 4u] = va;
-            sb[t * 32u + r / 4u][r % 4u] = vb;
+        put_piece(tid, pa0, pb0);
+        if (two) {
+            put_piece(tid + 256u, pa1, pb1);
         }
         workgroupBarrier();
+        let nt = t0 + TK;
+        if (nt < P.k) {
+            pa0 = fetch(false, i0, nt, tid);
+            pb0 = fetch(true, j0, nt, tid);
+            if (two) {
+                pa1 = fetch(false, i0, nt, tid + 256u);
+                pb1 = fetch(true, j0, nt, tid + 256u);
+            }
+        }
         for (var t = 0u; t < TK; t++) {
-            let a0 = sa[t * 32u + lid.y];
-            let a1 = sa[t * 32u + 16u + lid.y];
-            let b0 = sb[t * 32u + lid.x];
-            let b1 = sb[t * 32u + 16u + lid.x];
+            let a0 = sa[t * S + lid.y];
+            let a1 = sa[t * S + 16u + lid.y];
+            let b0 = sb[t * S + lid.x];
+            let b1 = sb[t * S + 16u + lid.x];
             acc[0] += a0.x * b0;
             acc[1] += a0.x * b1;
             acc[2] += a0.y * b0;
@@ -154,16 +210,22 @@ fn take(b: Best, s: vec4<f32>, j: u32) -> Best {
     return o;
 }
 
+// Slot `i` of the merge buffer (1,024 slots: a half tile's 64 rows x 16 threads).
+fn put_best(i: u32, b: Best) {
+    sa[i / 4u][i % 4u] = b.v;
+    sb[i / 4u][i % 4u] = bitcast<f32>(b.a);
+}
+
+fn get_best(i: u32) -> Best {
+    return Best(sa[i / 4u][i % 4u], bitcast<u32>(sb[i / 4u][i % 4u]));
+}
+
 // A thread's four rows of one half (rows 4 ty .. 4 ty + 3 within it) into workgroup memory.
 fn stash(slot: u32, b0: Best, b1: Best, b2: Best, b3: Best) {
-    best_v[slot] = b0.v;
-    best_i[slot] = b0.a;
-    best_v[slot + 16u] = b1.v;
-    best_i[slot + 16u] = b1.a;
-    best_v[slot + 32u] = b2.v;
-    best_i[slot + 32u] = b2.a;
-    best_v[slot + 48u] = b3.v;
-    best_i[slot + 48u] = b3.a;
+    put_best(slot, b0);
+    put_best(slot + 16u, b1);
+    put_best(slot + 32u, b2);
+    put_best(slot + 48u, b3);
 }
 
 // One row of the tile (`row` % 64 within the half in workgroup memory) from the 16 threads'
@@ -175,11 +237,10 @@ fn finish_row(i0: u32, row: u32) {
     var v = INF;
     var a = NONE;
     for (var t = 0u; t < 16u; t++) {
-        let ov = best_v[(row % 64u) * 16u + t];
-        let oa = best_i[(row % 64u) * 16u + t];
-        if (ov < v || (ov == v && oa < a)) {
-            v = ov;
-            a = oa;
+        let o = get_best((row % 64u) * 16u + t);
+        if (o.v < v || (o.v == v && o.a < a)) {
+            v = o.v;
+            a = o.a;
         }
     }
     if (a == NONE) {

@@ -41,6 +41,10 @@ var<workgroup> red_f: array<f32, WG>;
 var<workgroup> red_u: array<u32, WG>;
 var<workgroup> hist: array<atomic<u32>, 256>;
 var<workgroup> pick: array<u32, 2>;
+// count_energy: the workgroup's own counts, added to the global ones once at the end, where k
+// fits (a million points on a few thousand global counters queue up on each).
+const TALLY: u32 = 2048u;
+var<workgroup> tally: array<atomic<u32>, TALLY>;
 
 fn linear(wg: vec3<u32>) -> u32 {
     return wg.y * P.groups_x + wg.x;
@@ -103,14 +107,33 @@ fn sum_u(v: u32, tid: u32) -> u32 {
 @compute @workgroup_size(WG)
 fn count_energy(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_id) lid: vec3<u32>) {
+    let local = P.k <= TALLY;
+    if (local) {
+        for (var j = lid.x; j < P.k; j += WG) {
+            atomicStore(&tally[j], 0u);
+        }
+        workgroupBarrier();
+    }
     var s = 0.0;
     for (var i = wg.x * WG + lid.x; i < P.n; i += nwg.x * WG) {
-        atomicAdd(&counts[assigned[i]], 1u);
+        if (local) {
+            atomicAdd(&tally[assigned[i]], 1u);
+        } else {
+            atomicAdd(&counts[assigned[i]], 1u);
+        }
         s += dist[i];
     }
-    let t = sum_f(s, lid.x);
+    let t = sum_f(s, lid.x); // its barriers also end the tally
     if (lid.x == 0u) {
         partial[wg.x] = t;
+    }
+    if (local) {
+        for (var j = lid.x; j < P.k; j += WG) {
+            let c = atomicLoad(&tally[j]);
+            if (c > 0u) {
+                atomicAdd(&counts[j], c);
+            }
+        }
     }
 }
 

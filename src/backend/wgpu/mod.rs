@@ -105,10 +105,10 @@ fn workgroup_size(l: &wgpu::Limits) -> u32 {
     1 << (31 - cap.leading_zeros())
 }
 
-/// The dot-product kernels' shared-dimension step: 16 where 24 KB of workgroup memory is
-/// there (two 16 x 128 slices and the 8 KB argmin merge), else 8.
+/// The dot-product kernels' shared-dimension step: 16 where two 16-row slices fit in
+/// workgroup memory (16.5 KB: 16 x 33 four-float pieces each, dots.wgsl), else 8.
 fn dots_step(l: &wgpu::Limits) -> u32 {
-    if l.max_compute_workgroup_storage_size >= 24 << 10 {
+    if l.max_compute_workgroup_storage_size >= 2 * 16 * 33 * 16 {
         16
     } else {
         8

@@ -6,7 +6,7 @@ use super::{fold, u32_of, Params, Trace, WgpuBackend};
 use crate::backend::{AssignStats, KmeansSession};
 use crate::error::{Error, Result};
 
-/// Workgroups of the energy reduction: a fixed grid, so the energy repeats exactly.
+/// Most workgroups of the energy reduction (fewer for small n).
 const ENERGY_GROUPS: usize = 256;
 
 /// Buffers sized by the number of centroids.
@@ -178,6 +178,8 @@ impl KmeansSession for WgpuSession<'_> {
         }
         self.trace.borrow_mut().mark(b, &mut enc, "assign");
         enc.clear_buffer(&c.counts, 0, None);
+        // A grid set by n alone, so the energy's order of sums repeats.
+        let groups = n.div_ceil(b.wg as usize).min(ENERGY_GROUPS);
         let p = Params::new(&[n as u32, d as u32, k as u32]);
         b.dispatch(
             &mut enc,
@@ -189,12 +191,9 @@ impl KmeansSession for WgpuSession<'_> {
                 (5, &c.counts),
                 (6, &self.partial),
             ],
-            (ENERGY_GROUPS as u32, 1, 1),
+            (groups as u32, 1, 1),
         );
-        let mut r = b.read(
-            enc,
-            &[(&c.counts, k * 4), (&self.partial, ENERGY_GROUPS * 4)],
-        )?;
+        let mut r = b.read(enc, &[(&c.counts, k * 4), (&self.partial, groups * 4)])?;
         let partial: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
         self.counts = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
         let energy = partial.iter().map(|&v| v as f64).sum();
