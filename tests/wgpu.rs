@@ -91,8 +91,7 @@ fn split_bindings_give_the_same_steps() {
             s.set_centroids(&init)?;
             let a = s.assign(None)?;
             s.update(0.1)?;
-            let spread = s.spread()?;
-            let c = s.centroids()?;
+            let (c, spread) = s.centroids_and_spread()?;
             let a2 = s.assign(Some(&[0.5; 32]))?;
             Ok::<_, Error>((a, spread, c, a2))
         })

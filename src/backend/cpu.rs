@@ -183,11 +183,11 @@ impl KmeansSession for CpuSession<'_> {
         Ok(())
     }
 
-    fn spread(&mut self) -> Result<Vec<f32>> {
+    fn centroids_and_spread(&mut self) -> Result<(Vec<f32>, Vec<f32>)> {
         if self.spread.is_empty() {
             return Err(crate::Error::InvalidState("spread before update".into()));
         }
-        Ok(self.spread.clone())
+        Ok((self.c.clone(), self.spread.clone()))
     }
 
     fn centroids(&mut self) -> Result<Vec<f32>> {

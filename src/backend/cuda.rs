@@ -1148,14 +1148,15 @@ impl KmeansSession for CudaSession<'_> {
         Ok(())
     }
 
-    fn spread(&mut self) -> Result<Vec<f32>> {
+    fn centroids_and_spread(&mut self) -> Result<(Vec<f32>, Vec<f32>)> {
         let cb = self
             .c
             .as_ref()
             .filter(|_| self.updated)
             .ok_or_else(|| Error::InvalidState("spread before update".into()))?;
         let dev = self.b.lock();
-        self.b.down(&dev.stream, &cb.spread)
+        let c = self.b.down(&dev.stream, &cb.c)?;
+        Ok((c, self.b.down(&dev.stream, &cb.spread)?))
     }
 
     fn centroids(&mut self) -> Result<Vec<f32>> {

@@ -86,9 +86,10 @@ pub trait KmeansSession {
     /// farthest from it is dropped. Uses the last assignment. A device may return before the
     /// step is done: nothing comes back, so the next assignment follows without a round trip.
     fn update(&mut self, trim: f32) -> Result<()>;
-    /// Each centroid's spread after the last update (mean squared distance of its kept points;
-    /// 0 for empty ones): used by maintenance, not every iteration.
-    fn spread(&mut self) -> Result<Vec<f32>>;
+    /// The centroids (k x d) and each one's spread after the last update (mean squared
+    /// distance of its kept points; 0 for empty ones): maintenance's inputs, not read every
+    /// iteration.
+    fn centroids_and_spread(&mut self) -> Result<(Vec<f32>, Vec<f32>)>;
     /// Download the centroids (k x d): used by maintenance, not every iteration.
     fn centroids(&mut self) -> Result<Vec<f32>>;
     /// Download the last assignment (n values): once, at the end, when the caller needs it.

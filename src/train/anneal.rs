@@ -149,8 +149,8 @@ pub fn train_anchors_from(
             && (it + 1) % p.maintenance_interval == 0
             && it + 1 < p.max_iters;
         if empties || maintain {
-            let spread = sess.spread()?;
-            c = sess.centroids()?;
+            let spread;
+            (c, spread) = sess.centroids_and_spread()?;
             maintenance(
                 &mut c,
                 d,

@@ -137,7 +137,9 @@ impl KmeansSession for WgpuSession<'_> {
         let c = self.centroids_ref()?;
         let mut enc = b.encoder();
         b.row_norms(&mut enc, &c.c, k, d, 0, &c.cn);
-        b.finish(enc)
+        // Not waited for: the queue keeps the order, and the next read-back waits for it.
+        b.queue.submit([enc.finish()]);
+        Ok(())
     }
 
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {
@@ -292,14 +294,22 @@ impl KmeansSession for WgpuSession<'_> {
         Ok(())
     }
 
-    fn spread(&mut self) -> Result<Vec<f32>> {
+    fn centroids_and_spread(&mut self) -> Result<(Vec<f32>, Vec<f32>)> {
         let c = self
             .c
             .as_ref()
             .filter(|_| self.updated)
             .ok_or_else(|| Error::InvalidState("spread before update".into()))?;
-        let r = self.b.read(self.b.encoder(), &[(&c.spread, c.k * 4)])?;
-        Ok(bytemuck::pod_collect_to_vec(&r[0]))
+        // One round trip for both.
+        let mut r = self.b.read(
+            self.b.encoder(),
+            &[(&c.c, c.k * self.d * 4), (&c.spread, c.k * 4)],
+        )?;
+        let spread = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+        Ok((
+            bytemuck::pod_collect_to_vec(&r.pop().expect("two parts")),
+            spread,
+        ))
     }
 
     fn centroids(&mut self) -> Result<Vec<f32>> {
