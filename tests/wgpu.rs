@@ -102,7 +102,8 @@ fn split_bindings_give_the_same_steps() {
     std::env::set_var("VLCC_WGPU_MAX_BINDING", "65536");
     let split = Context::new(BackendKind::Wgpu, 0, 0);
     std::env::remove_var("VLCC_WGPU_MAX_BINDING");
-    let parts = step(&split.unwrap());
+    let split = split.unwrap();
+    let parts = step(&split);
     assert_eq!(whole.0.counts, parts.0.counts);
     assert!((whole.0.energy - parts.0.energy).abs() <= 1e-6 * whole.0.energy);
     for (a, b) in whole.1.iter().zip(&parts.1) {
@@ -121,6 +122,15 @@ fn split_bindings_give_the_same_steps() {
         whole.3.energy, parts.3.energy
     );
     assert!(rel < 1e-4);
+    // Encoding in blocks of a few hundred rows, each read back while the next one runs.
+    let frac = common::code_agreement(
+        &common::ctx(0),
+        &split,
+        &s.base,
+        32,
+        (16, 8, Rotation::None),
+    );
+    assert!(frac >= 0.99, "blocks: only {frac} of codes are identical");
 }
 
 #[test]
