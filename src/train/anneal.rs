@@ -320,6 +320,23 @@ fn maintenance(
     }
     free.sort_unstable();
     free.dedup();
+    // Overloaded clusters split first, largest first: the cost order alone can pass over a
+    // dense hub whose points sit close together.
+    let mut free = free.into_iter();
+    if full {
+        let mut over: Vec<usize> = (0..k)
+            .filter(|&j| load[j] > p.split_factor as f64 * mean)
+            .collect();
+        over.sort_by(|&a, &b| load[b].total_cmp(&load[a]).then(a.cmp(&b)));
+        for big in over {
+            let Some(slot) = free.next() else { break };
+            split(c, d, big, slot, spread[big], rng);
+            load[big] /= 2.0;
+            load[slot] = load[big];
+            cost[big] /= 2.0;
+            cost[slot] = cost[big];
+        }
+    }
     // Costliest first (smaller index on ties); entries whose cost has changed since they were
     // pushed are stale and skipped, so each split costs O(log k), not O(k).
     let mut heap: BinaryHeap<Costly> = (0..k).map(|j| Costly(cost[j], j)).collect();
@@ -415,4 +432,29 @@ fn nearest_other(c: &[f32], cn: &[f32], d: usize, nn: &mut [u32], nd: &mut [f32]
                 db[i] = best.max(0.0);
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maintenance_splits_an_overloaded_cluster_before_a_costlier_one() {
+        // Anchor 0 holds 200 of 220 points, tightly (cost 200 x 0.2 = 40); anchors 1-4 hold 5
+        // points each, loosely (cost 50 each); anchor 5 is empty, so one split is to be made.
+        let mut c = vec![
+            0.0, 0.0, 100.0, 0.0, 0.0, 100.0, 100.0, 100.0, 200.0, 0.0, 500.0, 500.0,
+        ];
+        let counts = [200, 5, 5, 5, 5, 0];
+        let spread = [0.2, 10.0, 10.0, 10.0, 10.0, 0.0];
+        let p = AnchorParams::default();
+        maintenance(&mut c, 2, &counts, &spread, &p, true, &mut Rng::new(1));
+        let gap = |a: usize, b: usize| {
+            ((c[2 * a] - c[2 * b]).powi(2) + (c[2 * a + 1] - c[2 * b + 1]).powi(2)).sqrt()
+        };
+        assert!(gap(5, 0) < 1.0, "the empty anchor went to {:?}", &c[10..]);
+        for j in 1..5 {
+            assert!(gap(5, j) > 50.0);
+        }
+    }
 }
