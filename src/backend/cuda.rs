@@ -6,7 +6,6 @@
 //! spreads down. Encoding runs anchor assignment, residual, rotation and PQ in one device
 //! pass per block; search keeps the last searched index's lists on the device.
 
-use super::trace::Trace;
 use super::{AssignStats, Backend, BackendKind, KmeansSession, Resident, Transfers};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -387,7 +386,7 @@ impl Backend for CudaBackend {
         let anc = &sess.c.as_ref().expect("centroids were just set").c;
         let dev = self.lock();
         let s = &dev.stream;
-        let mut trace = trace();
+        let mut trace = Trace::new();
         let mut y = CudaBackend::zeros::<f32>(s, n * dp)?;
         let (ni, di, dpi, dsi) = (n as i32, d as i32, dp as i32, dsub as i32);
         // SAFETY: x is n x d, anchors k x d with every assignment below k, y n x dp.
@@ -407,18 +406,12 @@ impl Backend for CudaBackend {
             "residuals",
         )?;
         let y = rotated(&dev, dc, y, n, dp)?;
-        trace.mark("residuals", || {
-            let _ = s.synchronize();
-        });
+        trace.mark(s, "residuals");
         let idx = self.pq_assign_on_device(&dev, &y, n, nsub, dsub, &dc.books, cb.pq.ksub())?;
-        trace.mark("pq", || {
-            let _ = s.synchronize();
-        });
+        trace.mark(s, "pq");
         let a = self.down(s, &sess.assign)?;
         let idx = self.down(s, &idx)?;
-        trace.mark("download", || {
-            let _ = s.synchronize();
-        });
+        trace.mark(s, "download");
         Ok((a, idx))
     }
 
@@ -827,9 +820,18 @@ impl CudaBackend {
     }
 }
 
-/// Step timings (`VLCC_CUDA_TRACE`): each step waits for the stream.
-fn trace() -> Trace {
-    Trace::new("cuda", "VLCC_CUDA_TRACE")
+/// Step timings (`VLCC_CUDA_TRACE`): when recording, each step waits for the stream.
+struct Trace(super::trace::Trace);
+
+impl Trace {
+    fn new() -> Trace {
+        Trace(super::trace::Trace::new("cuda", "VLCC_CUDA_TRACE"))
+    }
+    fn mark(&mut self, s: &CudaStream, step: &'static str) {
+        self.0.mark(step, || {
+            let _ = s.synchronize();
+        });
+    }
 }
 
 /// A training set on the device.
@@ -889,9 +891,7 @@ impl<'a> CudaSession<'a> {
         as_i32(k, "centroids")?;
         let dev = self.b.lock();
         let s = &dev.stream;
-        self.trace.mark("host", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "host");
         if self.k != k || self.c.is_none() {
             self.c = Some(self.buffers(s, k)?);
             self.k = k;
@@ -900,9 +900,7 @@ impl<'a> CudaSession<'a> {
         let cb = self.c.as_mut().expect("centroid buffers were just made");
         fill(&dev, &mut cb.c)?;
         row_norms(&dev, &cb.c, k, self.d, &mut cb.cn)?;
-        self.trace.mark("set_centroids", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "set_centroids");
         Ok(())
     }
 
@@ -917,14 +915,12 @@ impl<'a> CudaSession<'a> {
         as_i32(n, "points")?;
         as_i32(d, "dimension")?;
         let mut dev = b.lock();
-        let mut trace = trace();
+        let mut trace = Trace::new();
         let xd = b.up_staged(&mut dev, x)?;
         let s = &dev.stream;
         let mut xn = CudaBackend::zeros::<f32>(s, n)?;
         row_norms(&dev, &xd, n, d, &mut xn)?;
-        trace.mark("upload", || {
-            let _ = s.synchronize();
-        });
+        trace.mark(s, "upload");
         Ok(CudaSession {
             trace,
             tf32: false,
@@ -991,9 +987,7 @@ impl KmeansSession for CudaSession<'_> {
         let b = self.b;
         let dev = b.lock();
         let s = &dev.stream;
-        self.trace.mark("host", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "host");
         let use_bias: i32 = match bias {
             Some(v) if v.len() == k => {
                 b.up_into(s, v, &mut cb.bias)?;
@@ -1048,9 +1042,7 @@ impl KmeansSession for CudaSession<'_> {
             )?;
             row0 += rows;
         }
-        self.trace.mark("gemm+argmin", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "gemm+argmin");
         s.memset_zeros(&mut cb.counts)
             .map_err(|e| dev_err("clear counts", e))?;
         s.memset_zeros(&mut cb.energy)
@@ -1070,9 +1062,7 @@ impl KmeansSession for CudaSession<'_> {
         let counts = b.down(s, &cb.counts)?;
         let energy = b.down(s, &cb.energy)?[0];
         self.counts.clone_from(&counts);
-        self.trace.mark("counts", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "counts");
         Ok(AssignStats { counts, energy })
     }
 
@@ -1088,9 +1078,7 @@ impl KmeansSession for CudaSession<'_> {
         let b = self.b;
         let dev = b.lock();
         let s = &dev.stream;
-        self.trace.mark("host", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "host");
         let (ni, di) = (n as i32, d as i32);
         // Group offsets from the counts the host already has.
         let mut start = Vec::with_capacity(k + 1);
@@ -1113,9 +1101,7 @@ impl KmeansSession for CudaSession<'_> {
             },
             "group",
         )?;
-        self.trace.mark("scatter", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "scatter");
         // Eight warps, or fewer for small groups: warps take members in turn.
         let threads = (n.div_ceil(k).div_ceil(32) * 32).clamp(32, 256) as u32;
         ran(
@@ -1137,13 +1123,9 @@ impl KmeansSession for CudaSession<'_> {
             },
             "means",
         )?;
-        self.trace.mark("means", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "means");
         row_norms(&dev, &cb.c, k, d, &mut cb.cn)?;
-        self.trace.mark("norms", || {
-            let _ = s.synchronize();
-        });
+        self.trace.mark(s, "norms");
         self.updated = true;
         Ok(())
     }
@@ -1165,13 +1147,9 @@ impl KmeansSession for CudaSession<'_> {
             .as_ref()
             .ok_or_else(|| Error::InvalidState("no centroids yet".into()))?;
         let dev = self.b.lock();
-        self.trace.mark("host", || {
-            let _ = dev.stream.synchronize();
-        });
+        self.trace.mark(&dev.stream, "host");
         let c = self.b.down(&dev.stream, &cb.c);
-        self.trace.mark("get_centroids", || {
-            let _ = dev.stream.synchronize();
-        });
+        self.trace.mark(&dev.stream, "get_centroids");
         c
     }
 
