@@ -62,6 +62,17 @@ macro_rules! invalid {
 }
 pub(crate) use invalid;
 
+/// How many `d`-d vectors `len` values make: an error for d = 0 or a partial vector.
+pub(crate) fn whole_rows(len: usize, d: usize, what: &str) -> Result<usize> {
+    if d == 0 {
+        invalid!("dimension must be >= 1");
+    }
+    if len % d != 0 {
+        invalid!("{len} {what} are not a whole number of {d}-d vectors");
+    }
+    Ok(len / d)
+}
+
 /// Fails with `NonFinite` when any value is NaN or infinite.
 pub(crate) fn check_finite(x: &[f32], what: &str) -> Result<()> {
     use rayon::prelude::*;

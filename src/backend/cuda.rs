@@ -905,13 +905,7 @@ impl<'a> CudaSession<'a> {
     }
 
     fn new(b: &'a CudaBackend, x: &[f32], d: usize) -> Result<Self> {
-        if d == 0 || x.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{} values are not a whole number of {d}-d vectors",
-                x.len()
-            )));
-        }
-        let n = x.len() / d;
+        let n = crate::error::whole_rows(x.len(), d, "values")?;
         as_i32(n, "points")?;
         as_i32(d, "dimension")?;
         let mut dev = b.lock();
@@ -966,16 +960,12 @@ impl KmeansSession for CudaSession<'_> {
 
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
         let d = self.d;
-        if centroids.is_empty() || centroids.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{} centroid values are not a whole number of {d}-d vectors",
-                centroids.len()
-            )));
+        let k = crate::error::whole_rows(centroids.len(), d, "centroid values")?;
+        if k == 0 {
+            return Err(Error::InvalidArgument("no centroids".into()));
         }
         let b = self.b;
-        self.load_centroids(centroids.len() / d, |dev, c| {
-            b.up_into(&dev.stream, centroids, c)
-        })
+        self.load_centroids(k, |dev, c| b.up_into(&dev.stream, centroids, c))
     }
 
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {

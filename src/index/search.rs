@@ -236,12 +236,7 @@ impl Index {
     ) -> Result<Option<&'r dyn RawVectors>> {
         p.validate()?;
         let d = self.cb.dim();
-        if queries.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{} query values are not a whole number of {d}-d vectors",
-                queries.len()
-            )));
-        }
+        crate::error::whole_rows(queries.len(), d, "query values")?;
         check_finite(queries, "queries")?;
         match (p.rerank, raw) {
             (0, _) => Ok(None),

@@ -102,17 +102,9 @@ impl Codebook {
         progress: &dyn Progress,
     ) -> Result<(Codebook, TrainReport)> {
         p.validate()?;
-        if d == 0 {
-            return Err(Error::InvalidArgument("dimension must be >= 1".into()));
-        }
+        crate::error::whole_rows(x.len(), d, "values")?;
         if x.is_empty() {
             return Err(Error::NotEnoughData("no training vectors".into()));
-        }
-        if x.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{} values are not a whole number of {d}-d vectors",
-                x.len()
-            )));
         }
         check_finite(x, "training vectors")?;
         let x = prepare(x, d, p.metric);
@@ -321,13 +313,7 @@ impl Codebook {
         x: Vectors<'_>,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
         let d = self.d;
-        if x.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{} values are not a whole number of {d}-d vectors",
-                x.len()
-            )));
-        }
-        let n = x.len() / d;
+        let n = crate::error::whole_rows(x.len(), d, "values")?;
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.code_size());
         for start in (0..n).step_by(ENCODE_BLOCK) {

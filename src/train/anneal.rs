@@ -72,16 +72,7 @@ pub fn train_anchors_from(
     progress: &dyn Progress,
 ) -> Result<AnchorResult> {
     p.validate()?;
-    if d == 0 {
-        return Err(Error::InvalidArgument("dimension must be >= 1".into()));
-    }
-    if x.len() % d != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{} values are not a whole number of {d}-d vectors",
-            x.len()
-        )));
-    }
-    let n = x.len() / d;
+    let n = crate::error::whole_rows(x.len(), d, "values")?;
     let k = p.anchors;
     if n < k {
         return Err(Error::NotEnoughData(format!(

@@ -49,13 +49,7 @@ pub struct WgpuSession<'a> {
 
 impl<'a> WgpuSession<'a> {
     pub(super) fn new(b: &'a WgpuBackend, x: &[f32], d: usize) -> Result<WgpuSession<'a>> {
-        if d == 0 || x.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{} values do not make rows of {d}",
-                x.len()
-            )));
-        }
-        let n = x.len() / d;
+        let n = crate::error::whole_rows(x.len(), d, "values")?;
         u32_of(n, "points")?;
         // Blocks of rows within one binding and one dispatch of the assignment.
         let per = b
@@ -106,13 +100,10 @@ impl KmeansSession for WgpuSession<'_> {
 
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
         let (b, d) = (self.b, self.d);
-        if centroids.is_empty() || centroids.len() % d != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{} centroid values do not make rows of {d}",
-                centroids.len()
-            )));
+        let k = crate::error::whole_rows(centroids.len(), d, "centroid values")?;
+        if k == 0 {
+            return Err(Error::InvalidArgument("no centroids".into()));
         }
-        let k = centroids.len() / d;
         if self.c.as_ref().is_some_and(|c| c.k == k) {
             b.write(&self.c.as_ref().expect("checked").c, centroids);
         } else {
