@@ -423,12 +423,7 @@ impl Backend for CudaBackend {
         want: usize,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         let cb = &ix.cb;
-        let l2 = cb.metric == crate::Metric::L2;
-        let fits = cb.pq.bits == 8
-            && cb.pq.nsub * 256 * 4 <= 44 << 10
-            && want <= MAX_WANT
-            && (!l2 || ix.tables.l2_terms.is_some())
-            && ix.len() < u32::MAX as usize;
+        let fits = ix.device_scannable() && cb.pq.nsub * 256 * 4 <= 44 << 10 && want <= MAX_WANT;
         if !fits {
             return Ok(None);
         }
@@ -436,11 +431,8 @@ impl Backend for CudaBackend {
         let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
         let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
         let dev = self.lock();
-        let dl = match lists.get(ix.stamp, || DeviceLists::upload(self, &dev, ix)) {
-            Ok(l) => l,
-            // An index larger than the device is searched on the host instead.
-            Err(Error::OutOfMemory(_)) => return Ok(None),
-            Err(e) => return Err(e),
+        let Some(dl) = lists.get_or_host(ix.stamp, || DeviceLists::upload(self, &dev, ix))? else {
+            return Ok(None);
         };
         let d = cb.dim();
         let nq = q.len() / d;

@@ -171,6 +171,20 @@ impl<T> Resident<T> {
         }
         Ok(&self.0.as_ref().expect("the copy was just uploaded").1)
     }
+
+    /// As `get`, with `None` where the device has no room for the copy: the caller does the
+    /// work on the host instead.
+    pub fn get_or_host(
+        &mut self,
+        key: u64,
+        upload: impl FnOnce() -> Result<T>,
+    ) -> Result<Option<&T>> {
+        match self.get(key, upload) {
+            Ok(t) => Ok(Some(t)),
+            Err(crate::Error::OutOfMemory(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Opens a backend. `Auto` falls back to the CPU when no GPU backend can start.

@@ -115,6 +115,14 @@ impl Index {
         }
     }
 
+    /// What every device list scan needs of the index: 8-bit codes, the L2 list terms under
+    /// L2, and vector offsets within 32 bits.
+    pub(crate) fn device_scannable(&self) -> bool {
+        self.cb.pq.bits == 8
+            && (self.cb.metric != crate::Metric::L2 || self.tables.l2_terms.is_some())
+            && self.len() < u32::MAX as usize
+    }
+
     /// Every list back to back, as devices hold them: list start offsets (m + 1), ids and
     /// codes in list order.
     pub(crate) fn flat_lists(&self) -> (Vec<u64>, Vec<u64>, Vec<u8>) {

@@ -2,7 +2,7 @@
 //! of the last searched index stay resident (re-uploaded when they change).
 
 use super::{Params, Trace, WgpuBackend, MAX_GROUPS, TILE};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::quant::Codebook;
 use std::sync::Arc;
 
@@ -265,15 +265,12 @@ pub(super) fn search_lists(
     want: usize,
 ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
     let cb = &ix.cb;
-    let l2 = cb.metric == crate::Metric::L2;
     let lut = cb.pq.nsub * 256;
     let want_built = want.max(1).next_power_of_two();
     let m = ix.nlist();
-    let fits = cb.pq.bits == 8
+    let fits = ix.device_scannable()
         && want <= MAX_WANT
         && lut * 4 + scan_extra(want_built) <= b.limits.max_compute_workgroup_storage_size as usize
-        && (!l2 || ix.tables.l2_terms.is_some())
-        && ix.len() < u32::MAX as usize
         && (ix.len() * cb.pq.nsub) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
@@ -283,11 +280,8 @@ pub(super) fn search_lists(
     let mut lists = b.lists.lock().unwrap_or_else(|e| e.into_inner());
     let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
     let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(b, cb))?;
-    let dl = match lists.get(ix.stamp, || DeviceLists::upload(b, ix)) {
-        Ok(l) => l,
-        // An index larger than the device is searched on the host instead.
-        Err(Error::OutOfMemory(_)) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(dl) = lists.get_or_host(ix.stamp, || DeviceLists::upload(b, ix))? else {
+        return Ok(None);
     };
     let d = cb.dim();
     let nq = q.len() / d;
