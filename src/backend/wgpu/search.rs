@@ -132,23 +132,15 @@ fn residuals(
         anchors.is_some() as u32,
         g.0,
     ]);
-    match anchors {
-        Some((a, assigned)) => b.dispatch(
-            enc,
-            &b.k.residuals,
-            p,
-            &[(1, x), (2, a), (3, assigned), (4, &y)],
-            g,
-        ),
-        // The kernel reads no anchors then; any buffer satisfies the bindings.
-        None => b.dispatch(
-            enc,
-            &b.k.residuals,
-            p,
-            &[(1, x), (2, x), (3, x), (4, &y)],
-            g,
-        ),
-    }
+    // Without anchors the kernel reads none; any buffer satisfies the bindings.
+    let (a, assigned) = anchors.unwrap_or((x, x));
+    b.dispatch(
+        enc,
+        &b.k.residuals,
+        p,
+        &[(1, x), (2, a), (3, assigned), (4, &y)],
+        g,
+    );
     Ok(y)
 }
 
@@ -298,7 +290,7 @@ pub(super) fn search_lists(
 }
 
 /// One batch of queries (nb x d, prepared): coarse products and probe selection, the query
-/// tables, one workgroup per (probe, query) scanning a list, and a merge per query.
+/// tables, and one workgroup per query scanning every list it probes.
 #[allow(clippy::too_many_arguments)]
 fn search_batch(
     b: &WgpuBackend,
@@ -382,12 +374,8 @@ fn search_batch(
     trace.mark(b, &mut enc, "scan");
     let mut r = b.read(enc, &[(&out_id, nb * want * 8), (&out_d, nb * want * 4)])?;
     trace.mark(b, &mut b.encoder(), "download");
-    let mut dist: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
+    // Missing candidates (id u64::MAX) keep whatever distance: the index drops them.
+    let dist: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
     let ids: Vec<u64> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
-    for (v, &id) in dist.iter_mut().zip(&ids) {
-        if id == u64::MAX {
-            *v = f32::INFINITY;
-        }
-    }
     Ok((ids, dist))
 }

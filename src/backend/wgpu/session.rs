@@ -224,12 +224,11 @@ impl KmeansSession for WgpuSession<'_> {
         );
         self.trace.borrow_mut().mark(b, &mut enc, "scatter");
         let (gx, gy) = fold(k);
-        let mut words = [n as u32, d as u32, k as u32, 0, 0, 0, 0, gx, 0];
-        words[8] = trim.to_bits();
+        let p = Params::new(&[n as u32, d as u32, k as u32, 0, 0, 0, 0, gx, trim.to_bits()]);
         b.dispatch(
             &mut enc,
             &b.k.update_cut,
-            Params::new(&words),
+            p,
             &[
                 (4, &self.dist),
                 (8, &self.order),
