@@ -454,17 +454,7 @@ pub(crate) fn source_column(p: usize, d: usize, dsub: usize, dp: usize) -> Optio
 
 /// Rows of d columns spread into the padded layout (`dp` = M x `dsub` columns).
 pub(crate) fn pad_rows(x: &[f32], d: usize, dsub: usize, dp: usize) -> Vec<f32> {
-    let mut out = vec![0f32; x.len() / d * dp];
-    out.par_chunks_mut(dp)
-        .zip(x.par_chunks(d))
-        .for_each(|(o, xr)| {
-            for (p, v) in o.iter_mut().enumerate() {
-                if let Some(t) = source_column(p, d, dsub, dp) {
-                    *v = xr[t];
-                }
-            }
-        });
-    out
+    spread_rows(x.len() / d, d, dsub, dp, |i, t| x[i * d + t])
 }
 
 /// `x - anchor` in the padded layout.
@@ -476,18 +466,27 @@ fn residuals(
     anchors: &[f32],
     assign: &[u32],
 ) -> Vec<f32> {
-    let mut out = vec![0f32; assign.len() * dp];
-    out.par_chunks_mut(dp)
-        .zip(x.par_chunks(d))
-        .zip(assign.par_iter())
-        .for_each(|((o, xr), &a)| {
-            let anc = &anchors[a as usize * d..(a as usize + 1) * d];
-            for (p, v) in o.iter_mut().enumerate() {
-                if let Some(t) = source_column(p, d, dsub, dp) {
-                    *v = xr[t] - anc[t];
-                }
+    spread_rows(assign.len(), d, dsub, dp, |i, t| {
+        x[i * d + t] - anchors[assign[i] as usize * d + t]
+    })
+}
+
+/// n rows of the padded layout, column t of row i holding `value(i, t)`.
+fn spread_rows(
+    n: usize,
+    d: usize,
+    dsub: usize,
+    dp: usize,
+    value: impl Fn(usize, usize) -> f32 + Sync,
+) -> Vec<f32> {
+    let mut out = vec![0f32; n * dp];
+    out.par_chunks_mut(dp).enumerate().for_each(|(i, o)| {
+        for (p, v) in o.iter_mut().enumerate() {
+            if let Some(t) = source_column(p, d, dsub, dp) {
+                *v = value(i, t);
             }
-        });
+        }
+    });
     out
 }
 
