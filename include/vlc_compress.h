@@ -202,7 +202,7 @@ typedef enum {
    */
   VLCC_PARAM_MERGE_THRESHOLD = 13,
   /**
-   * Split anchors holding more than this times the mean load, > 1. Default 4.
+   * Split anchors holding more than this times the mean load, > 1. Default 2.
    */
   VLCC_PARAM_SPLIT_FACTOR = 14,
   /**

@@ -3,7 +3,7 @@
 training time, energy (mean squared distance of every vector to its nearest centroid) and
 balance (largest list / mean list). Needs numpy and faiss-cpu.
 
-  python3 scripts/faiss_kmeans.py BASE.fvecs K ITERS           # a dataset, every vector
+  python3 scripts/faiss_kmeans.py BASE.fvecs K ITERS [SEED]    # a dataset, every vector
   python3 scripts/faiss_kmeans.py --gaussian 10000x128 K ITERS  # the seed workload (best of 7)
 """
 import sys
@@ -29,10 +29,11 @@ def main():
     else:
         x = read_fvecs(args[0])
         k, iters = int(args[1]), int(args[2])
+    seed = int(args[4 if gaussian else 3]) if len(args) > (4 if gaussian else 3) else 1234
     faiss.omp_set_num_threads(2)
     best, km = float("inf"), None
     for _ in range(7 if gaussian else 1):
-        km = faiss.Kmeans(x.shape[1], k, niter=iters, seed=1234, max_points_per_centroid=x.shape[0] // k + 1)
+        km = faiss.Kmeans(x.shape[1], k, niter=iters, seed=seed, max_points_per_centroid=x.shape[0] // k + 1)
         t = time.perf_counter()
         km.train(x)
         best = min(best, time.perf_counter() - t)

@@ -165,7 +165,7 @@ impl Default for AnchorParams {
             balance: 0.3,
             maintenance_interval: 5,
             merge_threshold: 0.05,
-            split_factor: 4.0,
+            split_factor: 2.0,
             max_points_per_anchor: 256,
             // A seeded sample places anchors where the points are; k-means++ over-seeds outliers
             // (long-norm word vectors, say), which measured worse for IVF recall.

@@ -64,7 +64,7 @@ pub enum vlcc_param {
     MaintenanceInterval = 12,
     /// Merge anchors closer than this times their radius, >= 0. Default 0.05.
     MergeThreshold = 13,
-    /// Split anchors holding more than this times the mean load, > 1. Default 4.
+    /// Split anchors holding more than this times the mean load, > 1. Default 2.
     SplitFactor = 14,
     /// Training vectors used per anchor (0 = all). Default 256.
     MaxPointsPerAnchor = 15,

@@ -136,8 +136,10 @@ pub fn train_anchors_from(
         sess.update(p.trim * heat)?;
 
         let empties = stats.counts.contains(&0);
+        // Also at the first cold iteration: its counts are the first without the balancing
+        // bias, so the splits it makes answer the real overloads before the quench settles.
         let maintain = p.maintenance_interval > 0
-            && (it + 1) % p.maintenance_interval == 0
+            && ((it + 1) % p.maintenance_interval == 0 || it == quench)
             && it + 1 < p.max_iters;
         if empties || maintain {
             let spread;

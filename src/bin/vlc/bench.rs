@@ -41,6 +41,9 @@ pub(crate) struct BenchArgs {
     stages: Vec<String>,
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Training seed (anchors and codebooks).
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
     #[command(flatten)]
     anneal: AnnealOpts,
     #[command(flatten)]
@@ -88,6 +91,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             anchors: a.anchors,
             max_iters: a.iters,
             tol: 0.0,
+            seed: a.seed,
             ..AnchorParams::default()
         };
         a.anneal.apply(&mut p);
@@ -112,6 +116,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
         };
         params.anchor.anchors = a.anchors;
         params.anchor.max_iters = a.iters;
+        params.anchor.seed = a.seed;
         a.anneal.apply(&mut params.anchor);
         let mut c = Compressor::new(ctx.clone(), params);
         c.train(&x, d)?;
