@@ -222,7 +222,8 @@ typedef enum {
    */
   VLCC_PARAM_PQ_TRAIN_POINTS = 18,
   /**
-   * Alternations of the learned rotation. Default 32.
+   * Alternations of the learned rotation after its eigenvalue-allocation start (0 = that
+   * start alone, about a tenth of the time). Default 32.
    */
   VLCC_PARAM_OPQ_ITERS = 19,
   /**

@@ -249,7 +249,8 @@ pub struct TrainParams {
     pub pq_iters: usize,
     /// Training points for the PQ sub-codebooks (0 = all); 256 per centroid is plenty.
     pub pq_train_points: usize,
-    /// Alternations of the learned rotation (Rotation::Learned only).
+    /// Alternations of the learned rotation (Rotation::Learned only) after its
+    /// eigenvalue-allocation start; 0 keeps that start.
     pub opq_iters: usize,
     /// Training points the learned rotation is fitted on (0 = the whole PQ sample).
     pub opq_train_points: usize,

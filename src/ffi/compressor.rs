@@ -74,7 +74,8 @@ pub enum vlcc_param {
     PqIters = 17,
     /// Training vectors for the PQ sub-codebooks (0 = all). Default 65536.
     PqTrainPoints = 18,
-    /// Alternations of the learned rotation. Default 32.
+    /// Alternations of the learned rotation after its eigenvalue-allocation start (0 = that
+    /// start alone, about a tenth of the time). Default 32.
     OpqIters = 19,
     /// Anchor initialisation: 0 k-means++, 1 a seeded sample (default).
     Init = 20,

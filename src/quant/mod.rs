@@ -135,7 +135,8 @@ impl Codebook {
             Rotation::None => Vec::new(),
             Rotation::Random => rotation::random_orthogonal(dp, seed),
             Rotation::Learned => {
-                // OPQ: alternate a few Lloyd steps of a warm-started quantizer with the
+                // OPQ: start from the eigenvalue allocation (balanced variance per sub-space),
+                // then alternate a few Lloyd steps of a warm-started quantizer with the
                 // orthogonal Procrustes fit of the rotation to its reconstructions.
                 // The rotation is fitted on a sample; the final quantizer uses every point.
                 let keep = if p.opq_train_points == 0 {
@@ -144,7 +145,7 @@ impl Codebook {
                     p.opq_train_points * dp
                 };
                 let fit = &resid[..resid.len().min(keep)];
-                let mut r = rotation::random_orthogonal(dp, seed);
+                let mut r = rotation::eigen_allocation(fit, dp, nsub);
                 let mut pq: Option<ProductQuantizer> = None;
                 for _ in 0..p.opq_iters {
                     let y = rotation::apply(&r, fit, dp);

@@ -23,10 +23,8 @@ pub(crate) fn random_orthogonal(dp: usize, seed: u64) -> Vec<f32> {
     out
 }
 
-/// The orthogonal R minimising `sum |R x_i - y_i|^2` (orthogonal Procrustes): with
-/// `X^T Y = U S V^T`, `R = V U^T`.
-pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize) -> Vec<f32> {
-    // X^T Y accumulated in f64 over fixed row blocks (deterministic).
+/// `X^T Y` (dp x dp, row-major), accumulated in f64 over fixed row blocks (deterministic).
+fn cross(x: &[f32], y: &[f32], dp: usize) -> Vec<f64> {
     let partial: Vec<Vec<f64>> = x
         .par_chunks(linalg::BLOCK * dp)
         .zip(y.par_chunks(linalg::BLOCK * dp))
@@ -52,6 +50,44 @@ pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize) -> Vec<f32> {
             *a += b;
         }
     }
+    m
+}
+
+/// OPQ's parametric start (eigenvalue allocation): the principal axes of `x` (n x dp), dealt
+/// largest first to the sub-space of `nsub` whose product of variances is smallest so far, so
+/// every sub-space gets a similar share of the information. Rows of the result are the axes.
+pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize) -> Vec<f32> {
+    let m = cross(x, x, dp);
+    let mat = Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j]);
+    let Ok(evd) = mat.self_adjoint_eigen(faer::Side::Lower) else {
+        return identity(dp);
+    };
+    let (u, s) = (evd.U(), evd.S().column_vector());
+    let dsub = dp / nsub;
+    let floor = s[dp - 1].max(0.0) * 1e-9 + f64::MIN_POSITIVE;
+    let mut log_prod = vec![0f64; nsub];
+    let mut filled = vec![0usize; nsub];
+    let mut out = vec![0f32; dp * dp];
+    // Eigenvalues come in nondecreasing order: walk them from the largest.
+    for e in (0..dp).rev() {
+        let b = (0..nsub)
+            .filter(|&b| filled[b] < dsub)
+            .min_by(|&a, &b| log_prod[a].total_cmp(&log_prod[b]).then(a.cmp(&b)))
+            .expect("dp = nsub * dsub slots");
+        let row = b * dsub + filled[b];
+        filled[b] += 1;
+        log_prod[b] += s[e].max(floor).ln();
+        for t in 0..dp {
+            out[row * dp + t] = u[(t, e)] as f32;
+        }
+    }
+    out
+}
+
+/// The orthogonal R minimising `sum |R x_i - y_i|^2` (orthogonal Procrustes): with
+/// `X^T Y = U S V^T`, `R = V U^T`.
+pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize) -> Vec<f32> {
+    let m = cross(x, y, dp);
     let mat = Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j]);
     let Ok(svd) = mat.svd() else {
         return identity(dp);
@@ -107,11 +143,8 @@ mod tests {
         g
     }
 
-    #[test]
-    fn random_rotation_is_orthogonal_and_seeded() {
-        let dp = 24;
-        let r = random_orthogonal(dp, 5);
-        let g = gram(&r, dp);
+    fn assert_orthogonal(r: &[f32], dp: usize) {
+        let g = gram(r, dp);
         for i in 0..dp {
             for j in 0..dp {
                 let want = if i == j { 1.0 } else { 0.0 };
@@ -122,9 +155,43 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn random_rotation_is_orthogonal_and_seeded() {
+        let dp = 24;
+        let r = random_orthogonal(dp, 5);
+        assert_orthogonal(&r, dp);
         assert_ne!(r, identity(dp));
         assert_eq!(r, random_orthogonal(dp, 5));
         assert_ne!(r, random_orthogonal(dp, 6));
+    }
+
+    #[test]
+    fn eigen_allocation_balances_variance_across_sub_spaces() {
+        // Axis variances 4^7 .. 4^0 hidden behind a rotation: in the original order the
+        // two halves' variance products differ by 4^16; allocated, they should be close.
+        let (dp, nsub, n) = (8, 2, 4000);
+        let mut x = crate::synth::gaussian(n, dp, 11);
+        for row in x.chunks_mut(dp) {
+            for (t, v) in row.iter_mut().enumerate() {
+                *v *= 2f32.powi(7 - t as i32);
+            }
+        }
+        let x = apply(&random_orthogonal(dp, 3), &x, dp);
+        let r = eigen_allocation(&x, dp, nsub);
+        assert_orthogonal(&r, dp);
+        let y = apply(&r, &x, dp);
+        let log_prod = |b: usize| -> f64 {
+            (b * dp / nsub..(b + 1) * dp / nsub)
+                .map(|t| {
+                    (y.chunks(dp).map(|row| (row[t] as f64).powi(2)).sum::<f64>() / n as f64).ln()
+                })
+                .sum()
+        };
+        let gap = (log_prod(0) - log_prod(1)).abs();
+        assert!(gap < 4f64.ln() * 2.0, "log-product gap {gap}");
+        assert_eq!(r, eigen_allocation(&x, dp, nsub));
     }
 
     #[test]
