@@ -138,12 +138,14 @@ fn codes_and_recall_match_the_cpu() {
     let Some(g) = gpu() else { return };
     let s = small(6000, 200);
     let cpu_ctx = common::ctx(0);
-    // One codebook, two backends. 1 byte is a 50-d sub-vector (through `nearest`); 13 bytes
+    // One codebook, two backends. 1 byte is a 50-d sub-vector (through `nearest`); 2 bytes are
+    // 25-d sub-vectors (the widest the PQ kernel takes: seven four-float pieces); 13 bytes
     // leave sub-spaces of 3 and 4 columns (the spread padding).
     let cases = [
         (16, 8, Rotation::None),
         (16, 8, Rotation::Random),
         (13, 8, Rotation::None),
+        (2, 8, Rotation::None),
         (1, 8, Rotation::None),
         (8, 4, Rotation::None),
     ];
