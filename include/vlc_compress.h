@@ -236,8 +236,8 @@ typedef enum {
    */
   VLCC_PARAM_OPQ_TRAIN_POINTS = 21,
   /**
-   * Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores
-   * (faster, approximate near ties). The CPU always uses fp32.
+   * Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores with
+   * near ties re-checked in fp32 (same assignments, faster on large sets; CUDA only).
    */
   VLCC_PARAM_PRECISION = 22,
 } vlcc_param;

@@ -94,8 +94,9 @@ impl std::str::FromStr for Rotation {
 pub enum Precision {
     /// fp32 products and sums: the same assignments as the CPU up to the last bit of rounding.
     Exact,
-    /// TF32 tensor-core products (10-bit mantissas) with fp32 sums: several times faster on GPUs
-    /// that have them; points nearly equidistant from two anchors may go to either.
+    /// TF32 tensor-core products (10-bit mantissas) with fp32 sums, then every anchor the
+    /// TF32 error bound cannot rule out scored again in fp32: fp32's assignments and
+    /// distances, faster where few anchors are nearly equidistant from a point (CUDA only).
     Tf32,
 }
 

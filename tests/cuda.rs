@@ -182,7 +182,7 @@ fn device_search_matches_the_host() {
 }
 
 #[test]
-fn tf32_training_is_close_and_leaves_exact_sessions_exact() {
+fn tf32_assignment_is_rechecked_and_leaves_exact_sessions_exact() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();
     let (x, d) = (&demo.base.data, demo.base.cols);
@@ -208,4 +208,26 @@ fn tf32_training_is_close_and_leaves_exact_sessions_exact() {
     assert!(rel < 0.01, "TF32 energy differs by {rel}");
     // The math mode is restored: an exact run after a TF32 one repeats the first exactly.
     assert_eq!(e1.centroids, e2.centroids);
+
+    // One assignment from the same 1,000 anchors: the TF32 products, re-checked in fp32 where
+    // they could mislead, give the fp32 session's anchors and distances (up to fp32 rounding
+    // on exact ties).
+    let one = |precision| {
+        let mut s = g.backend().kmeans_session(x, d, precision).unwrap();
+        s.set_centroids(&x[..1000 * d]).unwrap();
+        s.assign(None).unwrap();
+        s.assignment_with_distances().unwrap()
+    };
+    let ((ae, de), (at, dt)) = (one(Precision::Exact), one(Precision::Tf32));
+    let same: Vec<usize> = (0..ae.len()).filter(|&i| ae[i] == at[i]).collect();
+    eprintln!("TF32 assignment: {} of {} as in fp32", same.len(), ae.len());
+    assert!(same.len() as f64 >= 0.9999 * ae.len() as f64);
+    for i in same {
+        assert!(
+            (de[i] - dt[i]).abs() <= 1e-4 * de[i].max(1.0),
+            "{} vs {}",
+            de[i],
+            dt[i]
+        );
+    }
 }

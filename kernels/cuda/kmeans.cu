@@ -27,32 +27,81 @@ extern "C" __global__ void offsets(const float* __restrict__ cn, const float* __
     if (j < k) off[j] = cn[j] + (use_bias ? bias[j] : 0.f);
 }
 
+// x . c in fp32, the whole warp on one pair (every lane gets the sum).
+__device__ float warp_dot(const float* __restrict__ a, const float* __restrict__ b, int d,
+                          int lane) {
+    float s = 0.f;
+    for (int t = lane; t < d; t += 32) s += a[t] * b[t];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    return s;
+}
+
 // For `rows` rows of dots (row-major, k columns) starting at global row `row0`: the column
 // minimizing off[j] - 2 dot (first on ties) and the squared distance without the bias.
 // One warp per row; each lane keeps its own first minimum, then the warp merges by (value, index).
+//
+// slack > 0 marks the dots as approximate (TF32), each within slack/2 |x| |c_j| of x . c_j.
+// Then every column whose score could still beat the winner's within those bounds is scored
+// again from x and c in fp32, and the best of those wins: the assignment and distance an
+// fp32 GEMM would give, at TF32 speed whenever few columns are that close.
 extern "C" __global__ void argmin_rows(const float* __restrict__ dots, int rows, int k,
                                        const float* __restrict__ off,
                                        const float* __restrict__ bias, int use_bias,
                                        const float* __restrict__ xn, int row0,
-                                       unsigned* __restrict__ assign, float* __restrict__ dist) {
+                                       unsigned* __restrict__ assign, float* __restrict__ dist,
+                                       const float* __restrict__ x,
+                                       const float* __restrict__ c,
+                                       const float* __restrict__ cn, int d, float slack) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     const float* s = dots + (size_t)r * k;
-    float best = __int_as_float(0x7f800000);
+    float best = __int_as_float(0x7f800000), second = best, cmax = 0.f;
     int at = 0x7fffffff;
     for (int j = lane; j < k; j += 32) {
         float v = off[j] - 2.f * s[j];
-        if (v < best) { best = v; at = j; }
+        if (v < best) { second = best; best = v; at = j; }
+        else if (v < second) second = v;
+        if (slack > 0.f) cmax = fmaxf(cmax, cn[j]);
     }
     for (int o = 16; o > 0; o >>= 1) {
         float ob = __shfl_xor_sync(FULL, best, o);
         int oa = __shfl_xor_sync(FULL, at, o);
-        if (ob < best || (ob == best && oa < at)) { best = ob; at = oa; }
+        float os = __shfl_xor_sync(FULL, second, o);
+        cmax = fmaxf(cmax, __shfl_xor_sync(FULL, cmax, o));
+        if (ob < best || (ob == best && oa < at)) {
+            second = fminf(best, os);
+            best = ob;
+            at = oa;
+        } else {
+            second = fminf(second, ob);
+        }
+    }
+    if (at == 0x7fffffff) at = 0;  // every score was infinite or NaN
+    int g = row0 + r;
+    if (slack > 0.f) {
+        // The winner's score again in fp32 (its distance is the energy and the trim's input).
+        const float* xr = x + (size_t)g * d;
+        float eb = off[at] - 2.f * warp_dot(xr, c + (size_t)at * d, d, lane);
+        int ea = at;
+        // True score of the winner <= hi < true score of any column outside the candidates;
+        // when the runner-up, even at the largest anchor's error bound, is past hi, none are.
+        const float xl = sqrtf(xn[g]);
+        const float hi = best + slack * xl * sqrtf(cn[at]);
+        const bool close = second - slack * xl * sqrtf(cmax) <= hi;
+        for (int j0 = 0; close && j0 < k; j0 += 32) {
+            int j = j0 + lane;
+            bool near = j < k && j != at && off[j] - 2.f * s[j] - slack * xl * sqrtf(cn[j]) <= hi;
+            for (unsigned m = __ballot_sync(FULL, near); m; m &= m - 1) {
+                int jj = j0 + __ffs(m) - 1;
+                float v = off[jj] - 2.f * warp_dot(xr, c + (size_t)jj * d, d, lane);
+                if (v < eb || (v == eb && jj < ea)) { eb = v; ea = jj; }
+            }
+        }
+        best = eb;
+        at = ea;
     }
     if (lane == 0) {
-        if (at == 0x7fffffff) at = 0;  // every score was infinite or NaN
-        int g = row0 + r;
         float v = xn[g] + best - (use_bias ? bias[at] : 0.f);
         assign[g] = (unsigned)at;
         dist[g] = v > 0.f ? v : 0.f;

@@ -478,6 +478,13 @@ fn row_norms(
     )
 }
 
+/// Twice the error bound of a TF32 dot product over `d` terms, as a fraction of |x| |c|: each
+/// operand keeps 10 of fp32's 23 mantissa bits (at most 2^-10 off each, if truncated), so
+/// each product is within 2^-9; the fp32 sums add at most d units of 2^-23 more.
+fn tf32_slack(d: usize) -> f32 {
+    2.0 * (2f32.powi(-9) + d as f32 * 2f32.powi(-23))
+}
+
 /// The cuBLAS math mode for one stretch of GEMMs: TF32 tensor cores when asked, back to the
 /// default (fp32) when dropped, so other calls on the handle stay exact.
 struct MathMode<'a>(Option<&'a Device>);
@@ -999,6 +1006,8 @@ impl KmeansSession for CudaSession<'_> {
             "offsets",
         )?;
         let _math = MathMode::set(&dev, self.tf32)?;
+        // TF32 dots are re-checked in fp32 wherever they could have picked the wrong anchor.
+        let (di, slack) = (d as i32, if self.tf32 { tf32_slack(d) } else { 0f32 });
         let mut row0 = 0usize;
         while row0 < n {
             let rows = cb.chunk.min(n - row0);
@@ -1018,6 +1027,11 @@ impl KmeansSession for CudaSession<'_> {
                         .arg(&r0)
                         .arg(&mut self.assign)
                         .arg(&mut self.dist)
+                        .arg(&self.x)
+                        .arg(&cb.c)
+                        .arg(&cb.cn)
+                        .arg(&di)
+                        .arg(&slack)
                         .launch(per_row(rows))
                 },
                 "argmin",

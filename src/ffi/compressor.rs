@@ -82,8 +82,8 @@ pub enum vlcc_param {
     /// Training vectors the learned rotation is fitted on (0 = all of the PQ sample).
     /// Default 65536.
     OpqTrainPoints = 21,
-    /// Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores
-    /// (faster, approximate near ties). The CPU always uses fp32.
+    /// Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores with
+    /// near ties re-checked in fp32 (same assignments, faster on large sets; CUDA only).
     Precision = 22,
 }
 

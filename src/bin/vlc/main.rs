@@ -133,8 +133,8 @@ pub(crate) struct AnnealOpts {
     /// Train anchors on at most this many sampled points per anchor (0 = all points).
     #[arg(long)]
     max_points_per_anchor: Option<usize>,
-    /// On a GPU, compute assignment distances with TF32 tensor cores (faster, approximate
-    /// near ties; the CPU ignores it).
+    /// On CUDA, compute assignment distances with TF32 tensor cores, re-checking near ties in
+    /// fp32 (same assignments, faster on large sets; other backends ignore it).
     #[arg(long)]
     tf32: bool,
 }
