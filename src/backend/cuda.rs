@@ -1098,8 +1098,10 @@ impl KmeansSession for CudaSession<'_> {
             "group",
         )?;
         self.trace.mark(s, "scatter");
-        // Eight warps, or fewer for small groups: warps take members in turn.
-        let threads = (n.div_ceil(k).div_ceil(32) * 32).clamp(32, 256) as u32;
+        // Warps take members in turn, so the largest group sets the kernel's time: enough
+        // warps for it (up to eight), not for the mean group.
+        let most = self.counts.iter().copied().max().unwrap_or(0) as usize;
+        let threads = (most.div_ceil(32) * 32).clamp(32, 256) as u32;
         ran(
             unsafe {
                 s.launch_builder(&dev.k.update_means)
