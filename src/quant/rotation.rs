@@ -23,8 +23,8 @@ pub(crate) fn random_orthogonal(dp: usize, seed: u64) -> Vec<f32> {
     out
 }
 
-/// `X^T Y` (dp x dp, row-major), accumulated in f64 over fixed row blocks (deterministic).
-fn cross(x: &[f32], y: &[f32], dp: usize) -> Vec<f64> {
+/// `X^T Y` (dp x dp), accumulated in f64 over fixed row blocks (deterministic).
+fn cross(x: &[f32], y: &[f32], dp: usize) -> Mat<f64> {
     let partial: Vec<Vec<f64>> = x
         .par_chunks(linalg::BLOCK * dp)
         .zip(y.par_chunks(linalg::BLOCK * dp))
@@ -50,16 +50,14 @@ fn cross(x: &[f32], y: &[f32], dp: usize) -> Vec<f64> {
             *a += b;
         }
     }
-    m
+    Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j])
 }
 
 /// OPQ's parametric start (eigenvalue allocation): the principal axes of `x` (n x dp), dealt
 /// largest first to the sub-space of `nsub` whose product of variances is smallest so far, so
 /// every sub-space gets a similar share of the information. Rows of the result are the axes.
 pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize) -> Vec<f32> {
-    let m = cross(x, x, dp);
-    let mat = Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j]);
-    let Ok(evd) = mat.self_adjoint_eigen(faer::Side::Lower) else {
+    let Ok(evd) = cross(x, x, dp).self_adjoint_eigen(faer::Side::Lower) else {
         return identity(dp);
     };
     let (u, s) = (evd.U(), evd.S().column_vector());
@@ -87,9 +85,7 @@ pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize) -> Vec<f32> {
 /// The orthogonal R minimising `sum |R x_i - y_i|^2` (orthogonal Procrustes): with
 /// `X^T Y = U S V^T`, `R = V U^T`.
 pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize) -> Vec<f32> {
-    let m = cross(x, y, dp);
-    let mat = Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j]);
-    let Ok(svd) = mat.svd() else {
+    let Ok(svd) = cross(x, y, dp).svd() else {
         return identity(dp);
     };
     let (u, v) = (svd.U(), svd.V());
