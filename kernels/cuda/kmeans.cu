@@ -7,6 +7,15 @@
 
 #define FULL 0xffffffffu
 
+// x . c in fp32, the whole warp on one pair (every lane gets the sum).
+__device__ float warp_dot(const float* __restrict__ a, const float* __restrict__ b, int d,
+                          int lane) {
+    float s = 0.f;
+    for (int t = lane; t < d; t += 32) s += a[t] * b[t];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    return s;
+}
+
 // Squared norm of each row: one warp per row.
 extern "C" __global__ void row_norms(const float* __restrict__ x, int n, int d,
                                      float* __restrict__ out) {
@@ -14,9 +23,7 @@ extern "C" __global__ void row_norms(const float* __restrict__ x, int n, int d,
     int lane = threadIdx.x & 31;
     if (row >= n) return;
     const float* r = x + (size_t)row * d;
-    float s = 0.f;
-    for (int t = lane; t < d; t += 32) s += r[t] * r[t];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    float s = warp_dot(r, r, d, lane);
     if (lane == 0) out[row] = s;
 }
 
@@ -25,15 +32,6 @@ extern "C" __global__ void offsets(const float* __restrict__ cn, const float* __
                                    int use_bias, int k, float* __restrict__ off) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j < k) off[j] = cn[j] + (use_bias ? bias[j] : 0.f);
-}
-
-// x . c in fp32, the whole warp on one pair (every lane gets the sum).
-__device__ float warp_dot(const float* __restrict__ a, const float* __restrict__ b, int d,
-                          int lane) {
-    float s = 0.f;
-    for (int t = lane; t < d; t += 32) s += a[t] * b[t];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
-    return s;
 }
 
 // For `rows` rows of dots (row-major, k columns) starting at global row `row0`: the column
