@@ -212,3 +212,9 @@ fn auto_skips_software_adapters() {
         }
     }
 }
+
+#[test]
+fn assignment_matches_the_cpu_on_ragged_shapes() {
+    let Some(g) = gpu() else { return };
+    common::ragged_assignment_parity(&g);
+}

@@ -179,6 +179,63 @@ pub fn anchor_parity(
     );
 }
 
+/// One assignment of `x` (n x d) to the centroids `c`, with an optional balancing bias, on
+/// `dev` and on the CPU: at least 99.9% of rows get the same centroid, and those rows the
+/// same distance up to fp32 rounding of |x|^2 + |c|^2 - 2 x.c.
+pub fn assignment_parity(
+    dev: &Context,
+    x: &[f32],
+    d: usize,
+    c: &[f32],
+    bias: Option<&[f32]>,
+    label: &str,
+) {
+    let one = |ctx: &Context| {
+        let mut s = ctx
+            .backend()
+            .kmeans_session(x, d, vlc_compress::Precision::Exact)
+            .unwrap();
+        s.set_centroids(c).unwrap();
+        let stats = s.assign(bias).unwrap();
+        assert_eq!(stats.counts.iter().sum::<u32>() as usize, x.len() / d);
+        s.assignment_with_distances().unwrap()
+    };
+    let ((ac, dc), (ag, dg)) = (one(&ctx(2)), one(dev));
+    let sq = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+    let same = (0..ac.len()).filter(|&i| ac[i] == ag[i]).count();
+    eprintln!("{label}: {same} of {} assignments as on the CPU", ac.len());
+    assert!(same as f64 >= 0.999 * ac.len() as f64, "{label}");
+    for i in (0..ac.len()).filter(|&i| ac[i] == ag[i]) {
+        let a = ac[i] as usize;
+        let scale = sq(&x[i * d..(i + 1) * d]) + sq(&c[a * d..(a + 1) * d]);
+        assert!(
+            (dc[i] - dg[i]).abs() <= 1e-5 * scale + 1e-6,
+            "{label}: row {i}: distance {} vs {}",
+            dc[i],
+            dg[i]
+        );
+    }
+}
+
+/// `assignment_parity` on ragged shapes (sizes off any power of two, d below a warp and
+/// above it, one centroid, more centroids than rows), each with and without a bias.
+pub fn ragged_assignment_parity(dev: &Context) {
+    for (n, d, k, seed) in [
+        (1000, 3, 5, 1),
+        (777, 37, 130, 2),
+        (300, 200, 1, 3),
+        (129, 8, 300, 4),
+        (5000, 128, 256, 5),
+    ] {
+        let x = clustered(n, d, 20, seed);
+        let c = clustered(k, d, 20, seed + 100);
+        let label = format!("n={n} d={d} k={k}");
+        assignment_parity(dev, &x, d, &c, None, &label);
+        let bias: Vec<f32> = (0..k).map(|j| (j % 7) as f32 * 0.01).collect();
+        assignment_parity(dev, &x, d, &c, Some(&bias), &format!("{label} bias"));
+    }
+}
+
 pub fn ctx(threads: usize) -> Arc<Context> {
     Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
 }
