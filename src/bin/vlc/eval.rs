@@ -226,7 +226,7 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
         metric: vlc_compress::Metric::L2,
         rotation: vlc_compress::Rotation::None,
         iters: 20,
-        pq_iters: Some(20),
+        pq_iters: 20,
         seed: 0x5eed,
         anneal: Default::default(),
         opq_iters: None,

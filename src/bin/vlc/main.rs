@@ -90,9 +90,9 @@ pub(crate) struct TrainOpts {
     /// Anchor training iterations.
     #[arg(long, default_value_t = 25)]
     iters: usize,
-    /// Lloyd iterations per PQ sub-codebook [default: the library's, 25].
-    #[arg(long)]
-    pq_iters: Option<usize>,
+    /// Lloyd iterations per PQ sub-codebook.
+    #[arg(long, default_value_t = TrainParams::default().pq_iters)]
+    pq_iters: usize,
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
     /// Alternations of the learned rotation after its eigenvalue-allocation start
@@ -178,6 +178,7 @@ impl TrainOpts {
             bytes_per_vector: self.bytes,
             bits: self.bits,
             rotation: self.rotation,
+            pq_iters: self.pq_iters,
             ..TrainParams::default()
         };
         let a = &mut p.anchor;
@@ -185,9 +186,6 @@ impl TrainOpts {
         a.max_iters = self.iters;
         a.seed = self.seed;
         self.anneal.apply(a);
-        if let Some(v) = self.pq_iters {
-            p.pq_iters = v;
-        }
         if let Some(v) = self.opq_iters {
             p.opq_iters = v;
         }
