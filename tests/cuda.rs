@@ -257,13 +257,8 @@ fn tf32_assignment_is_rechecked_and_leaves_exact_sessions_exact() {
     // One assignment from the same 1,000 anchors: the TF32 products, re-checked in fp32 where
     // they could mislead, give the fp32 session's anchors and distances (up to fp32 rounding
     // on exact ties).
-    let one = |precision| {
-        let mut s = g.backend().kmeans_session(x, d, precision).unwrap();
-        s.set_centroids(&x[..1000 * d]).unwrap();
-        s.assign(None).unwrap();
-        s.assignment_with_distances().unwrap()
-    };
-    let ((ae, de), (at, dt)) = (one(Precision::Exact), one(Precision::Tf32));
+    let one = |precision| common::assign_once(&g, x, d, &x[..1000 * d], None, precision);
+    let ((ae, de, _), (at, dt, _)) = (one(Precision::Exact), one(Precision::Tf32));
     let same: Vec<usize> = (0..ae.len()).filter(|&i| ae[i] == at[i]).collect();
     eprintln!("TF32 assignment: {} of {} as in fp32", same.len(), ae.len());
     assert!(same.len() as f64 >= 0.9999 * ae.len() as f64);

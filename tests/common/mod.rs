@@ -179,6 +179,23 @@ pub fn anchor_parity(
     );
 }
 
+/// One assignment of `x` (n x d) to the centroids `c` in a fresh session on `ctx`: each
+/// row's centroid and distance, and the points per centroid.
+pub fn assign_once(
+    ctx: &Context,
+    x: &[f32],
+    d: usize,
+    c: &[f32],
+    bias: Option<&[f32]>,
+    precision: vlc_compress::Precision,
+) -> (Vec<u32>, Vec<f32>, Vec<u32>) {
+    let mut s = ctx.backend().kmeans_session(x, d, precision).unwrap();
+    s.set_centroids(c).unwrap();
+    let counts = s.assign(bias).unwrap().counts;
+    let (a, dist) = s.assignment_with_distances().unwrap();
+    (a, dist, counts)
+}
+
 /// One assignment of `x` (n x d) to the centroids `c`, with an optional balancing bias, on
 /// `dev` and on the CPU: at least 99.9% of rows get the same centroid, and those rows the
 /// same distance up to fp32 rounding of |x|^2 + |c|^2 - 2 x.c.
@@ -190,17 +207,12 @@ pub fn assignment_parity(
     bias: Option<&[f32]>,
     label: &str,
 ) {
-    let one = |ctx: &Context| {
-        let mut s = ctx
-            .backend()
-            .kmeans_session(x, d, vlc_compress::Precision::Exact)
-            .unwrap();
-        s.set_centroids(c).unwrap();
-        let stats = s.assign(bias).unwrap();
-        assert_eq!(stats.counts.iter().sum::<u32>() as usize, x.len() / d);
-        s.assignment_with_distances().unwrap()
-    };
-    let ((ac, dc), (ag, dg)) = (one(&ctx(2)), one(dev));
+    let exact = vlc_compress::Precision::Exact;
+    let (ac, dc, nc) = assign_once(&ctx(2), x, d, c, bias, exact);
+    let (ag, dg, ng) = assign_once(dev, x, d, c, bias, exact);
+    for counts in [nc, ng] {
+        assert_eq!(counts.iter().sum::<u32>() as usize, x.len() / d);
+    }
     let sq = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
     let same = (0..ac.len()).filter(|&i| ac[i] == ag[i]).count();
     eprintln!("{label}: {same} of {} assignments as on the CPU", ac.len());
