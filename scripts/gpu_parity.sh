@@ -10,14 +10,14 @@ set -euo pipefail
 root=${1:-$HOME/.cache/vlc-datasets}
 vlc=${VLC:-target/release/vlc}
 py=${PYTHON:-python3}
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for ds_b in glove-6b-50:16 wordnet-minilm-384:32 fashion-mnist-784:64; do
   ds=${ds_b%%:*}; b=${ds_b#*:}; dir=$root/$ds/dev
-  "$py" - "$dir/base.fvecs" "$tmp/$ds.npy" <<'PY'
+  PYTHONPATH="$here" "$py" - "$dir/base.fvecs" "$tmp/$ds.npy" <<'PY'
 import sys, numpy as np
-a = np.fromfile(sys.argv[1], dtype=np.int32)
-d = a[0]
-np.save(sys.argv[2], a.reshape(-1, d + 1)[:, 1:].view(np.float32).astype(np.float16))
+from make_demo_data import read_fvecs
+np.save(sys.argv[2], read_fvecs(sys.argv[1]).astype(np.float16))
 PY
   for seed in 1 2 3; do for be in cpu cuda wgpu; do
     "$vlc" eval --backend "$be" --base "$tmp/$ds.npy" --query "$dir/query.fvecs" \
