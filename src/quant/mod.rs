@@ -317,14 +317,30 @@ impl Codebook {
         let n = crate::error::whole_rows(x.len(), d, "values")?;
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.code_size());
-        for start in (0..n).step_by(ENCODE_BLOCK) {
-            let rows = ENCODE_BLOCK.min(n - start);
-            let block = x.rows_f32(start, rows, d);
+        // Block `start`, checked and prepared for the metric.
+        let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
+            let block = x.rows_f32(start, ENCODE_BLOCK.min(n - start), d);
             check_finite(&block, "vectors")?;
-            let block = prepare(&block, d, self.metric);
-            let (a, idx) = backend.encode_residuals(self, &block)?;
+            Ok(match prepare(&block, d, self.metric) {
+                Cow::Owned(v) => Cow::Owned(v),
+                Cow::Borrowed(_) => block,
+            })
+        };
+        let mut start = 0;
+        let mut block = (n > 0).then(|| block_at(0)).transpose()?;
+        while let Some(cur) = block {
+            // The host checks the next block while the backend encodes this one (a device
+            // backend mostly waits on the device meanwhile).
+            let next = start + ENCODE_BLOCK;
+            let (done, ahead) = rayon::join(
+                || backend.encode_residuals(self, &cur),
+                || (next < n).then(|| block_at(next)).transpose(),
+            );
+            let (a, idx) = done?;
             codes.extend(self.pq.pack(&idx));
             ids.extend(a);
+            block = ahead?;
+            start = next;
         }
         Ok((ids, codes))
     }
@@ -371,11 +387,14 @@ impl Codebook {
     pub fn encode(&self, backend: &dyn Backend, x: Vectors<'_>) -> Result<Vec<u8>> {
         let (ids, codes) = self.encode_parts(backend, x)?;
         let (ab, cs) = (self.anchor_id_size(), self.code_size());
-        let mut out = Vec::with_capacity(ids.len() * (ab + cs));
-        for (i, a) in ids.iter().enumerate() {
-            out.extend_from_slice(&a.to_le_bytes()[..ab]);
-            out.extend_from_slice(&codes[i * cs..(i + 1) * cs]);
-        }
+        let mut out = vec![0u8; ids.len() * (ab + cs)];
+        out.par_chunks_mut(ab + cs)
+            .zip(ids.par_iter())
+            .zip(codes.par_chunks(cs.max(1)))
+            .for_each(|((rec, a), code)| {
+                rec[..ab].copy_from_slice(&a.to_le_bytes()[..ab]);
+                rec[ab..].copy_from_slice(code);
+            });
         Ok(out)
     }
 

@@ -99,13 +99,20 @@ impl ProductQuantizer {
 
     /// Codes from per-subspace indices (n x nsub, as `Backend::pq_assign` returns them).
     pub fn pack(&self, idx: &[u8]) -> Vec<u8> {
+        if self.bits == 8 {
+            // One byte per index: the indices are the codes.
+            return idx.to_vec();
+        }
         let cs = self.code_size();
         let mut codes = vec![0u8; idx.len() / self.nsub.max(1) * cs];
-        for (code, row) in codes.chunks_exact_mut(cs).zip(idx.chunks_exact(self.nsub)) {
-            for (j, &c) in row.iter().enumerate() {
-                set_code(code, j, self.bits, c);
-            }
-        }
+        codes
+            .par_chunks_mut(cs)
+            .zip(idx.par_chunks(self.nsub))
+            .for_each(|(code, row)| {
+                for (j, &c) in row.iter().enumerate() {
+                    set_code(code, j, self.bits, c);
+                }
+            });
         codes
     }
 
