@@ -321,10 +321,7 @@ impl Codebook {
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, ENCODE_BLOCK.min(n - start), d);
             check_finite(&block, "vectors")?;
-            Ok(match prepare(&block, d, self.metric) {
-                Cow::Owned(v) => Cow::Owned(v),
-                Cow::Borrowed(_) => block,
-            })
+            Ok(prepare(block, d, self.metric))
         };
         let mut start = 0;
         let mut block = (n > 0).then(|| block_at(0)).transpose()?;
@@ -421,19 +418,23 @@ impl Codebook {
     }
 }
 
-/// Cosine works on unit vectors: normalise (zero vectors stay zero). Other metrics pass through.
-pub(crate) fn prepare(x: &[f32], d: usize, metric: Metric) -> Cow<'_, [f32]> {
-    if metric != Metric::Cosine {
-        return Cow::Borrowed(x);
+/// Cosine works on unit vectors: normalise (zero vectors stay zero), in place when `x` is
+/// already owned. Other metrics pass through.
+pub(crate) fn prepare<'a>(
+    x: impl Into<Cow<'a, [f32]>>,
+    d: usize,
+    metric: Metric,
+) -> Cow<'a, [f32]> {
+    let mut x = x.into();
+    if metric == Metric::Cosine {
+        x.to_mut().par_chunks_mut(d).for_each(|r| {
+            let n = crate::linalg::dot(r, r).sqrt();
+            if n > 0.0 {
+                r.iter_mut().for_each(|t| *t /= n);
+            }
+        });
     }
-    let mut v = x.to_vec();
-    v.par_chunks_mut(d).for_each(|r| {
-        let n = crate::linalg::dot(r, r).sqrt();
-        if n > 0.0 {
-            r.iter_mut().for_each(|t| *t /= n);
-        }
-    });
-    Cow::Owned(v)
+    x
 }
 
 /// [`Backend::encode_residuals`] as separate backend steps (nearest anchor, then PQ) with the
