@@ -33,6 +33,9 @@ pub struct AnchorResult {
     pub iterations: usize,
     /// Energy after each assignment.
     pub history: Vec<f64>,
+    /// Anchors left with no points by each assignment (same steps as `history`): each
+    /// non-zero entry before the last made the loop run maintenance.
+    pub empty_anchors: Vec<usize>,
     /// Training points used (after sampling).
     pub points: usize,
 }
@@ -106,6 +109,8 @@ pub fn train_anchors_from(
     sess.set_centroids(&c)?;
 
     let mut history = Vec::with_capacity(p.max_iters + 1);
+    let mut empty_anchors = Vec::with_capacity(p.max_iters + 1);
+    let empty = |counts: &[u32]| counts.iter().filter(|&&v| v == 0).count();
     let mut split_rng = rng.fork(3);
     let mut bias: Option<Vec<f32>> = None;
     let mut iterations = 0;
@@ -124,6 +129,7 @@ pub fn train_anchors_from(
         let stats = sess.assign(bias.as_deref())?;
         let energy = stats.energy / ns as f64;
         history.push(energy);
+        empty_anchors.push(empty(&stats.counts));
         iterations = it + 1;
         // Energy-based stop, once cold: while annealing, the energy may pause before moving on.
         if it > 0 && p.tol > 0.0 && heat_at(it - 1) == 0.0 {
@@ -135,7 +141,7 @@ pub fn train_anchors_from(
         let heat = heat_at(it);
         sess.update(p.trim * heat)?;
 
-        let empties = stats.counts.contains(&0);
+        let empties = empty_anchors[it] > 0;
         // Also at the first cold iteration: its counts are the first without the balancing
         // bias, so the splits it makes answer the real overloads before the quench settles.
         let maintain = p.maintenance_interval > 0
@@ -169,6 +175,7 @@ pub fn train_anchors_from(
     let stats = sess.assign(None)?;
     let energy = stats.energy / ns as f64;
     history.push(energy);
+    empty_anchors.push(empty(&stats.counts));
     progress.report("anchors", p.max_iters, p.max_iters);
     Ok(AnchorResult {
         centroids: sess.centroids()?,
@@ -176,6 +183,7 @@ pub fn train_anchors_from(
         counts: stats.counts,
         iterations,
         history,
+        empty_anchors,
         points: ns,
     })
 }

@@ -106,6 +106,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             "h2d_bytes": (t1.h2d_bytes - t0.h2d_bytes) / runs,
             "d2h_bytes": (t1.d2h_bytes - t0.d2h_bytes) / runs,
             "max_list_over_mean": r.max_over_mean(), "points_used": r.points,
+            "empty_anchors": r.empty_anchors,
             "gflops": 2.0 * (r.points * a.anchors * d * (r.iterations + 1)) as f64 / secs / 1e9,
         })));
     }
