@@ -137,8 +137,8 @@ pub struct AnchorParams {
     /// Fraction of each anchor's farthest points dropped from its mean at T = T0, in [0, 0.5).
     /// The fraction cools with T, so the final iterations use the plain mean.
     pub trim: f32,
-    /// Strength of the load-balancing penalty at T = T0 (>= 0): an anchor holding `c` points
-    /// costs `balance * T/T0 * energy * (c / mean - 1)` more to join.
+    /// Strength of the load-balancing penalty at T = T0 (>= 0): an anchor whose smoothed load
+    /// is `c` points costs `balance * T/T0 * energy * min(c / mean - 1, 1)` more to join.
     pub balance: f32,
     /// Merge/split every this many iterations (0 = never).
     pub maintenance_interval: usize,

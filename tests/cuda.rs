@@ -22,9 +22,15 @@ impl std::ops::Deref for Gpu {
     }
 }
 
-fn gpu() -> Option<Gpu> {
+/// Held by every test that touches the device, so that the memory counts of one are not
+/// moved by another's allocations.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
     static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn gpu() -> Option<Gpu> {
+    let alone = alone();
     match Context::new(BackendKind::Cuda, 0, 0) {
         Ok(c) => Some(Gpu {
             ctx: Arc::new(c),
@@ -105,9 +111,7 @@ fn codes_and_recall_match_the_cpu() {
 
 #[test]
 fn contexts_free_their_device_memory() {
-    if gpu().is_none() {
-        return;
-    }
+    let Some(_g) = gpu() else { return };
     let x = common::clustered(100_000, 64, 200, 3);
     let p = AnchorParams {
         anchors: 512,
@@ -135,14 +139,11 @@ fn contexts_free_their_device_memory() {
 
 #[test]
 fn bad_devices_and_inputs_are_errors() {
-    if gpu().is_none() {
-        return;
-    }
+    let Some(g) = gpu() else { return };
     assert!(matches!(
         Context::new(BackendKind::Cuda, 99, 0),
         Err(Error::BackendUnavailable(_))
     ));
-    let g = gpu().unwrap();
     let x = vec![1.0f32; 10 * 8];
     let p = AnchorParams {
         anchors: 20,
@@ -184,6 +185,7 @@ fn bad_devices_and_inputs_are_errors() {
 
 #[test]
 fn auto_picks_cuda_when_it_can_and_the_cpu_otherwise() {
+    let _alone = alone();
     let auto = Context::new(BackendKind::Auto, 0, 1).unwrap();
     match Context::new(BackendKind::Cuda, 0, 1) {
         Ok(_) => assert_eq!(auto.backend().kind(), BackendKind::Cuda),

@@ -75,6 +75,28 @@ fn annealed_training_beats_plain_lloyd_on_real_data() {
 }
 
 #[test]
+fn the_balancing_bias_does_not_empty_anchors_every_iteration() {
+    // The seed workload of docs/perf-cuda.md. A bias from the latest counts alone left 14% of
+    // the anchors empty per iteration (each one a maintenance round trip); the smoothed,
+    // capped load leaves about 5%.
+    let (d, k) = (128, 256);
+    let x = vlc_compress::synth::gaussian(10_000, d, 1);
+    let p = AnchorParams {
+        anchors: k,
+        max_iters: 30,
+        ..AnchorParams::default()
+    };
+    let a = common::ctx(2).run(|b| train_anchors(b, &x, d, &p, &NoProgress).unwrap());
+    let warm = &a.empty_anchors[..a.empty_anchors.len() - 1];
+    let share = warm.iter().sum::<usize>() as f64 / (warm.len() * k) as f64;
+    assert!(
+        share < 0.09,
+        "{share:.3} of the anchors empty per iteration"
+    );
+    assert_eq!(*a.empty_anchors.last().unwrap(), 0, "none empty at the end");
+}
+
+#[test]
 fn bad_training_input_is_an_error() {
     let ctx = common::ctx(1);
     let d = 8;

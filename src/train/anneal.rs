@@ -113,6 +113,8 @@ pub fn train_anchors_from(
     let empty = |counts: &[u32]| counts.iter().filter(|&&v| v == 0).count();
     let mut split_rng = rng.fork(3);
     let mut bias: Option<Vec<f32>> = None;
+    // Each anchor's load over the mean, less one, smoothed over iterations.
+    let mut load = vec![0f32; k];
     let mut iterations = 0;
     // The last fifth of the iterations is a quench at T = 0: whatever the schedule, the
     // anchors returned are the plain means of their points.
@@ -141,7 +143,26 @@ pub fn train_anchors_from(
         let heat = heat_at(it);
         sess.update(p.trim * heat)?;
 
-        let empties = empty_anchors[it] > 0;
+        // The next assignment's bias, from the smoothed loads (see `LOAD_SMOOTHING`).
+        let mean = ns as f32 / k as f32;
+        for (l, &v) in load.iter_mut().zip(&stats.counts) {
+            let r = v as f32 / mean - 1.0;
+            *l = if it == 0 {
+                r
+            } else {
+                LOAD_SMOOTHING * r + (1.0 - LOAD_SMOOTHING) * *l
+            };
+        }
+        bias = (p.balance > 0.0 && heat > 0.0).then(|| {
+            let scale = p.balance * heat * energy as f32;
+            load.iter()
+                .map(|&l| scale * l.clamp(-1.0, LOAD_CAP))
+                .collect()
+        });
+
+        // An empty anchor under a bias costs the least to join, so the next assignment fills
+        // it again: re-seeding waits for the interval, and each iteration keeps one round trip.
+        let empties = empty_anchors[it] > 0 && bias.is_none();
         // Also at the first cold iteration: its counts are the first without the balancing
         // bias, so the splits it makes answer the real overloads before the quench settles.
         let maintain = p.maintenance_interval > 0
@@ -161,15 +182,6 @@ pub fn train_anchors_from(
             );
             sess.set_centroids(&c)?;
         }
-        bias = (p.balance > 0.0 && heat > 0.0).then(|| {
-            let mean = ns as f32 / k as f32;
-            let scale = p.balance * heat * energy as f32;
-            stats
-                .counts
-                .iter()
-                .map(|&v| scale * (v as f32 / mean - 1.0))
-                .collect()
-        });
     }
     // A last plain assignment: the energy and counts of the anchors we return.
     let stats = sess.assign(None)?;
@@ -241,6 +253,17 @@ fn kmeans_pp(x: &[f32], d: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
     }
     c
 }
+
+/// Weight of the latest counts in the smoothed load behind the balancing bias. A bias from
+/// the latest counts alone overshoots: the anchors of one tight cluster sit almost equally far
+/// from its points, so the least-loaded one takes most of them and is crowded the next
+/// iteration, leaving a quarter of the anchors empty in every warm iteration
+/// (docs/training.md).
+const LOAD_SMOOTHING: f32 = 0.3;
+
+/// The smoothed load's penalty stops growing at this many times the mean above it: a hub
+/// twice the mean already sheds its edge points, and a larger push empties it at once.
+const LOAD_CAP: f32 = 1.0;
 
 /// Maintenance re-seats at most one anchor in this many per round.
 const RESEAT_EVERY: usize = 32;
