@@ -430,17 +430,20 @@ fn split(c: &mut [f32], d: usize, big: usize, slot: usize, spread: f32, rng: &mu
 
 /// For each anchor, its nearest other anchor and the squared distance.
 fn nearest_other(c: &[f32], cn: &[f32], d: usize, nn: &mut [u32], nd: &mut [f32]) {
+    // Blocks of 32 rows, not linalg::BLOCK: with a few hundred anchors one 256-row block ran
+    // on one core, and this product is most of a maintenance round's host time.
+    const ROWS: usize = 32;
     let k = cn.len();
-    c.par_chunks(linalg::BLOCK * d)
-        .zip(nn.par_chunks_mut(linalg::BLOCK))
-        .zip(nd.par_chunks_mut(linalg::BLOCK))
+    c.par_chunks(ROWS * d)
+        .zip(nn.par_chunks_mut(ROWS))
+        .zip(nd.par_chunks_mut(ROWS))
         .enumerate()
         .for_each(|(b, ((cb, nb), db))| {
             let r = cb.len() / d;
             let mut buf = vec![0f32; r * k];
             linalg::dot_block(cb, c, d, &mut buf);
             for i in 0..r {
-                let gi = b * linalg::BLOCK + i;
+                let gi = b * ROWS + i;
                 let (mut best, mut bj) = (f32::INFINITY, 0);
                 for j in 0..k {
                     if j == gi {
