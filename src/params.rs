@@ -97,6 +97,8 @@ pub enum Precision {
     /// TF32 tensor-core products (10-bit mantissas) with fp32 sums, then every anchor the
     /// TF32 error bound cannot rule out scored again in fp32: fp32's assignments and
     /// distances, faster where few anchors are nearly equidistant from a point (CUDA only).
+    /// Training skips the re-check while the balancing bias is on (it moves assignments by
+    /// far more than TF32's rounding), so the cold iterations and the result are fp32's.
     Tf32,
 }
 

@@ -272,6 +272,27 @@ fn tf32_assignment_is_rechecked_and_leaves_exact_sessions_exact() {
             dt[i]
         );
     }
+
+    // Rough passes (training's warm iterations) skip the re-check: TF32's own distances, yet
+    // nearly every point goes where fp32 sends it. Turned off, the re-check is back.
+    let mut s = g.backend().kmeans_session(x, d, Precision::Tf32).unwrap();
+    s.set_centroids(&x[..1000 * d]).unwrap();
+    s.allow_rough(true);
+    s.assign(None).unwrap();
+    let (ar, dr) = s.assignment_with_distances().unwrap();
+    let rough_same = (0..ae.len()).filter(|&i| ae[i] == ar[i]).count();
+    let off = (0..ae.len())
+        .filter(|&i| (de[i] - dr[i]).abs() > 1e-4 * de[i].max(1.0))
+        .count();
+    eprintln!(
+        "rough TF32 assignment: {rough_same} of {} as in fp32, {off} distances off",
+        ae.len()
+    );
+    assert!(rough_same as f64 >= 0.99 * ae.len() as f64);
+    assert!(off > 0, "a rough pass gives TF32 distances");
+    s.allow_rough(false);
+    s.assign(None).unwrap();
+    assert_eq!(s.assignment_with_distances().unwrap().0, at);
 }
 
 #[test]

@@ -838,6 +838,8 @@ struct CudaSession<'a> {
     trace: Trace,
     /// Distance GEMMs on TF32 tensor cores.
     tf32: bool,
+    /// TF32 without the fp32 re-check (`allow_rough`).
+    rough: bool,
     b: &'a CudaBackend,
     n: usize,
     d: usize,
@@ -917,6 +919,7 @@ impl<'a> CudaSession<'a> {
         Ok(CudaSession {
             trace,
             tf32: false,
+            rough: false,
             b,
             n,
             d,
@@ -1007,7 +1010,8 @@ impl KmeansSession for CudaSession<'_> {
         )?;
         let _math = MathMode::set(&dev, self.tf32)?;
         // TF32 dots are re-checked in fp32 wherever they could have picked the wrong anchor.
-        let (di, slack) = (d as i32, if self.tf32 { tf32_slack(d) } else { 0f32 });
+        let checked = self.tf32 && !self.rough;
+        let (di, slack) = (d as i32, if checked { tf32_slack(d) } else { 0f32 });
         let mut row0 = 0usize;
         while row0 < n {
             let rows = cb.chunk.min(n - row0);
@@ -1060,6 +1064,10 @@ impl KmeansSession for CudaSession<'_> {
         self.counts.clone_from(&counts);
         self.trace.mark(s, "counts");
         Ok(AssignStats { counts, energy })
+    }
+
+    fn allow_rough(&mut self, rough: bool) {
+        self.rough = rough;
     }
 
     fn update(&mut self, trim: f32) -> Result<()> {

@@ -82,6 +82,11 @@ pub trait KmeansSession {
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
     /// Assign every point to `argmin_c |x - c|^2 + bias[c]` (ties to the smaller index).
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats>;
+    /// While `rough`, a session that computes distances in reduced precision (CUDA's TF32)
+    /// may skip its fp32 re-check: a point within rounding of a tie may go to either anchor.
+    /// Training allows it while the balancing bias moves assignments by far more than that.
+    /// Sessions without such a mode ignore it.
+    fn allow_rough(&mut self, _rough: bool) {}
     /// Move every non-empty centroid to the trimmed mean of its points: the `trim` fraction
     /// farthest from it is dropped. Uses the last assignment. A device may return before the
     /// step is done: nothing comes back, so the next assignment follows without a round trip.

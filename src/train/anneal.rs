@@ -128,6 +128,7 @@ pub fn train_anchors_from(
     };
     for it in 0..p.max_iters {
         progress.report("anchors", it, p.max_iters);
+        sess.allow_rough(bias.is_some());
         let stats = sess.assign(bias.as_deref())?;
         let energy = stats.energy / ns as f64;
         history.push(energy);
@@ -184,6 +185,7 @@ pub fn train_anchors_from(
         }
     }
     // A last plain assignment: the energy and counts of the anchors we return.
+    sess.allow_rough(false);
     let stats = sess.assign(None)?;
     let energy = stats.energy / ns as f64;
     history.push(energy);
