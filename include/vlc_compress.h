@@ -237,7 +237,8 @@ typedef enum {
   VLCC_PARAM_OPQ_TRAIN_POINTS = 21,
   /**
    * Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores with
-   * near ties re-checked in fp32 (same assignments, faster on large sets; CUDA only).
+   * near ties re-checked in fp32 wherever no balancing bias is on (the final anchors are
+   * fp32 means of fp32 assignments; faster on large sets; CUDA only).
    */
   VLCC_PARAM_PRECISION = 22,
 } vlcc_param;

@@ -83,7 +83,8 @@ pub enum vlcc_param {
     /// Default 65536.
     OpqTrainPoints = 21,
     /// Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores with
-    /// near ties re-checked in fp32 (same assignments, faster on large sets; CUDA only).
+    /// near ties re-checked in fp32 wherever no balancing bias is on (the final anchors are
+    /// fp32 means of fp32 assignments; faster on large sets; CUDA only).
     Precision = 22,
 }
 
