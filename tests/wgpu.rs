@@ -77,6 +77,15 @@ fn anchors_match_the_cpu() {
 }
 
 #[test]
+fn uploads_larger_than_a_piece_arrive_whole() {
+    let Some(g) = gpu() else { return };
+    // 70,000 x 64 floats: 17.9 MB, which goes up as a 16 MB piece and a ragged rest.
+    let d = 64;
+    let x = common::clustered(70_000, d, 50, 4);
+    common::assignment_parity(&g, &x, d, &x[..100 * d], None, "streamed upload");
+}
+
+#[test]
 fn split_bindings_give_the_same_steps() {
     let Some(g) = gpu() else { return };
     let s = small(3000, 0);

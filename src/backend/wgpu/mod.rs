@@ -298,6 +298,31 @@ fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<T> {
     Ok(out)
 }
 
+/// Uploads larger than this go up in pieces of this size (`WgpuBackend::upload`).
+const STREAM_PIECE: usize = 16 << 20;
+
+/// Copies `bytes` to the start of the mapped buffer `b` (at most 3 bytes shorter), in
+/// disjoint ranges filled in parallel; past the data the buffer keeps its zeros.
+fn fill_mapped(b: &wgpu::Buffer, bytes: &[u8], what: &str) -> Result<()> {
+    use rayon::prelude::*;
+    const PIECE: usize = 4 << 20;
+    let size = b.size() as usize;
+    let views = (0..size.div_ceil(PIECE))
+        .map(|i| {
+            let r = (i * PIECE) as u64..((i + 1) * PIECE).min(size) as u64;
+            b.slice(r)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Device(format!("WGPU: mapping {what}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    views.into_par_iter().enumerate().for_each(|(i, mut v)| {
+        let src = &bytes[(i * PIECE).min(bytes.len())..((i + 1) * PIECE).min(bytes.len())];
+        let (mut head, _) = v.slice(..).split_at(src.len());
+        head.copy_from_slice(src);
+    });
+    Ok(())
+}
+
 fn pipeline(
     device: &wgpu::Device,
     module: &wgpu::ShaderModule,
@@ -439,35 +464,42 @@ impl WgpuBackend {
     /// A storage buffer holding `data`, filled while mapped, by all threads at once for large
     /// arrays: one copy thread moves about 5 GB/s, the device takes several times that.
     fn upload<T: bytemuck::Pod>(&self, data: &[T], what: &str) -> Result<wgpu::Buffer> {
-        use rayon::prelude::*;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let size = bytes.len().max(4).next_multiple_of(4);
         self.fits_binding(size, what)?;
+        let mapped = size <= STREAM_PIECE;
         let b = scoped(&self.device, || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(what),
                 size: size as u64,
                 usage: Self::USAGE,
-                mapped_at_creation: true,
+                mapped_at_creation: mapped,
             })
         })?;
-        // Disjoint mapped ranges, one per piece, filled in parallel.
-        const PIECE: usize = 4 << 20;
-        let views = (0..size.div_ceil(PIECE))
-            .map(|i| {
-                let r = (i * PIECE) as u64..((i + 1) * PIECE).min(size) as u64;
-                b.slice(r)
-                    .get_mapped_range_mut()
-                    .map_err(|e| Error::Device(format!("WGPU: mapping {what}: {e}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        views.into_par_iter().enumerate().for_each(|(i, mut v)| {
-            let src = &bytes[(i * PIECE).min(bytes.len())..((i + 1) * PIECE).min(bytes.len())];
-            // Past the data (at most 3 bytes of padding) the buffer keeps its zeros.
-            let (mut head, _) = v.slice(..).split_at(src.len());
-            head.copy_from_slice(src);
-        });
-        b.unmap();
+        if mapped {
+            fill_mapped(&b, bytes, what)?;
+            b.unmap();
+        } else {
+            // In pieces through their own staging buffers, each copied up while the host
+            // fills the next: filling and the copy take about as long, and in one piece they
+            // ran one after the other.
+            for (i, piece) in bytes.chunks(STREAM_PIECE).enumerate() {
+                let len = piece.len().next_multiple_of(4);
+                let stage = scoped(&self.device, || {
+                    self.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("upload staging"),
+                        size: len as u64,
+                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: true,
+                    })
+                })?;
+                fill_mapped(&stage, piece, what)?;
+                stage.unmap();
+                let mut enc = self.encoder();
+                enc.copy_buffer_to_buffer(&stage, 0, &b, (i * STREAM_PIECE) as u64, len as u64);
+                self.queue.submit([enc.finish()]);
+            }
+        }
         self.h2d.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(b)
     }
