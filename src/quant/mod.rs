@@ -334,7 +334,7 @@ impl Codebook {
                 || (next < n).then(|| block_at(next)).transpose(),
             );
             let (a, idx) = done?;
-            codes.extend(self.pq.pack(&idx));
+            codes.extend(self.pq.pack_owned(idx));
             ids.extend(a);
             block = ahead?;
             start = next;

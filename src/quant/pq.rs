@@ -94,7 +94,17 @@ impl ProductQuantizer {
         let n = y.len() / dp;
         debug_assert_eq!(y.len(), n * dp);
         let idx = backend.pq_assign(y, self.nsub, self.dsub, &self.centroids)?;
-        Ok(self.pack(&idx))
+        Ok(self.pack_owned(idx))
+    }
+
+    /// As [`pack`](Self::pack), taking the indices: 8-bit codes are the indices themselves,
+    /// returned without a copy.
+    pub(crate) fn pack_owned(&self, idx: Vec<u8>) -> Vec<u8> {
+        if self.bits == 8 {
+            idx
+        } else {
+            self.pack(&idx)
+        }
     }
 
     /// Codes from per-subspace indices (n x nsub, as `Backend::pq_assign` returns them).
