@@ -447,35 +447,40 @@ impl WgpuBackend {
         .union(wgpu::BufferUsages::COPY_SRC)
         .union(wgpu::BufferUsages::COPY_DST);
 
-    /// A zeroed storage buffer of `bytes` (at least 4).
-    fn zeros(&self, bytes: usize, what: &str) -> Result<wgpu::Buffer> {
-        let size = bytes.max(4).next_multiple_of(4);
-        self.fits_binding(size, what)?;
+    /// A new buffer; allocation failures come back as errors, not panics.
+    fn buffer(
+        &self,
+        what: &str,
+        size: usize,
+        usage: wgpu::BufferUsages,
+        mapped: bool,
+    ) -> Result<wgpu::Buffer> {
         scoped(&self.device, || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(what),
                 size: size as u64,
-                usage: Self::USAGE,
-                mapped_at_creation: false,
+                usage,
+                mapped_at_creation: mapped,
             })
         })
     }
 
-    /// A storage buffer holding `data`, filled while mapped, by all threads at once for large
-    /// arrays: one copy thread moves about 5 GB/s, the device takes several times that.
+    /// A zeroed storage buffer of `bytes` (at least 4).
+    fn zeros(&self, bytes: usize, what: &str) -> Result<wgpu::Buffer> {
+        let size = bytes.max(4).next_multiple_of(4);
+        self.fits_binding(size, what)?;
+        self.buffer(what, size, Self::USAGE, false)
+    }
+
+    /// A storage buffer holding `data`, filled while mapped by all threads at once (one copy
+    /// thread moves about 5 GB/s, the device takes several times that); above
+    /// `STREAM_PIECE`, in pieces that go up while the next is filled.
     fn upload<T: bytemuck::Pod>(&self, data: &[T], what: &str) -> Result<wgpu::Buffer> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let size = bytes.len().max(4).next_multiple_of(4);
         self.fits_binding(size, what)?;
         let mapped = size <= STREAM_PIECE;
-        let b = scoped(&self.device, || {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(what),
-                size: size as u64,
-                usage: Self::USAGE,
-                mapped_at_creation: mapped,
-            })
-        })?;
+        let b = self.buffer(what, size, Self::USAGE, mapped)?;
         if mapped {
             fill_mapped(&b, bytes, what)?;
             b.unmap();
@@ -485,14 +490,8 @@ impl WgpuBackend {
             // ran one after the other.
             for (i, piece) in bytes.chunks(STREAM_PIECE).enumerate() {
                 let len = piece.len().next_multiple_of(4);
-                let stage = scoped(&self.device, || {
-                    self.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("upload staging"),
-                        size: len as u64,
-                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: true,
-                    })
-                })?;
+                let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
+                let stage = self.buffer("upload staging", len, usage, true)?;
                 fill_mapped(&stage, piece, what)?;
                 stage.unmap();
                 let mut enc = self.encoder();
@@ -595,16 +594,10 @@ impl WgpuBackend {
     ) -> Result<PendingRead> {
         let mut stage = Vec::with_capacity(parts.len());
         for (b, bytes) in parts {
-            let size = bytes.max(&4).next_multiple_of(4) as u64;
-            let s = scoped(&self.device, || {
-                self.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("readback"),
-                    size,
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            })?;
-            enc.copy_buffer_to_buffer(b, 0, &s, 0, size);
+            let size = bytes.max(&4).next_multiple_of(4);
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let s = self.buffer("readback", size, usage, false)?;
+            enc.copy_buffer_to_buffer(b, 0, &s, 0, size as u64);
             stage.push((s, *bytes));
         }
         let index = self.queue.submit([enc.finish()]);
