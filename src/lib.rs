@@ -35,6 +35,7 @@ pub mod params;
 pub mod quant;
 pub(crate) mod rng;
 pub mod synth;
+pub(crate) mod trace;
 pub mod train;
 pub mod vecio;
 

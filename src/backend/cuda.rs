@@ -820,11 +820,11 @@ impl CudaBackend {
 }
 
 /// Step timings (`VLCC_CUDA_TRACE`): when recording, each step waits for the stream.
-struct Trace(super::trace::Trace);
+struct Trace(crate::trace::Trace);
 
 impl Trace {
     fn new() -> Trace {
-        Trace(super::trace::Trace::new("cuda", "VLCC_CUDA_TRACE"))
+        Trace(crate::trace::Trace::new("cuda", "VLCC_CUDA_TRACE"))
     }
     fn mark(&mut self, s: &CudaStream, step: &'static str) {
         self.0.mark(step, || {

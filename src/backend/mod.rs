@@ -7,7 +7,6 @@
 
 mod cpu;
 pub mod cuda;
-mod trace;
 #[cfg(not(feature = "wgpu"))]
 mod unavailable;
 #[cfg(feature = "wgpu")]

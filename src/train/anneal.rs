@@ -33,8 +33,9 @@ pub struct AnchorResult {
     pub iterations: usize,
     /// Energy after each assignment.
     pub history: Vec<f64>,
-    /// Anchors left with no points by each assignment (same steps as `history`): each
-    /// non-zero entry before the last made the loop run maintenance.
+    /// Anchors left with no points by each assignment (same steps as `history`). Outside
+    /// the maintenance interval, only those of assignments followed by no balancing bias are
+    /// re-seeded at once.
     pub empty_anchors: Vec<usize>,
     /// Training points used (after sampling).
     pub points: usize,
@@ -105,8 +106,11 @@ pub fn train_anchors_from(
         (None, Init::KMeansPlusPlus) => kmeans_pp(&xs, d, k, &mut rng.fork(2)),
         (None, Init::Sample) => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
     };
+    // `VLCC_TRAIN_TRACE`: the host's time in each kind of session call, device waits included.
+    let mut trace = crate::trace::Trace::new("train", "VLCC_TRAIN_TRACE");
     let mut sess = backend.kmeans_session(&xs, d, p.precision)?;
     sess.set_centroids(&c)?;
+    trace.mark("session", || ());
 
     let mut history = Vec::with_capacity(p.max_iters + 1);
     let mut empty_anchors = Vec::with_capacity(p.max_iters + 1);
@@ -130,6 +134,7 @@ pub fn train_anchors_from(
         progress.report("anchors", it, p.max_iters);
         sess.allow_rough(bias.is_some());
         let stats = sess.assign(bias.as_deref())?;
+        trace.mark("assign", || ());
         let energy = stats.energy / ns as f64;
         history.push(energy);
         empty_anchors.push(empty(&stats.counts));
@@ -143,6 +148,7 @@ pub fn train_anchors_from(
         }
         let heat = heat_at(it);
         sess.update(p.trim * heat)?;
+        trace.mark("update", || ());
 
         // The next assignment's bias, from the smoothed loads (see `LOAD_SMOOTHING`).
         let mean = ns as f32 / k as f32;
@@ -183,6 +189,7 @@ pub fn train_anchors_from(
             );
             sess.set_centroids(&c)?;
         }
+        trace.mark("bias+maintenance", || ());
     }
     // A last plain assignment: the energy and counts of the anchors we return.
     sess.allow_rough(false);
@@ -191,8 +198,10 @@ pub fn train_anchors_from(
     history.push(energy);
     empty_anchors.push(empty(&stats.counts));
     progress.report("anchors", p.max_iters, p.max_iters);
+    let centroids = sess.centroids()?;
+    trace.mark("last assign", || ());
     Ok(AnchorResult {
-        centroids: sess.centroids()?,
+        centroids,
         energy,
         counts: stats.counts,
         iterations,

@@ -342,11 +342,11 @@ fn pipeline(
 
 /// Step timings (`VLCC_WGPU_TRACE`): when recording, each step is submitted on its own and
 /// waited for.
-pub(crate) struct Trace(super::trace::Trace);
+pub(crate) struct Trace(crate::trace::Trace);
 
 impl Trace {
     pub fn new() -> Trace {
-        Trace(super::trace::Trace::new("wgpu", "VLCC_WGPU_TRACE"))
+        Trace(crate::trace::Trace::new("wgpu", "VLCC_WGPU_TRACE"))
     }
     /// Ends a step: when recording, submits what `enc` holds, waits, and starts a new encoder.
     pub fn mark(&mut self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, step: &'static str) {

@@ -1,6 +1,7 @@
-//! Step timings for the GPU backends: with the backend's variable set (`VLCC_CUDA_TRACE`,
-//! `VLCC_WGPU_TRACE`), each step is waited for and timed, and the totals are printed when the
-//! trace ends: where a session's time goes, without a profiler.
+//! Step timings: with a variable set (`VLCC_CUDA_TRACE`, `VLCC_WGPU_TRACE` for the GPU
+//! backends' device steps, `VLCC_TRAIN_TRACE` for the training loop's calls on the host), each
+//! step is timed, and the totals are printed when the trace ends: where the time goes,
+//! without a profiler.
 
 use std::time::Instant;
 
@@ -20,8 +21,8 @@ impl Trace {
         }
     }
 
-    /// Ends a step: when recording, `wait` runs (it waits for the device) and the time since
-    /// the last step is added to `step`.
+    /// Ends a step: when recording, `wait` runs (a device trace waits for the device there)
+    /// and the time since the last step is added to `step`.
     pub fn mark(&mut self, step: &'static str, wait: impl FnOnce()) {
         let Some(last) = self.last else { return };
         wait();
