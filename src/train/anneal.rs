@@ -119,6 +119,7 @@ pub fn train_anchors_from(
     let mut bias: Option<Vec<f32>> = None;
     // Each anchor's load over the mean, less one, smoothed over iterations.
     let mut load = vec![0f32; k];
+    let mean = ns as f32 / k as f32;
     let mut iterations = 0;
     // The last fifth of the iterations is a quench at T = 0: whatever the schedule, the
     // anchors returned are the plain means of their points.
@@ -151,7 +152,6 @@ pub fn train_anchors_from(
         trace.mark("update", || ());
 
         // The next assignment's bias, from the smoothed loads (see `LOAD_SMOOTHING`).
-        let mean = ns as f32 / k as f32;
         for (l, &v) in load.iter_mut().zip(&stats.counts) {
             let r = v as f32 / mean - 1.0;
             *l = if it == 0 {
