@@ -92,7 +92,10 @@ impl std::str::FromStr for Rotation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// fp32 products and sums: the same assignments as the CPU up to the last bit of rounding.
+    /// fp32-exact: the same assignments as the CPU up to the last bit of rounding. CUDA runs
+    /// the GEMMs on tensor cores with each operand split into two TF32 pieces (within 2^-20 of
+    /// each fp32 product, fp32 sums) and scores again in fp32 every anchor that error could
+    /// have let through; other backends use fp32 products.
     Exact,
     /// TF32 tensor-core products (10-bit mantissas) with fp32 sums, then every anchor the
     /// TF32 error bound cannot rule out scored again in fp32: fp32's assignments and

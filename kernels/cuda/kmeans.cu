@@ -27,6 +27,28 @@ extern "C" __global__ void row_norms(const float* __restrict__ x, int n, int d,
     if (lane == 0) out[row] = s;
 }
 
+// v rounded to the nearest TF32 value (10 mantissa bits): exact input for the tensor cores.
+__device__ float tf32_round(float v) {
+    return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
+}
+
+// Each row v of x (rows x d) as three TF32 pieces side by side (rows x 3d), so that one TF32
+// GEMM of a point row [hi, hi, lo] with a centroid row [hi, lo, hi] sums hi.hi + hi.lo + lo.hi:
+// x.c to within 3 * 2^-22 |x| |c| (the "3xTF32" split), at tensor-core speed.
+extern "C" __global__ void split_tf32(const float* __restrict__ x, int rows, int d,
+                                      int centroids, float* __restrict__ out) {
+    size_t total = (size_t)rows * d;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / d, t = i - r * d;
+        float v = x[i], hi = tf32_round(v), lo = tf32_round(v - hi);
+        float* o = out + r * 3 * d + t;
+        o[0] = hi;
+        o[d] = centroids ? lo : hi;
+        o[2 * d] = centroids ? hi : lo;
+    }
+}
+
 // offset[j] = |c_j|^2 + bias[j]: what the argmin adds to -2 x.c.
 extern "C" __global__ void offsets(const float* __restrict__ cn, const float* __restrict__ bias,
                                    int use_bias, int k, float* __restrict__ off) {
@@ -38,7 +60,8 @@ extern "C" __global__ void offsets(const float* __restrict__ cn, const float* __
 // minimizing off[j] - 2 dot (first on ties) and the squared distance without the bias.
 // One warp per row; each lane keeps its own first minimum, then the warp merges by (value, index).
 //
-// slack > 0 marks the dots as approximate (TF32), each within slack/2 |x| |c_j| of x . c_j.
+// slack > 0 marks the dots as approximate (TF32 or 3xTF32), each within slack/2 |x| |c_j| of
+// x . c_j.
 // Then every column whose score could still beat the winner's within those bounds is scored
 // again from x and c in fp32, and the best of those wins: the assignment and distance an
 // fp32 GEMM would give, at TF32 speed whenever few columns are that close.
