@@ -2,23 +2,30 @@
 # CPU, CUDA and WGPU side by side on the dev datasets, seeds 1-3, on a GPU machine: energy,
 # balance, recall@10 at nprobe 16 and 64, train seconds, one line per run, then the means.
 #
-#   VLC=target/release/vlc scripts/gpu_parity.sh [DATASETS_ROOT]
+#   VLC=target/release/vlc [SETS="glove-6b-50 ..."] scripts/gpu_parity.sh [DATASETS_ROOT]
 #
-# The base vectors go in as float16 .npy (exact for Fashion-MNIST's integer pixels), the
-# queries and ground truth as they are (float32). PYTHON (default python3) needs numpy.
+# The base vectors go in as float16 .npy (exact for Fashion-MNIST's integer pixels; a dev/
+# base.npy already there is used as it is), the queries and ground truth as they are
+# (float32). PYTHON (default python3) needs numpy. SETS picks some of the three sets.
 set -euo pipefail
 root=${1:-$HOME/.cache/vlc-datasets}
 vlc=${VLC:-target/release/vlc}
 py=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+sets=${SETS:-glove-6b-50 wordnet-minilm-384 fashion-mnist-784}
 for ds_b in glove-6b-50:16 wordnet-minilm-384:32 fashion-mnist-784:64; do
   ds=${ds_b%%:*}; b=${ds_b#*:}; dir=$root/$ds/dev
-  PYTHONPATH="$here" "$py" - "$dir/base.fvecs" "$tmp/$ds.npy" <<'PY'
+  [[ " $sets " == *" $ds "* ]] || continue
+  if [[ -f $dir/base.npy ]]; then
+    ln -s "$dir/base.npy" "$tmp/$ds.npy"
+  else
+    PYTHONPATH="$here" "$py" - "$dir/base.fvecs" "$tmp/$ds.npy" <<'PY'
 import sys, numpy as np
 from make_demo_data import read_fvecs
 np.save(sys.argv[2], read_fvecs(sys.argv[1]).astype(np.float16))
 PY
+  fi
   for seed in 1 2 3; do for be in cpu cuda wgpu; do
     "$vlc" eval --backend "$be" --base "$tmp/$ds.npy" --query "$dir/query.fvecs" \
       --gt "$dir/gt_l2.ivecs" --metric l2 --bytes "$b" --anchors 1024 --nprobe 16,64 \

@@ -1101,7 +1101,11 @@ impl KmeansSession for CudaSession<'_> {
         // Exact sessions take 3xTF32 GEMMs where the split points fit, TF32 sessions plain
         // TF32; either is re-checked in fp32 wherever it could have picked the wrong anchor
         // (TF32 not while `rough`). Only plain fp32 GEMMs go unchecked.
-        let split = if self.tf32 { None } else { self.split.as_ref().zip(cb.c3.as_ref()) };
+        let split = if self.tf32 {
+            None
+        } else {
+            self.split.as_ref().zip(cb.c3.as_ref())
+        };
         let _math = MathMode::set(&dev, self.tf32 || split.is_some())?;
         let slack = match split {
             Some(_) => SPLIT_SLACK,
