@@ -18,7 +18,7 @@ for ds_b in glove-6b-50:16 wordnet-minilm-384:32 fashion-mnist-784:64; do
   ds=${ds_b%%:*}; b=${ds_b#*:}; dir=$root/$ds/dev
   [[ " $sets " == *" $ds "* ]] || continue
   if [[ -f $dir/base.npy ]]; then
-    ln -s "$dir/base.npy" "$tmp/$ds.npy"
+    ln -s "$(cd "$dir" && pwd)/base.npy" "$tmp/$ds.npy"
   else
     PYTHONPATH="$here" "$py" - "$dir/base.fvecs" "$tmp/$ds.npy" <<'PY'
 import sys, numpy as np
