@@ -11,13 +11,14 @@ def t(f, rep=3):
     for _ in range(rep):
         torch.cuda.synchronize(); s = time.perf_counter(); f(); torch.cuda.synchronize(); best = min(best, time.perf_counter() - s)
     return best
-print("torch threads", torch.get_num_threads())
+threads = torch.get_num_threads()
+print("torch threads", threads)
 p = torch.empty(n, pin_memory=True)
 d = torch.empty(n, device="cuda")
-print("fill pinned (torch copy_, %d threads): %.1f GB/s" % (torch.get_num_threads(), 2.0**29 / t(lambda: p.copy_(x)) / 1e9))
+print("fill pinned (torch copy_, %d threads): %.1f GB/s" % (threads, 2.0**29 / t(lambda: p.copy_(x)) / 1e9))
 torch.set_num_threads(1)
 print("fill pinned (1 thread): %.1f GB/s" % (2.0**29 / t(lambda: p.copy_(x)) / 1e9))
-torch.set_num_threads(16)
+torch.set_num_threads(threads)
 print("DMA pinned -> device, 512 MB: %.1f GB/s" % (2.0**29 / t(lambda: d.copy_(p, non_blocking=True)) / 1e9))
 ps, ds = p[: 8 << 20], d[: 8 << 20]
 print("DMA pinned -> device, 32 MB: %.1f GB/s" % (2.0**25 / t(lambda: ds.copy_(ps, non_blocking=True), 10) / 1e9))

@@ -1002,14 +1002,18 @@ impl<'a> CudaSession<'a> {
     /// than half the free device memory (assignment then runs plain fp32 GEMMs).
     fn split_points(&self) -> Result<Option<CudaSlice<f32>>> {
         let dev = self.b.lock();
+        let len = self.n * 3 * self.d;
         let free = dev.stream.context().mem_get_info().map_or(0, |(f, _)| f);
-        if self.n * 3 * self.d * 4 > free / 2 {
+        if len * 4 > free / 2 {
             return Ok(None);
         }
-        let mut out = match CudaBackend::zeros::<f32>(&dev.stream, self.n * 3 * self.d) {
+        // SAFETY: `split_rows` writes every element before any GEMM reads it.
+        let mut out = match unsafe { dev.stream.alloc::<f32>(len.max(1)) } {
             Ok(v) => v,
-            Err(Error::OutOfMemory(_)) => return Ok(None),
-            Err(e) => return Err(e),
+            Err(e) => match dev_err("allocate split points", e) {
+                Error::OutOfMemory(_) => return Ok(None),
+                e => return Err(e),
+            },
         };
         split_rows(&dev, self.b.sms, &self.x, self.n, self.d, false, &mut out)?;
         Ok(Some(out))
@@ -1098,14 +1102,10 @@ impl KmeansSession for CudaSession<'_> {
             },
             "offsets",
         )?;
-        // Exact sessions take 3xTF32 GEMMs where the split points fit, TF32 sessions plain
-        // TF32; either is re-checked in fp32 wherever it could have picked the wrong anchor
-        // (TF32 not while `rough`). Only plain fp32 GEMMs go unchecked.
-        let split = if self.tf32 {
-            None
-        } else {
-            self.split.as_ref().zip(cb.c3.as_ref())
-        };
+        // Exact sessions take 3xTF32 GEMMs where the split points fit (TF32 sessions have
+        // none), TF32 sessions plain TF32; either is re-checked in fp32 wherever it could have
+        // picked the wrong anchor (TF32 not while `rough`). Only plain fp32 GEMMs go unchecked.
+        let split = self.split.as_ref().zip(cb.c3.as_ref());
         let _math = MathMode::set(&dev, self.tf32 || split.is_some())?;
         let slack = match split {
             Some(_) => SPLIT_SLACK,
