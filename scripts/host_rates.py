@@ -23,6 +23,10 @@ print("DMA pinned -> device, 512 MB: %.1f GB/s" % (2.0**29 / t(lambda: d.copy_(p
 ps, ds = p[: 8 << 20], d[: 8 << 20]
 print("DMA pinned -> device, 32 MB: %.1f GB/s" % (2.0**25 / t(lambda: ds.copy_(ps, non_blocking=True), 10) / 1e9))
 print("pageable -> device, 512 MB: %.1f GB/s" % (2.0**29 / t(lambda: d.copy_(x)) / 1e9))
+# Both at once, as a pipelined upload runs them: one buffer filled while another crosses the bus.
+p2 = torch.empty(n, pin_memory=True)
+both = t(lambda: (d.copy_(p2, non_blocking=True), p.copy_(x)))
+print("fill 512 MB beside a 512 MB DMA: %.1f ms for both (%.1f GB/s each)" % (both * 1e3, 2.0**29 / both / 1e9))
 cr = torch.cuda.cudart()
 for r in range(2):
     y = torch.randn(n)

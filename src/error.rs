@@ -75,6 +75,11 @@ pub(crate) fn whole_rows(len: usize, d: usize, what: &str) -> Result<usize> {
 
 /// Fails with `NonFinite` when any value is NaN or infinite.
 pub(crate) fn check_finite(x: &[f32], what: &str) -> Result<()> {
+    check_finite_from(x, what, 0)
+}
+
+/// As `check_finite`, for values that start at position `base` of the caller's input.
+pub(crate) fn check_finite_from(x: &[f32], what: &str, base: usize) -> Result<()> {
     use rayon::prelude::*;
     // A branch-free OR over each chunk vectorizes; only a chunk that fails is searched, so the
     // first bad position is reported whatever the thread count.
@@ -89,8 +94,9 @@ pub(crate) fn check_finite(x: &[f32], what: &str) -> Result<()> {
     }) {
         None => Ok(()),
         Some(i) => Err(Error::NonFinite(format!(
-            "{what}: value {} at position {i}",
-            x[i]
+            "{what}: value {} at position {}",
+            x[i],
+            base + i
         ))),
     }
 }

@@ -34,6 +34,7 @@ pub(crate) mod linalg;
 pub mod params;
 pub mod quant;
 pub(crate) mod rng;
+pub(crate) mod stage;
 pub mod synth;
 pub(crate) mod trace;
 pub mod train;

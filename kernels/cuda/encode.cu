@@ -6,10 +6,17 @@
 // sub-vectors sit in registers, in a kernel built for the next width up (8, 16 or 32), so one
 // shared-memory read of a codeword value feeds R multiply-adds. Score |c|^2 - 2 y.c, first
 // minimum on ties.
+//
+// The sub-vectors are read in the padded layout of `residuals` below, from rows of `ld` floats:
+// either padded rows already (rem = nsub, no anchors), or raw rows (ld = d, rem = d % nsub,
+// q = d / nsub) minus their anchors (anchors[assign[i]]), so that encoding without a rotation
+// needs no residual pass of its own.
 #define PQ_ASSIGN(NAME, W, R)                                                                 \
-extern "C" __global__ void NAME(const float* __restrict__ y, int n, int dp, int dsub,       \
+extern "C" __global__ void NAME(const float* __restrict__ y, int n, int ld, int dsub,       \
                                 int ksub, const float* __restrict__ books,                   \
-                                unsigned char* __restrict__ out, int nsub) {                 \
+                                unsigned char* __restrict__ out, int nsub,                   \
+                                const float* __restrict__ anchors,                           \
+                                const unsigned* __restrict__ assign, int rem, int q) {       \
     extern __shared__ float sh[];                                                            \
     float* cb = sh;               /* ksub * dsub */                                          \
     float* cn = sh + ksub * dsub; /* ksub */                                                 \
@@ -27,9 +34,14 @@ extern "C" __global__ void NAME(const float* __restrict__ y, int n, int dp, int 
     const int i0 = blockIdx.x * blockDim.x * R + threadIdx.x;                                \
     float v[R][W];                                                                           \
     _Pragma("unroll") for (int r = 0; r < R; r++) {                                          \
-        const int i = i0 + r * blockDim.x;                                                   \
-        const float* row = y + (size_t)(i < n ? i : 0) * dp + j * dsub;                      \
-        _Pragma("unroll") for (int t = 0; t < W; t++) v[r][t] = t < dsub ? row[t] : 0.f;     \
+        const int i = i0 + r * blockDim.x, ii = i < n ? i : 0;                               \
+        const float* row = y + (size_t)ii * ld;                                              \
+        const float* a = anchors ? anchors + (size_t)assign[ii] * ld : 0;                    \
+        _Pragma("unroll") for (int t = 0; t < W; t++) {                                      \
+            const int col = j < rem ? j * dsub + t                                           \
+                                    : (t < q ? rem * dsub + (j - rem) * q + t : -1);         \
+            v[r][t] = t < dsub && col >= 0 ? row[col] - (a ? a[col] : 0.f) : 0.f;            \
+        }                                                                                    \
     }                                                                                        \
     float best[R];                                                                           \
     int at[R];                                                                               \

@@ -10,10 +10,9 @@ use super::{AssignStats, Backend, BackendKind, KmeansSession, Resident, Transfer
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError,
-    LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
+    DeviceRepr, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
-use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -105,6 +104,8 @@ struct Kernels {
 /// meant to be shared across threads without it.
 struct Device {
     stream: Arc<CudaStream>,
+    /// Uploads that overlap the kernels of `stream` (encoding).
+    copy: Arc<CudaStream>,
     blas: CudaBlas,
     k: Kernels,
     /// Page-locked buffers for large uploads, made on first use.
@@ -119,6 +120,39 @@ const STAGE: usize = 8 << 20;
 struct Staging {
     bufs: [PinnedHostSlice<f32>; 2],
     done: [Option<CudaEvent>; 2],
+    /// Page-locked buffers for what comes back per block (encoding), grown on demand: copies
+    /// into pageable memory fault its pages in one by one, at a fraction of the bus speed.
+    back: Option<[PinnedHostSlice<u8>; 2]>,
+}
+
+impl Staging {
+    /// `None` where page-locked memory cannot be had.
+    fn new(ctx: &Arc<CudaContext>) -> Option<Staging> {
+        // SAFETY: page-locked host buffers, written before every read by a copy.
+        let (a, b) = unsafe { (ctx.alloc_pinned(STAGE), ctx.alloc_pinned(STAGE)) };
+        Some(Staging {
+            bufs: [a.ok()?, b.ok()?],
+            done: [None, None],
+            back: None,
+        })
+    }
+
+    /// The two return buffers, at least `len` bytes each. Callers wait on `done` first.
+    fn back(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        len: usize,
+    ) -> Result<&mut [PinnedHostSlice<u8>; 2]> {
+        if self.back.as_ref().is_none_or(|b| b[0].len() < len) {
+            self.back = None;
+            // SAFETY: page-locked host buffers, written by a copy before the host reads them.
+            let (a, b) = unsafe { (ctx.alloc_pinned(len), ctx.alloc_pinned(len)) };
+            let a = a.map_err(|e| dev_err("allocate page-locked memory", e))?;
+            let b = b.map_err(|e| dev_err("allocate page-locked memory", e))?;
+            self.back = Some([a, b]);
+        }
+        Ok(self.back.as_mut().expect("the buffers were just made"))
+    }
 }
 
 impl Drop for Staging {
@@ -183,6 +217,8 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         )
         .map_err(|e| dev_err("query device", e))? as u32;
     let stream = ctx.default_stream();
+    let copy = ctx.new_stream().map_err(|e| dev_err("create stream", e))?;
+    keep_freed_memory(&ctx)?;
     let blas = CudaBlas::new(stream.clone())
         .map_err(|e| Error::Device(format!("cuBLAS: create handle: {e}")))?;
     let mut modules = Vec::new();
@@ -219,6 +255,7 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
     Ok(Box::new(CudaBackend {
         dev: Mutex::new(Device {
             stream,
+            copy,
             blas,
             k,
             staging: None,
@@ -275,22 +312,11 @@ impl CudaBackend {
             return self.up(&s, v);
         }
         if dev.staging.is_none() {
-            // SAFETY: page-locked host buffers, written before every read by the copy.
-            let bufs = unsafe {
-                (
-                    s.context().alloc_pinned(STAGE),
-                    s.context().alloc_pinned(STAGE),
-                )
-            };
-            let (Ok(a), Ok(b)) = bufs else {
-                return self.up(&s, v);
-            };
-            dev.staging = Some(Staging {
-                bufs: [a, b],
-                done: [None, None],
-            });
+            dev.staging = Staging::new(s.context());
         }
-        let st = dev.staging.as_mut().expect("staging was just made");
+        let Some(st) = dev.staging.as_mut() else {
+            return self.up(&s, v);
+        };
         // SAFETY: every element is written by the copies below before any kernel reads it.
         let mut out = unsafe { s.alloc::<f32>(v.len()) }.map_err(|e| dev_err("allocate", e))?;
         for (i, chunk) in v.chunks(STAGE).enumerate() {
@@ -302,9 +328,8 @@ impl CudaBackend {
                 .as_mut_slice()
                 .map_err(|e| dev_err("upload", e))?;
             let host = &mut host[..chunk.len()];
-            host.par_chunks_mut(1 << 16)
-                .zip(chunk.par_chunks(1 << 16))
-                .for_each(|(d, c)| d.copy_from_slice(c));
+            // Training sets were checked before they came here.
+            crate::stage::stage(host, chunk);
             let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
             // From page-locked memory the copy is asynchronous: the event says when the
             // buffer may be refilled.
@@ -328,7 +353,7 @@ impl CudaBackend {
         s.memcpy_htod(v, d).map_err(|e| dev_err("upload", e))
     }
 
-    fn down<T: DeviceRepr>(&self, s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Result<Vec<T>> {
+    fn down<T: DeviceRepr>(&self, s: &Arc<CudaStream>, d: &impl DevicePtr<T>) -> Result<Vec<T>> {
         self.d2h.fetch_add(d.num_bytes() as u64, Ordering::Relaxed);
         s.clone_dtoh(d).map_err(|e| dev_err("download", e))
     }
@@ -373,57 +398,45 @@ impl Backend for CudaBackend {
         let s = &dev.stream;
         let yd = self.up(s, y)?;
         let bd = self.up(s, books)?;
-        let ksub = books.len() / dp;
-        let idx = self.pq_assign_on_device(&dev, &yd, y.len() / dp, nsub, dsub, &bd, ksub)?;
+        let (n, ksub) = (y.len() / dp, books.len() / dp);
+        let mut idx = CudaBackend::zeros::<u8>(s, n * nsub)?;
+        let rows = PqRows::Padded(&yd);
+        pq_assign_into(&dev, rows, n, nsub, dsub, &bd, ksub, &mut idx.slice_mut(..))?;
         self.down(s, &idx)
     }
 
+    fn encodes_unchecked_input(&self) -> bool {
+        true
+    }
+
     fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
-        let (d, dp, nsub, dsub) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub);
-        if x.is_empty() {
+        let n = crate::error::whole_rows(x.len(), cb.d, "values")?;
+        if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        if !pq_kernel_fits(dsub, cb.pq.ksub()) || dp < d {
-            return crate::quant::encode_residuals_in_steps(self, cb, x);
+        if pq_kernel_fits(cb.pq.dsub, cb.pq.ksub()) && cb.pq.dim() >= cb.d {
+            // Everything stays on the device: nearest anchor, residual, rotation, PQ; the
+            // codebook itself is uploaded once for all calls.
+            let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+            let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
+            let mut dev = self.lock();
+            if dev.staging.is_none() {
+                dev.staging = Staging::new(dev.stream.context());
+            }
+            if let Some(mut st) = dev.staging.take() {
+                let out = self.encode_pipelined(&dev, &mut st, dc, cb, x);
+                dev.staging = Some(st);
+                return match out? {
+                    Some(r) => Ok(r),
+                    None => Err(crate::error::check_finite(x, "vectors")
+                        .err()
+                        .unwrap_or_else(|| Error::NonFinite("vectors".into()))),
+                };
+            }
         }
-        // Everything stays on the device: nearest anchor, residual, rotation, PQ; the codebook
-        // itself is uploaded once for all blocks.
-        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-        let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
-        let mut sess = CudaSession::new(self, x, d)?;
-        sess.set_centroids_from(&dc.anchors, cb.anchors())?;
-        sess.assign(None)?;
-        let n = sess.n;
-        let anc = &sess.c.as_ref().expect("centroids were just set").c;
-        let dev = self.lock();
-        let s = &dev.stream;
-        let mut trace = Trace::new();
-        let mut y = CudaBackend::zeros::<f32>(s, n * dp)?;
-        let (ni, di, dpi, dsi) = (n as i32, d as i32, dp as i32, dsub as i32);
-        // SAFETY: x is n x d, anchors k x d with every assignment below k, y n x dp.
-        ran(
-            unsafe {
-                s.launch_builder(&dev.k.residuals)
-                    .arg(&sess.x)
-                    .arg(&ni)
-                    .arg(&di)
-                    .arg(anc)
-                    .arg(&sess.assign)
-                    .arg(&dpi)
-                    .arg(&dsi)
-                    .arg(&mut y)
-                    .launch(strided(n * dp, self.sms))
-            },
-            "residuals",
-        )?;
-        let y = rotated(&dev, dc, y, n, dp)?;
-        trace.mark(s, "residuals");
-        let idx = self.pq_assign_on_device(&dev, &y, n, nsub, dsub, &dc.books, cb.pq.ksub())?;
-        trace.mark(s, "pq");
-        let a = self.down(s, &sess.assign)?;
-        let idx = self.down(s, &idx)?;
-        trace.mark(s, "download");
-        Ok((a, idx))
+        // Shapes the kernels do not take, or no page-locked memory: step by step.
+        crate::error::check_finite(x, "vectors")?;
+        crate::quant::encode_residuals_in_steps(self, cb, x)
     }
 
     fn search_lists(
@@ -462,6 +475,140 @@ impl Backend for CudaBackend {
             h2d_bytes: self.h2d.load(Ordering::Relaxed),
             d2h_bytes: self.d2h.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Lets the device's memory pool keep what is freed instead of handing it back at every
+/// synchronization: a session's large buffers (points, their split, dots blocks) then come
+/// from the pool in the next session instead of being mapped again, at several ms per GB.
+/// `CudaBackend`'s drop hands back what the pool holds.
+fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
+    use cudarc::driver::{result, sys::CUmemPool_attribute};
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    let mut keep = u64::MAX;
+    // SAFETY: the pool of the context's device, which lives as long as the device; the
+    // attribute is a u64.
+    unsafe {
+        let pool =
+            result::device::get_mem_pool(ctx.cu_device()).map_err(|e| dev_err("memory pool", e))?;
+        result::mem_pool::set_attribute(
+            pool,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut keep as *mut u64).cast(),
+        )
+        .map_err(|e| dev_err("memory pool", e))
+    }
+}
+
+/// Bytes the device's memory pool holds unused: they serve our next allocations first.
+fn pool_idle(ctx: &CudaContext) -> usize {
+    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
+    if !ctx.has_async_alloc() {
+        return 0;
+    }
+    // SAFETY: as in `keep_freed_memory`; both attributes are u64.
+    unsafe {
+        let Ok(pool) = result::device::get_mem_pool(ctx.cu_device()) else {
+            return 0;
+        };
+        let get = |a| {
+            let mut v = 0u64;
+            result::mem_pool::get_attribute(pool, a, (&mut v as *mut u64).cast()).map_or(0, |_| v)
+        };
+        let reserved = get(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        let used = get(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+        reserved.saturating_sub(used) as usize
+    }
+}
+
+/// Free device memory, counting what the pool holds unused.
+fn free_bytes(ctx: &CudaContext) -> usize {
+    ctx.mem_get_info().map_or(0, |(f, _)| f) + pool_idle(ctx)
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Our buffers go first, then what the pool kept of them goes back to the device.
+        *self.lists.get_mut().unwrap_or_else(|e| e.into_inner()) = Resident::new();
+        *self.codebook.get_mut().unwrap_or_else(|e| e.into_inner()) = Resident::new();
+        let dev = self.dev.get_mut().unwrap_or_else(|e| e.into_inner());
+        dev.staging = None;
+        let ctx = dev.stream.context().clone();
+        if dev.stream.synchronize().is_ok() && ctx.has_async_alloc() {
+            use cudarc::driver::result;
+            // SAFETY: the pool of the context's device; nothing of ours is in flight.
+            unsafe {
+                if let Ok(pool) = result::device::get_mem_pool(ctx.cu_device()) {
+                    let _ = result::mem_pool::trim_to(pool, 0);
+                }
+            }
+        }
+    }
+}
+
+/// What `argmin_rows` (kmeans.cu) reads for one block of dots: `rows` rows of scores against
+/// `k` centroids, for the points from `row0` on.
+struct Argmin<'a> {
+    dots: &'a CudaSlice<f32>,
+    rows: usize,
+    k: usize,
+    /// |c|^2 + bias per centroid.
+    off: &'a CudaSlice<f32>,
+    bias: &'a CudaSlice<f32>,
+    use_bias: bool,
+    x: &'a CudaSlice<f32>,
+    xn: &'a CudaSlice<f32>,
+    row0: usize,
+    d: usize,
+    c: &'a CudaSlice<f32>,
+    cn: &'a CudaSlice<f32>,
+    /// Error bound of approximate dots (0: exact).
+    slack: f32,
+}
+
+impl Argmin<'_> {
+    /// Writes the nearest centroid and its distance of points row0.. into `assign` and `dist`
+    /// (indexed from the first point).
+    fn launch(
+        &self,
+        dev: &Device,
+        assign: &mut CudaViewMut<'_, u32>,
+        dist: &mut CudaViewMut<'_, f32>,
+    ) -> Result<()> {
+        let (ri, ki, r0, di, ub) = (
+            self.rows as i32,
+            self.k as i32,
+            self.row0 as i32,
+            self.d as i32,
+            self.use_bias as i32,
+        );
+        // SAFETY: dots holds rows x k floats, x and c rows of d, xn, assign and dist at least
+        // row0 + rows values and off, bias, cn k each, as the kernel indexes them.
+        ran(
+            unsafe {
+                dev.stream
+                    .launch_builder(&dev.k.argmin_rows)
+                    .arg(self.dots)
+                    .arg(&ri)
+                    .arg(&ki)
+                    .arg(self.off)
+                    .arg(self.bias)
+                    .arg(&ub)
+                    .arg(self.xn)
+                    .arg(&r0)
+                    .arg(assign)
+                    .arg(dist)
+                    .arg(self.x)
+                    .arg(self.c)
+                    .arg(self.cn)
+                    .arg(&di)
+                    .arg(&self.slack)
+                    .launch(per_row(self.rows))
+            },
+            "argmin",
+        )
     }
 }
 
@@ -592,54 +739,302 @@ fn gemm_rows_by(
         .map_err(|e| Error::Device(format!("cuBLAS sgemm: {e}")))
 }
 
+/// Most bytes of anchor scores per encoding GEMM.
+const ENCODE_DOTS_BYTES: usize = 256 << 20;
+
+/// One encoding call's device buffers, per block of `block` rows.
+struct EncodeScratch {
+    block: usize,
+    /// Blocks of points: the copy stream fills one while the other is encoded.
+    x: [CudaSlice<f32>; 2],
+    xn: CudaSlice<f32>,
+    dist: CudaSlice<f32>,
+    /// The block split for 3xTF32 GEMMs (`None` where there was no room: fp32 GEMMs).
+    x3: Option<CudaSlice<f32>>,
+    /// Anchor scores for `chunk` rows.
+    dots: CudaSlice<f32>,
+    chunk: usize,
+}
+
+impl EncodeScratch {
+    fn new(s: &Arc<CudaStream>, block: usize, d: usize, k: usize) -> Result<EncodeScratch> {
+        let zf = |len| CudaBackend::zeros::<f32>(s, len);
+        let chunk = (ENCODE_DOTS_BYTES / (4 * k)).clamp(1, block);
+        // SAFETY: `split_rows` writes the rows of each block before its GEMM reads them.
+        let x3 = match unsafe { s.alloc::<f32>(block * 3 * d) } {
+            Ok(v) => Some(v),
+            Err(e) => match dev_err("allocate split points", e) {
+                Error::OutOfMemory(_) => None,
+                e => return Err(e),
+            },
+        };
+        Ok(EncodeScratch {
+            block,
+            x: [zf(block * d)?, zf(block * d)?],
+            xn: zf(block)?,
+            dist: zf(block)?,
+            x3,
+            dots: zf(chunk * k)?,
+            chunk,
+        })
+    }
+}
+
 impl CudaBackend {
-    /// PQ indices (n x nsub bytes, on the device) of the rows of `y` (n x nsub*dsub) against
-    /// the codebooks `bd` (nsub x ksub x dsub, on the device).
-    fn pq_assign_on_device(
+    /// Encodes `x` (n x d) a staging buffer at a time: while block j is encoded, block j + 1
+    /// crosses the bus on the copy stream and the host fills the other buffer with it,
+    /// checking every value on the way; each block's anchor ids and PQ indices come back
+    /// into page-locked memory behind it. `None` when a value is not finite.
+    fn encode_pipelined(
         &self,
         dev: &Device,
-        y: &CudaSlice<f32>,
-        n: usize,
-        nsub: usize,
-        dsub: usize,
-        bd: &CudaSlice<f32>,
-        ksub: usize,
-    ) -> Result<CudaSlice<u8>> {
+        st: &mut Staging,
+        dc: &DeviceCodebook,
+        cb: &crate::Codebook,
+        x: &[f32],
+    ) -> Result<Option<(Vec<u32>, Vec<u8>)>> {
+        let (d, nsub) = (cb.d, cb.pq.nsub);
+        let n = x.len() / d;
         let s = &dev.stream;
-        let dp = nsub * dsub;
-        as_i32(n, "rows")?;
-        let mut out = CudaBackend::zeros::<u8>(s, n * nsub)?;
-        let (ni, dpi, dsi, ki, nsi) = (n as i32, dp as i32, dsub as i32, ksub as i32, nsub as i32);
-        // Rows per thread, as built into each kernel width (kernels/cuda/encode.cu).
-        let (kernel, rows_per_thread) = match dsub {
-            0..=8 => (0, 4),
-            9..=16 => (1, 4),
-            _ => (2, 2),
+        let mut sc = EncodeScratch::new(s, (STAGE / d).clamp(1, n), d, cb.anchors())?;
+        let block = sc.block;
+        let mut ids_d = CudaBackend::zeros::<u32>(s, block)?;
+        let mut idx_d = CudaBackend::zeros::<u8>(s, block * nsub)?;
+        // Each block's results: its ids (4 bytes a row, first, so they stay aligned), then its
+        // indices.
+        st.back(s.context(), block * (4 + nsub))?;
+        // The copy stream writes buffers this stream allocated.
+        dev.copy.join(s).map_err(|e| dev_err("upload", e))?;
+        let mut trace = Trace::new();
+        let (mut ids, mut idx) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
+        // Blocks in flight, oldest first: (buffer, rows).
+        let mut flight = std::collections::VecDeque::new();
+        let mut take_back = |st: &mut Staging, b: usize, rows: usize| -> Result<()> {
+            if let Some(e) = st.done[b].take() {
+                e.synchronize().map_err(|e| dev_err("encode", e))?;
+            }
+            let back = &st.back.as_ref().expect("made above")[b];
+            let bytes = back.as_slice().map_err(|e| dev_err("download", e))?;
+            ids.extend_from_slice(bytemuck::cast_slice::<u8, u32>(&bytes[..rows * 4]));
+            idx.extend_from_slice(&bytes[rows * 4..rows * (4 + nsub)]);
+            Ok(())
         };
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(128 * rows_per_thread) as u32, nsub as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: (4 * ksub * (dsub + 1)) as u32,
-        };
-        // SAFETY: y holds n x dp floats, books nsub x ksub x dsub, out n x nsub bytes; the
-        // shared block holds one sub-codebook and its norms.
-        ran(
-            unsafe {
-                s.launch_builder(&dev.k.pq_assign[kernel])
-                    .arg(y)
-                    .arg(&ni)
-                    .arg(&dpi)
-                    .arg(&dsi)
-                    .arg(&ki)
-                    .arg(bd)
-                    .arg(&mut out)
-                    .arg(&nsi)
-                    .launch(cfg)
-            },
-            "pq assign",
-        )?;
-        Ok(out)
+        for (j, blk) in x.chunks(block * d).enumerate() {
+            let (b, rows) = (j % 2, blk.len() / d);
+            // Block j - 2, which used these buffers, is done: its results go out first.
+            if flight.len() == 2 {
+                let (ob, orows) = flight.pop_front().expect("two in flight");
+                take_back(st, ob, orows)?;
+            }
+            let host = st.bufs[b]
+                .as_mut_slice()
+                .map_err(|e| dev_err("upload", e))?;
+            let host = &mut host[..blk.len()];
+            if !crate::stage::stage(host, blk) {
+                s.synchronize().map_err(|e| dev_err("encode", e))?;
+                return Ok(None);
+            }
+            trace.mark(s, "fill");
+            let mut xv = sc.x[b].slice_mut(..blk.len());
+            dev.copy
+                .memcpy_htod(&*host, &mut xv)
+                .map_err(|e| dev_err("upload", e))?;
+            let up = dev.copy.record_event(None);
+            s.wait(&up.map_err(|e| dev_err("upload", e))?)
+                .map_err(|e| dev_err("upload", e))?;
+            self.h2d
+                .fetch_add(std::mem::size_of_val(blk) as u64, Ordering::Relaxed);
+            trace.mark(s, "upload");
+            let (mut iv, mut xv) = (ids_d.slice_mut(..rows), idx_d.slice_mut(..rows * nsub));
+            self.encode_block(dev, dc, cb, &mut sc, b, rows, &mut iv, &mut xv, &mut trace)?;
+            let back = st.back.as_mut().expect("made above")[b]
+                .as_mut_slice()
+                .map_err(|e| dev_err("download", e))?;
+            let (bi, bx) = back.split_at_mut(rows * 4);
+            s.memcpy_dtoh(
+                &ids_d.slice(..rows),
+                bytemuck::cast_slice_mut::<u8, u32>(bi),
+            )
+            .map_err(|e| dev_err("download", e))?;
+            s.memcpy_dtoh(&idx_d.slice(..rows * nsub), &mut bx[..rows * nsub])
+                .map_err(|e| dev_err("download", e))?;
+            self.d2h
+                .fetch_add((rows * (4 + nsub)) as u64, Ordering::Relaxed);
+            st.done[b] = Some(s.record_event(None).map_err(|e| dev_err("encode", e))?);
+            flight.push_back((b, rows));
+            trace.mark(s, "download");
+        }
+        while let Some((b, rows)) = flight.pop_front() {
+            take_back(st, b, rows)?;
+        }
+        Ok(Some((ids, idx)))
     }
+
+    /// Nearest anchors (into `ids`) and PQ indices (into `idx`) of the `rows` rows in block
+    /// buffer `b` of `sc`.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_block(
+        &self,
+        dev: &Device,
+        dc: &DeviceCodebook,
+        cb: &crate::Codebook,
+        sc: &mut EncodeScratch,
+        b: usize,
+        rows: usize,
+        ids: &mut CudaViewMut<'_, u32>,
+        idx: &mut CudaViewMut<'_, u8>,
+        trace: &mut Trace,
+    ) -> Result<()> {
+        let (d, dp, nsub, dsub, k) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.anchors());
+        let s = &dev.stream;
+        let xb = &sc.x[b];
+        row_norms(dev, xb, rows, d, &mut sc.xn)?;
+        if let Some(x3) = sc.x3.as_mut() {
+            split_rows(dev, self.sms, xb, rows, d, false, x3)?;
+        }
+        {
+            let _math = MathMode::set(dev, sc.x3.is_some())?;
+            for r0 in (0..rows).step_by(sc.chunk) {
+                let rr = sc.chunk.min(rows - r0);
+                match &sc.x3 {
+                    Some(x3) => {
+                        let xs = x3.slice(r0 * 3 * d..(r0 + rr) * 3 * d);
+                        gemm_rows_by(dev, &dc.anchors3, k, 3 * d, &xs, rr, &mut sc.dots)?
+                    }
+                    None => {
+                        let xs = xb.slice(r0 * d..(r0 + rr) * d);
+                        gemm_rows_by(dev, &dc.anchors, k, d, &xs, rr, &mut sc.dots)?
+                    }
+                }
+                Argmin {
+                    dots: &sc.dots,
+                    rows: rr,
+                    k,
+                    off: &dc.anorm,
+                    bias: &dc.anorm,
+                    use_bias: false,
+                    x: xb,
+                    xn: &sc.xn,
+                    row0: r0,
+                    d,
+                    c: &dc.anchors,
+                    cn: &dc.anorm,
+                    slack: if sc.x3.is_some() { SPLIT_SLACK } else { 0.0 },
+                }
+                .launch(dev, ids, &mut sc.dist.slice_mut(..))?;
+            }
+        }
+        trace.mark(s, "anchors");
+        let assign = ids.as_view();
+        let ksub = cb.pq.ksub();
+        if dc.rot.is_none() {
+            let rows_in = PqRows::Residual {
+                x: xb,
+                d,
+                anchors: &dc.anchors,
+                assign: &assign,
+            };
+            pq_assign_into(dev, rows_in, rows, nsub, dsub, &dc.books, ksub, idx)?;
+        } else {
+            let mut y = CudaBackend::zeros::<f32>(s, rows * dp)?;
+            let (ni, di, dpi, dsi) = (rows as i32, d as i32, dp as i32, dsub as i32);
+            // SAFETY: x is rows x d, anchors k x d with every assignment below k, y rows x dp.
+            ran(
+                unsafe {
+                    s.launch_builder(&dev.k.residuals)
+                        .arg(xb)
+                        .arg(&ni)
+                        .arg(&di)
+                        .arg(&dc.anchors)
+                        .arg(&assign)
+                        .arg(&dpi)
+                        .arg(&dsi)
+                        .arg(&mut y)
+                        .launch(strided(rows * dp, self.sms))
+                },
+                "residuals",
+            )?;
+            let y = rotated(dev, dc, y, rows, dp)?;
+            let rows_in = PqRows::Padded(&y);
+            pq_assign_into(dev, rows_in, rows, nsub, dsub, &dc.books, ksub, idx)?;
+        }
+        trace.mark(s, "pq");
+        Ok(())
+    }
+}
+
+/// Where the PQ kernel reads its sub-vectors.
+enum PqRows<'a> {
+    /// Rows already in the padded layout (n x nsub*dsub).
+    Padded(&'a CudaSlice<f32>),
+    /// Raw rows (n x d) minus their anchors: the residuals, padded as they are read.
+    Residual {
+        x: &'a CudaSlice<f32>,
+        d: usize,
+        anchors: &'a CudaSlice<f32>,
+        assign: &'a CudaView<'a, u32>,
+    },
+}
+
+/// PQ indices (n x nsub bytes, into `out` on the device) of `n` rows against the codebooks
+/// `books` (nsub x ksub x dsub, on the device).
+#[allow(clippy::too_many_arguments)]
+fn pq_assign_into(
+    dev: &Device,
+    rows: PqRows<'_>,
+    n: usize,
+    nsub: usize,
+    dsub: usize,
+    books: &CudaSlice<f32>,
+    ksub: usize,
+    out: &mut CudaViewMut<'_, u8>,
+) -> Result<()> {
+    let (ld, rem, q) = match rows {
+        PqRows::Padded(_) => (nsub * dsub, nsub, 0),
+        PqRows::Residual { d, .. } => (d, d % nsub, d / nsub),
+    };
+    let (ni, ldi, dsi, ki, nsi) = (
+        as_i32(n, "rows")?,
+        ld as i32,
+        dsub as i32,
+        ksub as i32,
+        nsub as i32,
+    );
+    let (remi, qi, none) = (rem as i32, q as i32, 0u64);
+    // Rows per thread, as built into each kernel width (kernels/cuda/encode.cu).
+    let (kernel, rows_per_thread) = match dsub {
+        0..=8 => (0, 4),
+        9..=16 => (1, 4),
+        _ => (2, 2),
+    };
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(128 * rows_per_thread) as u32, nsub as u32, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: (4 * ksub * (dsub + 1)) as u32,
+    };
+    let mut lb = dev.stream.launch_builder(&dev.k.pq_assign[kernel]);
+    match rows {
+        PqRows::Padded(y) => lb.arg(y),
+        PqRows::Residual { x, .. } => lb.arg(x),
+    };
+    lb.arg(&ni)
+        .arg(&ldi)
+        .arg(&dsi)
+        .arg(&ki)
+        .arg(books)
+        .arg(out)
+        .arg(&nsi);
+    match rows {
+        PqRows::Padded(_) => lb.arg(&none).arg(&none),
+        PqRows::Residual {
+            anchors, assign, ..
+        } => lb.arg(anchors).arg(assign),
+    };
+    lb.arg(&remi).arg(&qi);
+    // SAFETY: the rows hold n x ld floats (anchors k x ld, with every assignment below k),
+    // books nsub x ksub x dsub, out n x nsub bytes; the shared block holds one sub-codebook
+    // and its norms.
+    ran(unsafe { lb.launch(cfg) }, "pq assign")
 }
 
 /// One index's lists on the device, back to back, with what its search needs.
@@ -662,6 +1057,8 @@ struct DeviceCodebook {
     anchors: CudaSlice<f32>,
     /// |a|^2 per anchor, as the host computes them (coarse scores then round alike).
     anorm: CudaSlice<f32>,
+    /// The anchors split into TF32 pieces (k x 3d): encoding's 3xTF32 GEMMs.
+    anchors3: CudaSlice<f32>,
     books: CudaSlice<f32>,
     rot: Option<CudaSlice<f32>>,
 }
@@ -685,9 +1082,14 @@ impl DeviceCodebook {
     fn upload(b: &CudaBackend, cb: &crate::Codebook) -> Result<DeviceCodebook> {
         let dev = b.lock();
         let s = &dev.stream;
+        let (k, d) = (cb.anchors(), cb.d);
+        let anchors = b.up(s, &cb.anchors)?;
+        let mut anchors3 = CudaBackend::zeros::<f32>(s, k * 3 * d)?;
+        split_rows(&dev, b.sms, &anchors, k, d, true, &mut anchors3)?;
         Ok(DeviceCodebook {
-            anchors: b.up(s, &cb.anchors)?,
+            anchors,
             anorm: b.up(s, &crate::linalg::row_norms(&cb.anchors, cb.d))?,
+            anchors3,
             books: b.up(s, &cb.pq.centroids)?,
             rot: if cb.rot.is_empty() {
                 None
@@ -934,16 +1336,6 @@ impl Centroids {
 }
 
 impl<'a> CudaSession<'a> {
-    /// Centroids (k x d) copied from device memory: no host round trip.
-    fn set_centroids_from(&mut self, src: &CudaSlice<f32>, k: usize) -> Result<()> {
-        let len = k * self.d;
-        self.load_centroids(k, |dev, c| {
-            dev.stream
-                .memcpy_dtod(&src.slice(..len), c)
-                .map_err(|e| dev_err("copy centroids", e))
-        })
-    }
-
     /// Sizes the per-centroid buffers for k centroids, lets `fill` write the centroids, and
     /// computes their norms.
     fn load_centroids(
@@ -1003,7 +1395,7 @@ impl<'a> CudaSession<'a> {
     fn split_points(&self) -> Result<Option<CudaSlice<f32>>> {
         let dev = self.b.lock();
         let len = self.n * 3 * self.d;
-        let free = dev.stream.context().mem_get_info().map_or(0, |(f, _)| f);
+        let free = free_bytes(dev.stream.context());
         if len * 4 > free / 2 {
             return Ok(None);
         }
@@ -1023,8 +1415,7 @@ impl<'a> CudaSession<'a> {
         let z32 = |n| CudaBackend::zeros::<u32>(s, n);
         let zf = |n| CudaBackend::zeros::<f32>(s, n);
         let bytes = if self.tf32 || self.split.is_some() {
-            let free = s.context().mem_get_info().map_or(0, |(f, _)| f);
-            (free / 8).clamp(DOTS_BYTES, TC_DOTS_BYTES)
+            (free_bytes(s.context()) / 8).clamp(DOTS_BYTES, TC_DOTS_BYTES)
         } else {
             DOTS_BYTES
         };
@@ -1116,35 +1507,31 @@ impl KmeansSession for CudaSession<'_> {
             Some((x3, c3)) => (x3, c3, 3 * d),
             None => (&self.x, &cb.c, d),
         };
-        let di = d as i32;
         let mut row0 = 0usize;
         while row0 < n {
             let rows = cb.chunk.min(n - row0);
             let xs = xm.slice(row0 * kd..(row0 + rows) * kd);
             gemm_rows_by(&dev, cm, k, kd, &xs, rows, &mut cb.dots)?;
             self.trace.mark(s, "gemm");
-            let (ri, r0) = (rows as i32, row0 as i32);
-            ran(
-                unsafe {
-                    s.launch_builder(&dev.k.argmin_rows)
-                        .arg(&cb.dots)
-                        .arg(&ri)
-                        .arg(&ki)
-                        .arg(&cb.off)
-                        .arg(&cb.bias)
-                        .arg(&use_bias)
-                        .arg(&self.xn)
-                        .arg(&r0)
-                        .arg(&mut self.assign)
-                        .arg(&mut self.dist)
-                        .arg(&self.x)
-                        .arg(&cb.c)
-                        .arg(&cb.cn)
-                        .arg(&di)
-                        .arg(&slack)
-                        .launch(per_row(rows))
-                },
-                "argmin",
+            Argmin {
+                dots: &cb.dots,
+                rows,
+                k,
+                off: &cb.off,
+                bias: &cb.bias,
+                use_bias: use_bias != 0,
+                x: &self.x,
+                xn: &self.xn,
+                row0,
+                d,
+                c: &cb.c,
+                cn: &cb.cn,
+                slack,
+            }
+            .launch(
+                &dev,
+                &mut self.assign.slice_mut(..),
+                &mut self.dist.slice_mut(..),
             )?;
             self.trace.mark(s, "argmin");
             row0 += rows;

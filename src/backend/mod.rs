@@ -138,6 +138,13 @@ pub trait Backend: Send + Sync {
     fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
         crate::quant::encode_residuals_in_steps(self, cb, x)
     }
+    /// Whether `encode_residuals` checks its input for NaN and infinities itself (failing as
+    /// `check_finite` does on the whole input) and takes inputs of any length: its caller
+    /// then hands over the whole input unscanned, and the backend pipelines it. Otherwise the
+    /// caller checks and feeds it in blocks.
+    fn encodes_unchecked_input(&self) -> bool {
+        false
+    }
     /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
     /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;
     /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest lists. `None` leaves

@@ -315,12 +315,21 @@ impl Codebook {
     ) -> Result<(Vec<u32>, Vec<u8>)> {
         let d = self.d;
         let n = crate::error::whole_rows(x.len(), d, "values")?;
+        if let (true, Vectors::F32(xs), false) = (
+            backend.encodes_unchecked_input(),
+            x,
+            self.metric == Metric::Cosine,
+        ) {
+            // Nothing to convert or normalize: the backend checks while it uploads.
+            let (ids, idx) = backend.encode_residuals(self, xs)?;
+            return Ok((ids, self.pq.pack_owned(idx)));
+        }
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.code_size());
         // Block `start`, checked and prepared for the metric.
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, ENCODE_BLOCK.min(n - start), d);
-            check_finite(&block, "vectors")?;
+            crate::error::check_finite_from(&block, "vectors", start * d)?;
             Ok(prepare(block, d, self.metric))
         };
         let mut start = 0;
