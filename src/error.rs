@@ -78,6 +78,14 @@ pub(crate) fn check_finite(x: &[f32], what: &str) -> Result<()> {
     check_finite_from(x, what, 0)
 }
 
+/// The error `check_finite` gives for `x`, once a staged copy (`stage`) has found a value
+/// that is not finite in it.
+pub(crate) fn non_finite_in(x: &[f32], what: &str) -> Error {
+    check_finite(x, what)
+        .err()
+        .unwrap_or_else(|| Error::NonFinite(format!("{what}: a value is not finite")))
+}
+
 /// As `check_finite`, for values that start at position `base` of the caller's input.
 pub(crate) fn check_finite_from(x: &[f32], what: &str, base: usize) -> Result<()> {
     use rayon::prelude::*;

@@ -1,21 +1,39 @@
-//! Copies into staging memory that a device reads next (page-locked upload buffers). Plain
-//! stores read each destination line before writing it, and the device then reads it again:
-//! streaming stores skip that first read, which leaves more of the host's memory bandwidth to
-//! the device's copy running beside them.
+//! Copies into staging memory that a device reads next (page-locked upload buffers, mapped
+//! device buffers). Plain stores read each destination line before writing it, and the device
+//! then reads it again: streaming stores skip that first read, which leaves more of the host's
+//! memory bandwidth to the device's copy running beside them. Every value is checked for NaN
+//! and infinities on the way, so the check costs no pass of its own.
 
 use rayon::prelude::*;
 
 /// Floats per task: large enough to stream, small enough to spread over every thread.
 const PIECE: usize = 1 << 16;
 
-/// Copies `src` into `dst` (as long) on every thread and says whether every value was finite:
-/// the check rides on the copy's one pass over memory.
+/// Copies `src` into `dst` (as long) on every thread; false when a value is not finite.
 pub(crate) fn stage(dst: &mut [f32], src: &[f32]) -> bool {
     assert_eq!(dst.len(), src.len());
     dst.par_chunks_mut(PIECE)
         .zip(src.par_chunks(PIECE))
-        .map(|(d, s)| copy_piece(d, s))
+        // SAFETY: each destination chunk is as long as its source chunk.
+        .map(|(d, s)| unsafe { stage_piece(d.as_mut_ptr(), s) })
         .reduce(|| true, |a, b| a & b)
+}
+
+/// As `stage`, on this thread, into memory that is only written (it may not be readable at
+/// speed, as mapped device memory). False when a value is not finite.
+///
+/// # Safety
+/// `dst` is valid for writes of `src.len()` floats and overlaps nothing else in use.
+pub(crate) unsafe fn stage_piece(dst: *mut f32, src: &[f32]) -> bool {
+    // Floats before the first 16-byte boundary of the destination.
+    let head = dst.align_offset(16).min(src.len());
+    let body = (src.len() - head) / 16 * 16;
+    // SAFETY: the three parts split `src` and the same stretch of `dst`.
+    unsafe {
+        let ok = copy_tail(dst, &src[..head]);
+        let ok = copy_body(dst.add(head), &src[head..head + body]) & ok;
+        copy_tail(dst.add(head + body), &src[head + body..]) & ok
+    }
 }
 
 /// NaN or infinite: every exponent bit set.
@@ -24,47 +42,47 @@ fn non_finite(v: f32) -> bool {
     v.to_bits() & 0x7f80_0000 == 0x7f80_0000
 }
 
-fn copy_tail(d: &mut [f32], s: &[f32]) -> bool {
+/// # Safety
+/// As `stage_piece`.
+unsafe fn copy_tail(dst: *mut f32, src: &[f32]) -> bool {
     let mut bad = false;
-    for (o, &v) in d.iter_mut().zip(s) {
-        *o = v;
+    for (i, &v) in src.iter().enumerate() {
+        // SAFETY: within the stretch the caller vouches for.
+        unsafe { dst.add(i).write_unaligned(v) };
         bad |= non_finite(v);
     }
     !bad
 }
 
+/// # Safety
+/// As `stage_piece`, with `dst` 16-byte aligned and `src.len()` a multiple of 16.
 #[cfg(target_arch = "x86_64")]
-fn copy_piece(d: &mut [f32], s: &[f32]) -> bool {
+unsafe fn copy_body(dst: *mut f32, src: &[f32]) -> bool {
     use std::arch::x86_64::*;
-    // Floats before the first 16-byte boundary of the destination.
-    let head = d.as_ptr().align_offset(16).min(d.len());
-    let mut ok = copy_tail(&mut d[..head], &s[..head]);
-    let (d, s) = (&mut d[head..], &s[head..]);
-    let body = d.len() / 16 * 16;
-    // SAFETY: SSE2 is part of x86_64; every load is within `s[..body]`, every store within
-    // `d[..body]` at a 16-byte aligned address (d starts aligned and steps by 4 floats).
+    // SAFETY: SSE2 is part of x86_64; loads stay within `src`, aligned stores within the
+    // caller's stretch of `dst`.
     unsafe {
         let exp = _mm_set1_epi32(0x7f80_0000);
         let mut acc = _mm_setzero_si128();
-        let (dp, sp) = (d.as_mut_ptr(), s.as_ptr());
-        for i in (0..body).step_by(16) {
+        let sp = src.as_ptr();
+        for i in (0..src.len()).step_by(16) {
             for q in 0..4 {
                 let v = _mm_loadu_ps(sp.add(i + 4 * q));
                 let e = _mm_and_si128(_mm_castps_si128(v), exp);
                 acc = _mm_or_si128(acc, _mm_cmpeq_epi32(e, exp));
-                _mm_stream_ps(dp.add(i + 4 * q), v);
+                _mm_stream_ps(dst.add(i + 4 * q), v);
             }
         }
         // Streaming stores are weakly ordered: fence them before the device is told to read.
         _mm_sfence();
-        ok &= _mm_movemask_epi8(acc) == 0;
+        _mm_movemask_epi8(acc) == 0
     }
-    ok & copy_tail(&mut d[body..], &s[body..])
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn copy_piece(d: &mut [f32], s: &[f32]) -> bool {
-    copy_tail(d, s)
+unsafe fn copy_body(dst: *mut f32, src: &[f32]) -> bool {
+    // SAFETY: as the caller's.
+    unsafe { copy_tail(dst, src) }
 }
 
 #[cfg(test)]

@@ -428,9 +428,7 @@ impl Backend for CudaBackend {
                 dev.staging = Some(st);
                 return match out? {
                     Some(r) => Ok(r),
-                    None => Err(crate::error::check_finite(x, "vectors")
-                        .err()
-                        .unwrap_or_else(|| Error::NonFinite("vectors".into()))),
+                    None => Err(crate::error::non_finite_in(x, "vectors")),
                 };
             }
         }

@@ -301,11 +301,17 @@ fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<T> {
 /// Uploads larger than this go up in pieces of this size (`WgpuBackend::upload`).
 const STREAM_PIECE: usize = 16 << 20;
 
-/// Copies `bytes` to the start of the mapped buffer `b` (at most 3 bytes shorter), in
-/// disjoint ranges filled in parallel; past the data the buffer keeps its zeros.
-fn fill_mapped(b: &wgpu::Buffer, bytes: &[u8], what: &str) -> Result<()> {
+/// Fills the start of the mapped buffer `b` with `len` bytes of data, in disjoint 1 MB ranges
+/// on every thread: `fill(view, at)` writes the data's bytes from `at` on into the view and
+/// says whether they were clean. Past the data the buffer keeps its zeros.
+fn fill_mapped(
+    b: &wgpu::Buffer,
+    len: usize,
+    what: &str,
+    fill: &(dyn Fn(wgpu::WriteOnly<'_, [u8]>, usize) -> bool + Sync),
+) -> Result<bool> {
     use rayon::prelude::*;
-    const PIECE: usize = 4 << 20;
+    const PIECE: usize = 1 << 20;
     let size = b.size() as usize;
     let views = (0..size.div_ceil(PIECE))
         .map(|i| {
@@ -315,12 +321,15 @@ fn fill_mapped(b: &wgpu::Buffer, bytes: &[u8], what: &str) -> Result<()> {
                 .map_err(|e| Error::Device(format!("WGPU: mapping {what}: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
-    views.into_par_iter().enumerate().for_each(|(i, mut v)| {
-        let src = &bytes[(i * PIECE).min(bytes.len())..((i + 1) * PIECE).min(bytes.len())];
-        let (mut head, _) = v.slice(..).split_at(src.len());
-        head.copy_from_slice(src);
-    });
-    Ok(())
+    Ok(views
+        .into_par_iter()
+        .enumerate()
+        .map(|(i, mut v)| {
+            let at = (i * PIECE).min(len);
+            let (head, _) = v.slice(..).split_at(((i + 1) * PIECE).min(len) - at);
+            fill(head, at)
+        })
+        .reduce(|| true, |a, b| a & b))
 }
 
 fn pipeline(
@@ -477,30 +486,59 @@ impl WgpuBackend {
     /// `STREAM_PIECE`, in pieces that go up while the next is filled.
     fn upload<T: bytemuck::Pod>(&self, data: &[T], what: &str) -> Result<wgpu::Buffer> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        let size = bytes.len().max(4).next_multiple_of(4);
+        let copy = |mut v: wgpu::WriteOnly<'_, [u8]>, at: usize| {
+            v.copy_from_slice(&bytes[at..at + v.len()]);
+            true
+        };
+        Ok(self.upload_with(bytes.len(), what, &copy)?.0)
+    }
+
+    /// As `upload`, checking every value on the way: `None` where one is not finite.
+    fn upload_finite(&self, data: &[f32], what: &str) -> Result<Option<wgpu::Buffer>> {
+        let copy = |mut v: wgpu::WriteOnly<'_, [u8]>, at: usize| {
+            // Pieces start at multiples of 1 MB: whole floats.
+            let src = &data[at / 4..(at + v.len()) / 4];
+            // SAFETY: the view is valid for writes of its whole length, src.len() floats.
+            unsafe { crate::stage::stage_piece(v.as_raw_element_ptr().as_ptr().cast(), src) }
+        };
+        let (b, clean) = self.upload_with(std::mem::size_of_val(data), what, &copy)?;
+        Ok(clean.then_some(b))
+    }
+
+    /// `upload`'s body: `fill` moves the data's bytes from `at` on into a mapped view.
+    fn upload_with(
+        &self,
+        len: usize,
+        what: &str,
+        fill: &(dyn Fn(wgpu::WriteOnly<'_, [u8]>, usize) -> bool + Sync),
+    ) -> Result<(wgpu::Buffer, bool)> {
+        let size = len.max(4).next_multiple_of(4);
         self.fits_binding(size, what)?;
         let mapped = size <= STREAM_PIECE;
         let b = self.buffer(what, size, Self::USAGE, mapped)?;
+        let mut clean = true;
         if mapped {
-            fill_mapped(&b, bytes, what)?;
+            clean = fill_mapped(&b, len, what, fill)?;
             b.unmap();
         } else {
             // In pieces through their own staging buffers, each copied up while the host
             // fills the next: filling and the copy take about as long, and in one piece they
             // ran one after the other.
-            for (i, piece) in bytes.chunks(STREAM_PIECE).enumerate() {
-                let len = piece.len().next_multiple_of(4);
+            for at in (0..len).step_by(STREAM_PIECE) {
+                let piece = STREAM_PIECE.min(len - at);
+                let padded = piece.next_multiple_of(4);
                 let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
-                let stage = self.buffer("upload staging", len, usage, true)?;
-                fill_mapped(&stage, piece, what)?;
+                let stage = self.buffer("upload staging", padded, usage, true)?;
+                let shifted = |v: wgpu::WriteOnly<'_, [u8]>, o: usize| fill(v, at + o);
+                clean &= fill_mapped(&stage, piece, what, &shifted)?;
                 stage.unmap();
                 let mut enc = self.encoder();
-                enc.copy_buffer_to_buffer(&stage, 0, &b, (i * STREAM_PIECE) as u64, len as u64);
+                enc.copy_buffer_to_buffer(&stage, 0, &b, at as u64, padded as u64);
                 self.queue.submit([enc.finish()]);
             }
         }
-        self.h2d.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(b)
+        self.h2d.fetch_add(len as u64, Ordering::Relaxed);
+        Ok((b, clean))
     }
 
     /// Overwrites the start of `buf` with `data`, ordered before the next submission.
@@ -813,6 +851,10 @@ impl Backend for WgpuBackend {
         }
         Ok(out)
     }
+    fn encodes_unchecked_input(&self) -> bool {
+        true
+    }
+
     fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
         search::encode_residuals(self, cb, x)
     }

@@ -151,6 +151,7 @@ pub(super) fn encode_residuals(
 ) -> Result<(Vec<u32>, Vec<u8>)> {
     let (d, dp, nsub, dsub) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub);
     if !b.pq_fits(dsub, cb.pq.ksub()) || dp < d {
+        crate::error::check_finite(x, "vectors")?;
         return crate::quant::encode_residuals_in_steps(b, cb, x);
     }
     let n = x.len() / d;
@@ -179,7 +180,10 @@ pub(super) fn encode_residuals(
     for block in x.chunks(per * d) {
         let rows = block.len() / d;
         let mut enc = b.encoder();
-        let xd = b.upload(block, "vectors")?;
+        // Checked as it goes up: the caller leaves that to us (`encodes_unchecked_input`).
+        let Some(xd) = b.upload_finite(block, "vectors")? else {
+            return Err(crate::error::non_finite_in(x, "vectors"));
+        };
         trace.mark(b, &mut enc, "upload");
         let xn = b.zeros(rows * 4, "vector norms")?;
         let assigned = b.zeros(rows * 4, "anchor ids")?;
