@@ -6,8 +6,7 @@ use std::sync::Arc;
 use vlc_compress::backend::cuda;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
-    AnchorParams, BackendKind, Compressor, Context, Error, Init, Metric, NoProgress, Precision,
-    Rotation,
+    AnchorParams, BackendKind, Context, Error, Init, Metric, NoProgress, Precision, Rotation,
 };
 
 /// The device, one test at a time: one test fills its memory on purpose.
@@ -305,32 +304,10 @@ fn assignment_matches_the_cpu_on_ragged_shapes() {
 #[test]
 fn pipelined_encoding_matches_the_cpu_and_rejects_non_finite_values() {
     let Some(g) = gpu() else { return };
-    let cpu = common::ctx(0);
     // At 16-d a staging block is 524,288 rows: 1.2M rows take both buffers, reuse the
-    // first and end in a partial block.
+    // first and end in a partial block; the NaN sits in the third block.
     let (n, d) = (1_200_000, 16);
     let x = common::clustered(n, d, 64, 5);
-    let mut c = Compressor::new(cpu.clone(), common::small_params(64, 4));
-    c.train(&x[..200_000 * d], d).unwrap();
-    let cb = c.codebook().unwrap().clone();
-    let on_cpu = cpu.run(|b| cb.encode(b, x[..].into())).unwrap();
-    let on_dev = g.run(|b| cb.encode(b, x[..].into())).unwrap();
-    assert_eq!(on_cpu.len(), on_dev.len());
-    let size = cb.codec_size();
-    let same = on_cpu
-        .chunks_exact(size)
-        .zip(on_dev.chunks_exact(size))
-        .filter(|(a, b)| a == b)
-        .count() as f64
-        / n as f64;
-    eprintln!("identical codes over {n} rows: {same:.5}");
-    assert!(same >= 0.99, "only {same} of codes are identical");
-    // A NaN late in the input: the same error as the CPU's, at the same position.
-    let mut bad = x;
-    bad[1_100_000 * d + 5] = f32::NAN;
-    let on_cpu = cpu.run(|b| cb.encode(b, bad[..].into())).unwrap_err();
-    let on_dev = g.run(|b| cb.encode(b, bad[..].into())).unwrap_err();
-    assert!(matches!(on_dev, Error::NonFinite(_)), "{on_dev}");
-    assert_eq!(on_cpu.to_string(), on_dev.to_string());
-    assert!(on_dev.to_string().contains("position 17600005"), "{on_dev}");
+    let cpu = common::ctx(0);
+    common::encoding_parity_and_bad_values(&cpu, &g, x, d, 200_000, (64, 4), 1_100_000, f32::NAN);
 }

@@ -231,29 +231,11 @@ fn assignment_matches_the_cpu_on_ragged_shapes() {
 #[test]
 fn encoding_checks_its_input_on_the_way_up() {
     let Some(g) = gpu() else { return };
-    let cpu = common::ctx(0);
-    // 70,000 rows: two encoding blocks, the first over one 16 MB upload piece.
+    // 70,000 rows: two encoding blocks, the first over one 16 MB upload piece; the
+    // infinity sits in the second.
     let (n, d) = (70_000, 64);
     let x = common::clustered(n, d, 50, 6);
-    let mut c = vlc_compress::Compressor::new(cpu.clone(), common::small_params(32, 8));
-    c.train(&x[..10_000 * d], d).unwrap();
-    let cb = c.codebook().unwrap().clone();
-    let on_cpu = cpu.run(|b| cb.encode(b, x[..].into())).unwrap();
-    let on_dev = g.run(|b| cb.encode(b, x[..].into())).unwrap();
-    let size = cb.codec_size();
-    let same = on_cpu
-        .chunks_exact(size)
-        .zip(on_dev.chunks_exact(size))
-        .filter(|(a, b)| a == b)
-        .count() as f64
-        / n as f64;
-    assert!(same >= 0.99, "only {same} of codes are identical");
-    // An infinity in the second block: the CPU's error, at the same position.
-    let mut bad = x;
-    bad[69_000 * d + 3] = f32::INFINITY;
-    let on_cpu = cpu.run(|b| cb.encode(b, bad[..].into())).unwrap_err();
-    let on_dev = g.run(|b| cb.encode(b, bad[..].into())).unwrap_err();
-    assert!(matches!(on_dev, Error::NonFinite(_)), "{on_dev}");
-    assert_eq!(on_cpu.to_string(), on_dev.to_string());
-    assert!(on_dev.to_string().contains("position 4416003"), "{on_dev}");
+    let cpu = common::ctx(0);
+    let inf = f32::INFINITY;
+    common::encoding_parity_and_bad_values(&cpu, &g, x, d, 10_000, (32, 8), 69_000, inf);
 }

@@ -293,3 +293,49 @@ pub fn brute_force(
     }
     out
 }
+
+/// Encodes `x` (n x d) on the CPU and on `dev` with one codebook, trained on the CPU from
+/// the first `train_rows` rows (`anchors`, `bytes`): the codes must agree for 99% of rows.
+/// Then, with `bad` at row `row`, both must fail with the same `NonFinite` error, naming the
+/// same position in the input.
+#[allow(clippy::too_many_arguments)]
+pub fn encoding_parity_and_bad_values(
+    cpu: &Arc<Context>,
+    dev: &Context,
+    mut x: Vec<f32>,
+    d: usize,
+    train_rows: usize,
+    (anchors, bytes): (usize, usize),
+    row: usize,
+    bad: f32,
+) {
+    let n = x.len() / d;
+    let mut c = Compressor::new(cpu.clone(), small_params(anchors, bytes));
+    c.train(&x[..train_rows * d], d).unwrap();
+    let cb = c.codebook().unwrap().clone();
+    let on_cpu = cpu.run(|b| cb.encode(b, x[..].into())).unwrap();
+    let on_dev = dev.run(|b| cb.encode(b, x[..].into())).unwrap();
+    assert_eq!(on_cpu.len(), on_dev.len());
+    let size = cb.codec_size();
+    let same = on_cpu
+        .chunks_exact(size)
+        .zip(on_dev.chunks_exact(size))
+        .filter(|(a, b)| a == b)
+        .count() as f64
+        / n as f64;
+    eprintln!("identical codes over {n} rows: {same:.5}");
+    assert!(same >= 0.99, "only {same} of codes are identical");
+    let at = row * d + 3;
+    x[at] = bad;
+    let on_cpu = cpu.run(|b| cb.encode(b, x[..].into())).unwrap_err();
+    let on_dev = dev.run(|b| cb.encode(b, x[..].into())).unwrap_err();
+    assert!(
+        matches!(on_dev, vlc_compress::Error::NonFinite(_)),
+        "{on_dev}"
+    );
+    assert_eq!(on_cpu.to_string(), on_dev.to_string());
+    assert!(
+        on_dev.to_string().contains(&format!("position {at}")),
+        "{on_dev}"
+    );
+}
