@@ -1,8 +1,9 @@
 //! Copies into staging memory that a device reads next (page-locked upload buffers, mapped
-//! device buffers). Plain stores read each destination line before writing it, and the device
-//! then reads it again: streaming stores skip that first read, which leaves more of the host's
-//! memory bandwidth to the device's copy running beside them. Every value is checked for NaN
-//! and infinities on the way, so the check costs no pass of its own.
+//! device buffers), checking every value for NaN and infinities on the way, so that the check
+//! costs no pass of its own over the input. Streaming stores skip the read of each
+//! destination line that plain stores make first. On the 16-core host of an H100 machine,
+//! staging 1.5 GB through a 32 MB buffer ran at 33-52 GB/s this way and 33-45 GB/s as a plain
+//! copy followed by a check of each 16 KB: within that host's run-to-run noise.
 
 use rayon::prelude::*;
 

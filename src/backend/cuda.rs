@@ -13,6 +13,7 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
     DeviceRepr, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -328,8 +329,11 @@ impl CudaBackend {
                 .as_mut_slice()
                 .map_err(|e| dev_err("upload", e))?;
             let host = &mut host[..chunk.len()];
-            // Training sets were checked before they came here.
-            crate::stage::stage(host, chunk);
+            // Training sets were checked before they came here: a plain copy (the buffer
+            // stays in the host's cache for the copy engine to read).
+            host.par_chunks_mut(1 << 16)
+                .zip(chunk.par_chunks(1 << 16))
+                .for_each(|(d, c)| d.copy_from_slice(c));
             let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
             // From page-locked memory the copy is asynchronous: the event says when the
             // buffer may be refilled.
