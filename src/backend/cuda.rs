@@ -800,6 +800,10 @@ impl CudaBackend {
         let s = &dev.stream;
         let mut sc = EncodeScratch::new(s, (STAGE / d).clamp(1, n), d, cb.anchors())?;
         let block = sc.block;
+        // Copies a failed call left in flight may still use the buffers.
+        for e in st.done.iter_mut().filter_map(Option::take) {
+            e.synchronize().map_err(|e| dev_err("encode", e))?;
+        }
         let mut ids_d = CudaBackend::zeros::<u32>(s, block)?;
         let mut idx_d = CudaBackend::zeros::<u8>(s, block * nsub)?;
         // Each block's results: its ids (4 bytes a row, first, so they stay aligned), then its
