@@ -73,6 +73,12 @@ pub(crate) fn whole_rows(len: usize, d: usize, what: &str) -> Result<usize> {
     Ok(len / d)
 }
 
+/// NaN or infinite: every exponent bit set.
+#[inline]
+pub(crate) fn non_finite(v: f32) -> bool {
+    v.to_bits() & 0x7f80_0000 == 0x7f80_0000
+}
+
 /// Fails with `NonFinite` when any value is NaN or infinite.
 pub(crate) fn check_finite(x: &[f32], what: &str) -> Result<()> {
     check_finite_from(x, what, 0)
@@ -91,7 +97,7 @@ pub(crate) fn check_finite_from(x: &[f32], what: &str, base: usize) -> Result<()
     use rayon::prelude::*;
     // A branch-free OR over each chunk vectorizes; only a chunk that fails is searched, so the
     // first bad position is reported whatever the thread count.
-    let bad = |v: &f32| v.to_bits() & 0x7f80_0000 == 0x7f80_0000;
+    let bad = |v: &f32| non_finite(*v);
     const CHUNK: usize = 1 << 14;
     let hit = x
         .par_chunks(CHUNK)

@@ -126,13 +126,23 @@ struct Staging {
     back: Option<[PinnedHostSlice<u8>; 2]>,
 }
 
+/// Two page-locked buffers of `len` values.
+fn pinned_pair<T: DeviceRepr>(
+    ctx: &Arc<CudaContext>,
+    len: usize,
+) -> Result<[PinnedHostSlice<T>; 2]> {
+    let one = || {
+        // SAFETY: page-locked host memory, written (by the host or a copy) before every read.
+        unsafe { ctx.alloc_pinned(len) }.map_err(|e| dev_err("allocate page-locked memory", e))
+    };
+    Ok([one()?, one()?])
+}
+
 impl Staging {
     /// `None` where page-locked memory cannot be had.
     fn new(ctx: &Arc<CudaContext>) -> Option<Staging> {
-        // SAFETY: page-locked host buffers, written before every read by a copy.
-        let (a, b) = unsafe { (ctx.alloc_pinned(STAGE), ctx.alloc_pinned(STAGE)) };
         Some(Staging {
-            bufs: [a.ok()?, b.ok()?],
+            bufs: pinned_pair(ctx, STAGE).ok()?,
             done: [None, None],
             back: None,
         })
@@ -146,11 +156,7 @@ impl Staging {
     ) -> Result<&mut [PinnedHostSlice<u8>; 2]> {
         if self.back.as_ref().is_none_or(|b| b[0].len() < len) {
             self.back = None;
-            // SAFETY: page-locked host buffers, written by a copy before the host reads them.
-            let (a, b) = unsafe { (ctx.alloc_pinned(len), ctx.alloc_pinned(len)) };
-            let a = a.map_err(|e| dev_err("allocate page-locked memory", e))?;
-            let b = b.map_err(|e| dev_err("allocate page-locked memory", e))?;
-            self.back = Some([a, b]);
+            self.back = Some(pinned_pair(ctx, len)?);
         }
         Ok(self.back.as_mut().expect("the buffers were just made"))
     }
@@ -319,7 +325,7 @@ impl CudaBackend {
             return self.up(&s, v);
         };
         // SAFETY: every element is written by the copies below before any kernel reads it.
-        let mut out = unsafe { s.alloc::<f32>(v.len()) }.map_err(|e| dev_err("allocate", e))?;
+        let mut out = unsafe { CudaBackend::filled_later::<f32>(&s, v.len())? };
         for (i, chunk) in v.chunks(STAGE).enumerate() {
             let b = i % 2;
             if let Some(e) = st.done[b].take() {
@@ -368,6 +374,32 @@ impl CudaBackend {
     ) -> Result<CudaSlice<T>> {
         s.alloc_zeros(n.max(1)).map_err(|e| dev_err("allocate", e))
     }
+
+    /// `n` values (at least one) without the zero fill of `zeros`.
+    ///
+    /// # Safety
+    /// Every element read later is written first (by a kernel, a GEMM or a copy).
+    unsafe fn filled_later<T: DeviceRepr>(s: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<T>> {
+        // SAFETY: as the caller vouches.
+        unsafe { s.alloc(n.max(1)) }.map_err(|e| dev_err("allocate", e))
+    }
+
+    /// As `filled_later`, or `None` where the device has no room: for buffers that only make
+    /// a step faster.
+    ///
+    /// # Safety
+    /// As `filled_later`.
+    unsafe fn filled_later_if_room<T: DeviceRepr>(
+        s: &Arc<CudaStream>,
+        n: usize,
+    ) -> Result<Option<CudaSlice<T>>> {
+        // SAFETY: as the caller vouches.
+        match unsafe { Self::filled_later(s, n) } {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::OutOfMemory(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 impl Backend for CudaBackend {
@@ -403,7 +435,8 @@ impl Backend for CudaBackend {
         let yd = self.up(s, y)?;
         let bd = self.up(s, books)?;
         let (n, ksub) = (y.len() / dp, books.len() / dp);
-        let mut idx = CudaBackend::zeros::<u8>(s, n * nsub)?;
+        // SAFETY: the PQ kernel writes every index.
+        let mut idx = unsafe { CudaBackend::filled_later::<u8>(s, n * nsub)? };
         let rows = PqRows::Padded(&yd);
         pq_assign_into(&dev, rows, n, nsub, dsub, &bd, ksub, &mut idx.slice_mut(..))?;
         self.down(s, &idx)
@@ -480,54 +513,54 @@ impl Backend for CudaBackend {
     }
 }
 
+/// The memory pool `CudaStream::alloc` takes from (stream-ordered allocation), where the
+/// device has one.
+fn device_pool(ctx: &CudaContext) -> Option<cudarc::driver::sys::CUmemoryPool> {
+    if !ctx.has_async_alloc() {
+        return None;
+    }
+    // SAFETY: the context's own device.
+    unsafe { cudarc::driver::result::device::get_mem_pool(ctx.cu_device()) }.ok()
+}
+
 /// Lets the device's memory pool keep what is freed instead of handing it back at every
 /// synchronization: a session's large buffers (points, their split, dots blocks) then come
 /// from the pool in the next session instead of being mapped again, at several ms per GB.
 /// `CudaBackend`'s drop hands back what the pool holds.
 fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
     use cudarc::driver::{result, sys::CUmemPool_attribute};
-    if !ctx.has_async_alloc() {
+    let Some(pool) = device_pool(ctx) else {
         return Ok(());
-    }
+    };
     let mut keep = u64::MAX;
-    // SAFETY: the pool of the context's device, which lives as long as the device; the
-    // attribute is a u64.
+    // SAFETY: a live pool; the attribute is a u64.
     unsafe {
-        let pool =
-            result::device::get_mem_pool(ctx.cu_device()).map_err(|e| dev_err("memory pool", e))?;
         result::mem_pool::set_attribute(
             pool,
             CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
             (&mut keep as *mut u64).cast(),
         )
-        .map_err(|e| dev_err("memory pool", e))
     }
+    .map_err(|e| dev_err("memory pool", e))
 }
 
-/// Bytes the device's memory pool holds unused: they serve our next allocations first.
-fn pool_idle(ctx: &CudaContext) -> usize {
-    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
-    if !ctx.has_async_alloc() {
-        return 0;
-    }
-    // SAFETY: as in `keep_freed_memory`; both attributes are u64.
-    unsafe {
-        let Ok(pool) = result::device::get_mem_pool(ctx.cu_device()) else {
-            return 0;
-        };
-        let get = |a| {
-            let mut v = 0u64;
-            result::mem_pool::get_attribute(pool, a, (&mut v as *mut u64).cast()).map_or(0, |_| v)
-        };
-        let reserved = get(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-        let used = get(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
-        reserved.saturating_sub(used) as usize
-    }
-}
-
-/// Free device memory, counting what the pool holds unused.
+/// Free device memory, counting what the pool holds unused (it serves our next allocations
+/// first).
 fn free_bytes(ctx: &CudaContext) -> usize {
-    ctx.mem_get_info().map_or(0, |(f, _)| f) + pool_idle(ctx)
+    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
+    let free = ctx.mem_get_info().map_or(0, |(f, _)| f);
+    let Some(pool) = device_pool(ctx) else {
+        return free;
+    };
+    let get = |a| {
+        let mut v = 0u64;
+        // SAFETY: a live pool; both attributes read here are u64.
+        unsafe { result::mem_pool::get_attribute(pool, a, (&mut v as *mut u64).cast()) }
+            .map_or(0, |_| v)
+    };
+    let idle = get(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+        .saturating_sub(get(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT));
+    free + idle as usize
 }
 
 impl Drop for CudaBackend {
@@ -537,14 +570,10 @@ impl Drop for CudaBackend {
         *self.codebook.get_mut().unwrap_or_else(|e| e.into_inner()) = Resident::new();
         let dev = self.dev.get_mut().unwrap_or_else(|e| e.into_inner());
         dev.staging = None;
-        let ctx = dev.stream.context().clone();
-        if dev.stream.synchronize().is_ok() && ctx.has_async_alloc() {
-            use cudarc::driver::result;
-            // SAFETY: the pool of the context's device; nothing of ours is in flight.
-            unsafe {
-                if let Ok(pool) = result::device::get_mem_pool(ctx.cu_device()) {
-                    let _ = result::mem_pool::trim_to(pool, 0);
-                }
+        if dev.stream.synchronize().is_ok() {
+            if let Some(pool) = device_pool(dev.stream.context()) {
+                // SAFETY: a live pool; nothing of ours is in flight.
+                let _ = unsafe { cudarc::driver::result::mem_pool::trim_to(pool, 0) };
             }
         }
     }
@@ -760,23 +789,17 @@ struct EncodeScratch {
 
 impl EncodeScratch {
     fn new(s: &Arc<CudaStream>, block: usize, d: usize, k: usize) -> Result<EncodeScratch> {
-        let zf = |len| CudaBackend::zeros::<f32>(s, len);
         let chunk = (ENCODE_DOTS_BYTES / (4 * k)).clamp(1, block);
-        // SAFETY: `split_rows` writes the rows of each block before its GEMM reads them.
-        let x3 = match unsafe { s.alloc::<f32>(block * 3 * d) } {
-            Ok(v) => Some(v),
-            Err(e) => match dev_err("allocate split points", e) {
-                Error::OutOfMemory(_) => None,
-                e => return Err(e),
-            },
-        };
+        // SAFETY (all of them): each block's rows arrive by copy, then its norms, split, dots
+        // and distances are written by kernels and GEMMs before anything reads them.
+        let f = |len| unsafe { CudaBackend::filled_later::<f32>(s, len) };
         Ok(EncodeScratch {
             block,
-            x: [zf(block * d)?, zf(block * d)?],
-            xn: zf(block)?,
-            dist: zf(block)?,
-            x3,
-            dots: zf(chunk * k)?,
+            x: [f(block * d)?, f(block * d)?],
+            xn: f(block)?,
+            dist: f(block)?,
+            x3: unsafe { CudaBackend::filled_later_if_room(s, block * 3 * d)? },
+            dots: f(chunk * k)?,
             chunk,
         })
     }
@@ -804,8 +827,9 @@ impl CudaBackend {
         for e in st.done.iter_mut().filter_map(Option::take) {
             e.synchronize().map_err(|e| dev_err("encode", e))?;
         }
-        let mut ids_d = CudaBackend::zeros::<u32>(s, block)?;
-        let mut idx_d = CudaBackend::zeros::<u8>(s, block * nsub)?;
+        // SAFETY: each block's argmin and PQ kernel write the rows its download reads.
+        let mut ids_d = unsafe { CudaBackend::filled_later::<u32>(s, block)? };
+        let mut idx_d = unsafe { CudaBackend::filled_later::<u8>(s, block * nsub)? };
         // Each block's results: its ids (4 bytes a row, first, so they stay aligned), then its
         // indices.
         st.back(s.context(), block * (4 + nsub))?;
@@ -942,7 +966,8 @@ impl CudaBackend {
             };
             pq_assign_into(dev, rows_in, rows, nsub, dsub, &dc.books, ksub, idx)?;
         } else {
-            let mut y = CudaBackend::zeros::<f32>(s, rows * dp)?;
+            // SAFETY: the residual kernel writes every element, pads included.
+            let mut y = unsafe { CudaBackend::filled_later::<f32>(s, rows * dp)? };
             let (ni, di, dpi, dsi) = (rows as i32, d as i32, dp as i32, dsub as i32);
             // SAFETY: x is rows x d, anchors k x d with every assignment below k, y rows x dp.
             ran(
@@ -1079,7 +1104,8 @@ fn rotated(
     dp: usize,
 ) -> Result<CudaSlice<f32>> {
     let Some(r) = &dc.rot else { return Ok(y) };
-    let mut turned = CudaBackend::zeros::<f32>(&dev.stream, n * dp)?;
+    // SAFETY: the GEMM writes every element.
+    let mut turned = unsafe { CudaBackend::filled_later::<f32>(&dev.stream, n * dp)? };
     gemm_rows_by(dev, r, dp, dp, &y.slice(..n * dp), n, &mut turned)?;
     Ok(turned)
 }
@@ -1090,7 +1116,8 @@ impl DeviceCodebook {
         let s = &dev.stream;
         let (k, d) = (cb.anchors(), cb.d);
         let anchors = b.up(s, &cb.anchors)?;
-        let mut anchors3 = CudaBackend::zeros::<f32>(s, k * 3 * d)?;
+        // SAFETY: `split_rows` writes every element.
+        let mut anchors3 = unsafe { CudaBackend::filled_later::<f32>(s, k * 3 * d)? };
         split_rows(&dev, b.sms, &anchors, k, d, true, &mut anchors3)?;
         Ok(DeviceCodebook {
             anchors,
@@ -1406,12 +1433,9 @@ impl<'a> CudaSession<'a> {
             return Ok(None);
         }
         // SAFETY: `split_rows` writes every element before any GEMM reads it.
-        let mut out = match unsafe { dev.stream.alloc::<f32>(len.max(1)) } {
-            Ok(v) => v,
-            Err(e) => match dev_err("allocate split points", e) {
-                Error::OutOfMemory(_) => return Ok(None),
-                e => return Err(e),
-            },
+        let Some(mut out) = (unsafe { CudaBackend::filled_later_if_room(&dev.stream, len)? })
+        else {
+            return Ok(None);
         };
         split_rows(&dev, self.b.sms, &self.x, self.n, self.d, false, &mut out)?;
         Ok(Some(out))
