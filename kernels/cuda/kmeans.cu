@@ -150,11 +150,18 @@ extern "C" __global__ void count_energy(const unsigned* __restrict__ assign,
     }
 }
 
-// Counting sort of point indices by centroid: cursor starts at each group's offset.
-extern "C" __global__ void scatter(const unsigned* __restrict__ assign, int n,
-                                   unsigned* __restrict__ cursor, unsigned* __restrict__ order) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        order[atomicAdd(&cursor[assign[i]], 1u)] = (unsigned)i;
+// Counting sort of point indices by centroid: cursor starts at each group's offset. Each
+// member's distance is written beside its index, so the update reads both in group order
+// instead of gathering the distances.
+extern "C" __global__ void scatter(const unsigned* __restrict__ assign,
+                                   const float* __restrict__ dist, int n,
+                                   unsigned* __restrict__ cursor, unsigned* __restrict__ order,
+                                   float* __restrict__ mdist) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        unsigned p = atomicAdd(&cursor[assign[i]], 1u);
+        order[p] = (unsigned)i;
+        mdist[p] = dist[i];
+    }
 }
 
 // Block-wide sum, returned to every thread. `sh` holds one slot per warp.
@@ -169,18 +176,22 @@ __device__ T block_sum(T v, T* sh) {
     return t;
 }
 
-#define DIMS_PER_LANE 8
+#define DIMS_PER_LANE 4
+#define IN_FLIGHT 4
 #define MAX_WARPS 8
 
-// One block (up to 8 warps) per centroid j, over its members order[start[j] .. start[j+1]]:
+// One block (up to 8 warps) per centroid j, over its members order[start[j] .. start[j+1]]
+// (their distances in mdist, same positions):
 // 1. the trim cutoff: the keep-th smallest distance, keep = count - floor(count * trim), found
 //    by a radix select over the bits of non-negative floats (their order is that of the bits);
 // 2. spread = mean kept distance;
-// 3. the centroid = mean of the kept points (left as is when it has no points). Warps take
-//    members in turn, lanes take dimensions, so each row is read whole and coalesced.
+// 3. the centroid = mean of the kept points (left as is when it has no points). Each warp
+//    takes 32 members at a time (one per lane: their ids and distances in one load each),
+//    then reads the kept members' rows IN_FLIGHT at a time, lanes across dimensions: a
+//    member costs no round trip of its own.
 extern "C" __global__ void update_means(const float* __restrict__ x, int d,
-                                        const float* __restrict__ dist,
                                         const unsigned* __restrict__ order,
+                                        const float* __restrict__ mdist,
                                         const unsigned* __restrict__ start, float trim,
                                         float* __restrict__ c, float* __restrict__ spread) {
     __shared__ unsigned su[MAX_WARPS];
@@ -206,18 +217,31 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
             __syncthreads();
             const unsigned hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
             for (unsigned p = b + threadIdx.x; p < e; p += blockDim.x) {
-                unsigned v = (unsigned)__float_as_int(dist[order[p]]);
+                unsigned v = __float_as_uint(mdist[p]);
                 if ((v & hi_mask) == prefix) atomicAdd(&hist[(v >> shift) & 255u], 1u);
             }
             __syncthreads();
-            if (threadIdx.x == 0) {
-                unsigned acc = 0, dgt = 0;
-                for (; dgt < 255; dgt++) {
-                    if (acc + hist[dgt] >= keep) break;
-                    acc += hist[dgt];
+            if (w == 0) {
+                // The first bucket where the running count reaches keep: each lane sums
+                // eight buckets, a warp scan finds the lane, that lane its bucket.
+                unsigned h[8], sum = 0;
+#pragma unroll
+                for (int q = 0; q < 8; q++) sum += (h[q] = hist[8 * lane + q]);
+                unsigned inc = sum;
+                for (int o = 1; o < 32; o <<= 1) {
+                    unsigned y = __shfl_up_sync(FULL, inc, o);
+                    if (lane >= o) inc += y;
                 }
-                pick[0] = dgt;
-                pick[1] = keep - acc;
+                const unsigned reach = __ballot_sync(FULL, inc >= keep);
+                if (lane == (reach ? __ffs(reach) - 1 : 31)) {
+                    unsigned acc = inc - sum, dgt = 8 * lane;
+                    for (int q = 0; q < 8; q++, dgt++) {
+                        if (dgt == 255 || acc + h[q] >= keep) break;
+                        acc += h[q];
+                    }
+                    pick[0] = dgt;
+                    pick[1] = keep - acc;
+                }
             }
             __syncthreads();
             prefix |= pick[0] << shift;
@@ -229,8 +253,8 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
     unsigned kept = 0;
     double s = 0.0;
     for (unsigned p = b + threadIdx.x; p < e; p += blockDim.x) {
-        float v = dist[order[p]];
-        if ((unsigned)__float_as_int(v) <= cut) { kept++; s += (double)v; }
+        float v = mdist[p];
+        if (__float_as_uint(v) <= cut) { kept++; s += (double)v; }
     }
     kept = block_sum(kept, su);
     s = block_sum(s, sd);
@@ -242,14 +266,30 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
         double acc[DIMS_PER_LANE];
 #pragma unroll
         for (int r = 0; r < DIMS_PER_LANE; r++) acc[r] = 0.0;
-        for (unsigned p = b + w; p < e; p += nw) {
-            unsigned i = order[p];
-            if ((unsigned)__float_as_int(dist[i]) > cut) continue;
-            const float* row = x + (size_t)i * d + t0;
+        for (unsigned p0 = b + 32 * w; p0 < e; p0 += 32 * nw) {
+            const unsigned p = p0 + lane;
+            const bool in = p < e && __float_as_uint(mdist[p]) <= cut;
+            const unsigned i = in ? order[p] : 0u;
+            for (unsigned m = __ballot_sync(FULL, in); m;) {
+                unsigned id[IN_FLIGHT];
 #pragma unroll
-            for (int r = 0; r < DIMS_PER_LANE; r++) {
-                int t = lane + 32 * r;
-                if (t0 + t < d) acc[r] += (double)row[t];
+                for (int u = 0; u < IN_FLIGHT; u++) {
+                    const unsigned got = __shfl_sync(FULL, i, m ? __ffs(m) - 1 : 0);
+                    id[u] = m ? got : 0xffffffffu;
+                    m &= m - 1;
+                }
+                float v[IN_FLIGHT][DIMS_PER_LANE];
+#pragma unroll
+                for (int u = 0; u < IN_FLIGHT; u++)
+#pragma unroll
+                    for (int r = 0; r < DIMS_PER_LANE; r++) {
+                        const int t = t0 + lane + 32 * r;
+                        v[u][r] = id[u] != 0xffffffffu && t < d ? x[(size_t)id[u] * d + t] : 0.f;
+                    }
+#pragma unroll
+                for (int u = 0; u < IN_FLIGHT; u++)
+#pragma unroll
+                    for (int r = 0; r < DIMS_PER_LANE; r++) acc[r] += (double)v[u][r];
             }
         }
 #pragma unroll

@@ -13,7 +13,6 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
     DeviceRepr, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
-use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -312,16 +311,15 @@ impl CudaBackend {
     }
 
     /// Uploads a large array through the staging buffers (the plain path for small ones, or
-    /// when page-locked memory cannot be had).
+    /// when page-locked memory cannot be had), checking every value: `Error::NonFinite`, with
+    /// the position within `v`, where one is NaN or infinite.
     fn up_staged(&self, dev: &mut Device, v: &[f32]) -> Result<CudaSlice<f32>> {
         let s = dev.stream.clone();
-        if v.len() < 2 * STAGE {
-            return self.up(&s, v);
-        }
-        if dev.staging.is_none() {
+        if v.len() >= 2 * STAGE && dev.staging.is_none() {
             dev.staging = Staging::new(s.context());
         }
-        let Some(st) = dev.staging.as_mut() else {
+        let Some(st) = dev.staging.as_mut().filter(|_| v.len() >= 2 * STAGE) else {
+            crate::error::check_finite(v, "points")?;
             return self.up(&s, v);
         };
         // SAFETY: every element is written by the copies below before any kernel reads it.
@@ -335,11 +333,10 @@ impl CudaBackend {
                 .as_mut_slice()
                 .map_err(|e| dev_err("upload", e))?;
             let host = &mut host[..chunk.len()];
-            // Training sets were checked before they came here: a plain copy (the buffer
-            // stays in the host's cache for the copy engine to read).
-            host.par_chunks_mut(1 << 16)
-                .zip(chunk.par_chunks(1 << 16))
-                .for_each(|(d, c)| d.copy_from_slice(c));
+            // The copy checks the values: the caller's input needs no pass of its own.
+            if !crate::stage::stage(host, chunk) {
+                return Err(crate::error::non_finite_in(v, "points"));
+            }
             let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
             // From page-locked memory the copy is asynchronous: the event says when the
             // buffer may be refilled.
@@ -443,6 +440,9 @@ impl Backend for CudaBackend {
     }
 
     fn encodes_unchecked_input(&self) -> bool {
+        true
+    }
+    fn sessions_check_input(&self) -> bool {
         true
     }
 
@@ -1332,6 +1332,8 @@ struct CudaSession<'a> {
     assign: CudaSlice<u32>,
     dist: CudaSlice<f32>,
     order: CudaSlice<u32>,
+    /// Each member's distance at its place in `order`.
+    mdist: CudaSlice<f32>,
     /// Per-centroid buffers, sized at `set_centroids`.
     c: Option<Centroids>,
     /// Counts of the last assignment (host copy: they set the group offsets).
@@ -1417,6 +1419,7 @@ impl<'a> CudaSession<'a> {
             assign: CudaBackend::zeros(s, n)?,
             dist: CudaBackend::zeros(s, n)?,
             order: CudaBackend::zeros(s, n)?,
+            mdist: CudaBackend::zeros(s, n)?,
             c: None,
             counts: Vec::new(),
             updated: false,
@@ -1621,15 +1624,17 @@ impl KmeansSession for CudaSession<'_> {
             unsafe {
                 s.launch_builder(&dev.k.scatter)
                     .arg(&self.assign)
+                    .arg(&self.dist)
                     .arg(&ni)
                     .arg(&mut cb.cursor)
                     .arg(&mut self.order)
+                    .arg(&mut self.mdist)
                     .launch(strided(n, b.sms))
             },
             "group",
         )?;
         self.trace.mark(s, "scatter");
-        // Warps take members in turn, so the largest group sets the kernel's time: enough
+        // Warps take 32 members at a time, so the largest group sets the kernel's time: enough
         // warps for it (up to eight), not for the mean group.
         let most = self.counts.iter().copied().max().unwrap_or(0) as usize;
         let threads = (most.div_ceil(32) * 32).clamp(32, 256) as u32;
@@ -1638,8 +1643,8 @@ impl KmeansSession for CudaSession<'_> {
                 s.launch_builder(&dev.k.update_means)
                     .arg(&self.x)
                     .arg(&di)
-                    .arg(&self.dist)
                     .arg(&self.order)
+                    .arg(&self.mdist)
                     .arg(&cb.start)
                     .arg(&trim)
                     .arg(&mut cb.c)

@@ -145,6 +145,12 @@ pub trait Backend: Send + Sync {
     fn encodes_unchecked_input(&self) -> bool {
         false
     }
+    /// Whether `kmeans_session` checks its points for NaN and infinities on their way to the
+    /// device, failing with `Error::NonFinite`: a caller that would check them first can
+    /// leave that pass to it.
+    fn sessions_check_input(&self) -> bool {
+        false
+    }
     /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
     /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;
     /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest lists. `None` leaves

@@ -83,7 +83,9 @@ pub fn train_anchors_from(
             "{n} training points for {k} anchors (need n >= anchors)"
         )));
     }
-    crate::error::check_finite(x, "training vectors")?;
+    // `VLCC_TRAIN_TRACE`: the host's time in each step and kind of session call, device
+    // waits included.
+    let mut trace = crate::trace::Trace::new("train", "VLCC_TRAIN_TRACE");
     let rng = Rng::new(p.seed);
 
     // Sample the training set: beyond a few hundred points per anchor, more data costs time
@@ -95,6 +97,13 @@ pub fn train_anchors_from(
         Cow::Borrowed(x)
     };
     let ns = xs.len() / d;
+    // A session that trains on every point checks them on their way to the device; a sample
+    // does not cover every point, so the host checks the whole input first.
+    let session_checks = backend.sessions_check_input() && matches!(xs, Cow::Borrowed(_));
+    if !session_checks {
+        crate::error::check_finite(x, "training vectors")?;
+    }
+    trace.mark("check+sample", || ());
 
     if init.is_some_and(|c| c.len() != k * d) {
         return Err(Error::InvalidArgument(format!(
@@ -106,9 +115,15 @@ pub fn train_anchors_from(
         (None, Init::KMeansPlusPlus) => kmeans_pp(&xs, d, k, &mut rng.fork(2)),
         (None, Init::Sample) => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
     };
-    // `VLCC_TRAIN_TRACE`: the host's time in each kind of session call, device waits included.
-    let mut trace = crate::trace::Trace::new("train", "VLCC_TRAIN_TRACE");
-    let mut sess = backend.kmeans_session(&xs, d, p.precision)?;
+    trace.mark("init", || ());
+    let mut sess = match backend.kmeans_session(&xs, d, p.precision) {
+        // The host's check gives the position within the caller's input.
+        Err(Error::NonFinite(m)) => {
+            crate::error::check_finite(x, "training vectors")?;
+            return Err(Error::NonFinite(m));
+        }
+        s => s?,
+    };
     sess.set_centroids(&c)?;
     trace.mark("session", || ());
 

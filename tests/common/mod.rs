@@ -296,8 +296,8 @@ pub fn brute_force(
 
 /// Encodes `x` (n x d) on the CPU and on `dev` with one codebook, trained on the CPU from
 /// the first `train_rows` rows (`anchors`, `bytes`): the codes must agree for 99% of rows.
-/// Then, with `bad` at row `row`, both must fail with the same `NonFinite` error, naming the
-/// same position in the input.
+/// Then, with `bad` at row `row`, encoding and training on every point must both fail on
+/// both with the same `NonFinite` error, naming the same position in the input.
 #[allow(clippy::too_many_arguments)]
 pub fn encoding_parity_and_bad_values(
     cpu: &Arc<Context>,
@@ -338,4 +338,21 @@ pub fn encoding_parity_and_bad_values(
         on_dev.to_string().contains(&format!("position {at}")),
         "{on_dev}"
     );
+    // A session that trains on every point checks them on their way to the device.
+    let p = vlc_compress::AnchorParams {
+        anchors,
+        max_points_per_anchor: 0,
+        ..Default::default()
+    };
+    let train = |ctx: &Context| {
+        ctx.run(|b| {
+            vlc_compress::train::train_anchors(b, &x, d, &p, &vlc_compress::train::NoProgress)
+        })
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+    };
+    let on_cpu = train(cpu);
+    assert!(on_cpu.contains(&format!("position {at}")), "{on_cpu}");
+    assert_eq!(on_cpu, train(dev));
 }

@@ -854,6 +854,9 @@ impl Backend for WgpuBackend {
     fn encodes_unchecked_input(&self) -> bool {
         true
     }
+    fn sessions_check_input(&self) -> bool {
+        true
+    }
 
     fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
         search::encode_residuals(self, cb, x)

@@ -60,7 +60,8 @@ impl<'a> WgpuSession<'a> {
             blocks.push((
                 i * per,
                 chunk.len() / d,
-                b.upload(chunk, "training points")?,
+                b.upload_finite(chunk, "training points")?
+                    .ok_or_else(|| crate::error::non_finite_in(x, "points"))?,
             ));
         }
         let xn = b.zeros(n * 4, "point norms")?;
