@@ -27,25 +27,48 @@ extern "C" __global__ void row_norms(const float* __restrict__ x, int n, int d,
     if (lane == 0) out[row] = s;
 }
 
-// v rounded to the nearest TF32 value (10 mantissa bits): exact input for the tensor cores.
-__device__ float tf32_round(float v) {
-    return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
+// fp16 conversions by PTX (NVRTC here has no headers): round to nearest, and back (exact).
+__device__ unsigned short f16_rn(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+__device__ float f16_value(unsigned short h) {
+    float v;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
+    return v;
 }
 
-// Each row v of x (rows x d) as three TF32 pieces side by side (rows x 3d), so that one TF32
-// GEMM of a point row [hi, hi, lo] with a centroid row [hi, lo, hi] sums hi.hi + hi.lo + lo.hi:
-// x.c to within 3 * 2^-22 |x| |c| (the "3xTF32" split), at tensor-core speed.
-extern "C" __global__ void split_tf32(const float* __restrict__ x, int rows, int d,
-                                      int centroids, float* __restrict__ out) {
-    size_t total = (size_t)rows * d;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / d, t = i - r * d;
-        float v = x[i], hi = tf32_round(v), lo = tf32_round(v - hi);
-        float* o = out + r * 3 * d + t;
-        o[0] = hi;
-        o[d] = centroids ? lo : hi;
-        o[2 * d] = centroids ? hi : lo;
+// Each row v of x (rows x d) scaled by 2^s, a power of two that puts its largest magnitude in
+// [2^14, 2^15) (s within [-126, 126]), then written as three fp16 pieces side by side (rows x
+// 3d), so that one fp16 GEMM of a point row [hi, hi, lo] with a centroid row [hi, lo, hi]
+// sums hi.hi + hi.lo + lo.hi: (2^s x).(2^t c) to within 3.01 * 2^-22 |x| |c| 2^(s+t) (the
+// "3xFP16" split; the scale keeps both pieces of every value that matters clear of fp16's
+// range limits), at twice TF32's tensor-core rate. unscale[row] = 2^-s undoes the scale.
+// One warp per row.
+extern "C" __global__ void split_f16(const float* __restrict__ x, int rows, int d,
+                                     int centroids, unsigned short* __restrict__ out,
+                                     float* __restrict__ unscale) {
+    const int lane = threadIdx.x & 31;
+    for (int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += gridDim.x * (blockDim.x >> 5)) {
+        const float* v = x + (size_t)r * d;
+        float m = 0.f;
+        for (int t = lane; t < d; t += 32) m = fmaxf(m, fabsf(v[t]));
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
+        // m in [2^(e-127), 2^(e-126)) for its biased exponent e (0 for zero or subnormal).
+        const int e = (__float_as_int(m) >> 23) & 0xff;
+        const int s = min(max(141 - e, -126), 126);
+        const float up = __int_as_float((127 + s) << 23);
+        unsigned short* o = out + (size_t)r * 3 * d;
+        for (int t = lane; t < d; t += 32) {
+            const float y = v[t] * up;
+            const unsigned short hi = f16_rn(y), lo = f16_rn(y - f16_value(hi));
+            o[t] = hi;
+            o[d + t] = centroids ? lo : hi;
+            o[2 * d + t] = centroids ? hi : lo;
+        }
+        if (lane == 0) unscale[r] = __int_as_float((127 - s) << 23);
     }
 }
 
@@ -60,8 +83,9 @@ extern "C" __global__ void offsets(const float* __restrict__ cn, const float* __
 // minimizing off[j] - 2 dot (first on ties) and the squared distance without the bias.
 // One warp per row; each lane keeps its own first minimum, then the warp merges by (value, index).
 //
-// slack > 0 marks the dots as approximate (TF32 or 3xTF32), each within slack/2 |x| |c_j| of
-// x . c_j.
+// slack > 0 marks the dots as approximate (TF32 or 3xFP16), each within slack/2 |x| |c_j| of
+// x . c_j. Scaled dots (3xFP16) are first multiplied by the point's and the centroid's
+// unscale, xu[row] and cu[j]: powers of two, so exactly.
 // Then every column whose score could still beat the winner's within those bounds is scored
 // again from x and c in fp32, and the best of those wins: the assignment and distance an
 // fp32 GEMM would give, at TF32 speed whenever few columns are that close.
@@ -72,15 +96,20 @@ extern "C" __global__ void argmin_rows(const float* __restrict__ dots, int rows,
                                        unsigned* __restrict__ assign, float* __restrict__ dist,
                                        const float* __restrict__ x,
                                        const float* __restrict__ c,
-                                       const float* __restrict__ cn, int d, float slack) {
+                                       const float* __restrict__ cn, int d, float slack,
+                                       int scaled, const float* __restrict__ xu,
+                                       const float* __restrict__ cu) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     const float* s = dots + (size_t)r * k;
+    const float u = scaled ? xu[row0 + r] : 1.f;
+    // The score of column j from its dot.
+#define SCORE(j) (off[j] - 2.f * (scaled ? s[j] * cu[j] * u : s[j]))
     float best = __int_as_float(0x7f800000), second = best, cmax = 0.f;
     int at = 0x7fffffff;
     for (int j = lane; j < k; j += 32) {
-        float v = off[j] - 2.f * s[j];
+        float v = SCORE(j);
         if (v < best) { second = best; best = v; at = j; }
         else if (v < second) second = v;
         if (slack > 0.f) cmax = fmaxf(cmax, cn[j]);
@@ -112,7 +141,7 @@ extern "C" __global__ void argmin_rows(const float* __restrict__ dots, int rows,
         const bool close = second - slack * xl * sqrtf(cmax) <= hi;
         for (int j0 = 0; close && j0 < k; j0 += 32) {
             int j = j0 + lane;
-            bool near = j < k && j != at && off[j] - 2.f * s[j] - slack * xl * sqrtf(cn[j]) <= hi;
+            bool near = j < k && j != at && SCORE(j) - slack * xl * sqrtf(cn[j]) <= hi;
             for (unsigned m = __ballot_sync(FULL, near); m; m &= m - 1) {
                 int jj = j0 + __ffs(m) - 1;
                 float v = off[jj] - 2.f * warp_dot(xr, c + (size_t)jj * d, d, lane);
@@ -128,6 +157,7 @@ extern "C" __global__ void argmin_rows(const float* __restrict__ dots, int rows,
         dist[g] = v > 0.f ? v : 0.f;
     }
 }
+#undef SCORE
 
 // Points per centroid and the total distance (one double atomic per block).
 extern "C" __global__ void count_energy(const unsigned* __restrict__ assign,

@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
-    DeviceRepr, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+    DevicePtrMut, DeviceRepr, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    ValidAsZeroBits,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -87,7 +88,7 @@ struct Kernels {
     row_norms: CudaFunction,
     offsets: CudaFunction,
     argmin_rows: CudaFunction,
-    split_tf32: CudaFunction,
+    split_f16: CudaFunction,
     count_energy: CudaFunction,
     scatter: CudaFunction,
     update_means: CudaFunction,
@@ -243,7 +244,7 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         row_norms: f(0, "row_norms")?,
         offsets: f(0, "offsets")?,
         argmin_rows: f(0, "argmin_rows")?,
-        split_tf32: f(0, "split_tf32")?,
+        split_f16: f(0, "split_f16")?,
         count_energy: f(0, "count_energy")?,
         scatter: f(0, "scatter")?,
         update_means: f(0, "update_means")?,
@@ -379,23 +380,6 @@ impl CudaBackend {
     unsafe fn filled_later<T: DeviceRepr>(s: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<T>> {
         // SAFETY: as the caller vouches.
         unsafe { s.alloc(n.max(1)) }.map_err(|e| dev_err("allocate", e))
-    }
-
-    /// As `filled_later`, or `None` where the device has no room: for buffers that only make
-    /// a step faster.
-    ///
-    /// # Safety
-    /// As `filled_later`.
-    unsafe fn filled_later_if_room<T: DeviceRepr>(
-        s: &Arc<CudaStream>,
-        n: usize,
-    ) -> Result<Option<CudaSlice<T>>> {
-        // SAFETY: as the caller vouches.
-        match unsafe { Self::filled_later(s, n) } {
-            Ok(v) => Ok(Some(v)),
-            Err(Error::OutOfMemory(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
     }
 }
 
@@ -597,6 +581,8 @@ struct Argmin<'a> {
     cn: &'a CudaSlice<f32>,
     /// Error bound of approximate dots (0: exact).
     slack: f32,
+    /// For dots of split rows: the points' unscale (indexed as `xn`) and the centroids'.
+    unscale: Option<(&'a CudaSlice<f32>, &'a CudaSlice<f32>)>,
 }
 
 impl Argmin<'_> {
@@ -615,8 +601,12 @@ impl Argmin<'_> {
             self.d as i32,
             self.use_bias as i32,
         );
-        // SAFETY: dots holds rows x k floats, x and c rows of d, xn, assign and dist at least
-        // row0 + rows values and off, bias, cn k each, as the kernel indexes them.
+        let (scaled, xu, cu) = match self.unscale {
+            Some((xu, cu)) => (1i32, xu, cu),
+            None => (0, self.xn, self.cn),
+        };
+        // SAFETY: dots holds rows x k floats, x and c rows of d, xn, xu, assign and dist at
+        // least row0 + rows values and off, bias, cn, cu k each, as the kernel indexes them.
         ran(
             unsafe {
                 dev.stream
@@ -636,6 +626,9 @@ impl Argmin<'_> {
                     .arg(self.cn)
                     .arg(&di)
                     .arg(&self.slack)
+                    .arg(&scaled)
+                    .arg(xu)
+                    .arg(cu)
                     .launch(per_row(self.rows))
             },
             "argmin",
@@ -674,38 +667,72 @@ fn tf32_slack(d: usize) -> f32 {
     2.0 * (2f32.powi(-9) + d as f32 * 2f32.powi(-23))
 }
 
-/// Twice the error bound of a 3xTF32 dot product beyond its fp32 sums, as a fraction of
-/// |x| |c|: rounding each operand to TF32 leaves hi within 2^-11 of it and lo within 2^-22,
-/// so hi.hi + hi.lo + lo.hi misses each product by under 3.01 x 2^-22 < 2^-20 of |x_i| |c_i|.
+/// Twice the error bound of a 3xFP16 dot product beyond its fp32 sums, as a fraction of
+/// |x| |c|: rounding each scaled operand to fp16 leaves hi within 2^-11 of it and lo within
+/// 2^-22, so hi.hi + hi.lo + lo.hi misses each product by under 3.01 x 2^-22 of |x_i| |c_i|.
+/// The scale puts each row's largest value in [2^14, 2^15): pieces that fall below fp16's
+/// normal range (under 2^-28 of that value, or lo parts of values under 2^-17 of it) lose at
+/// most 2^-25 each, under 2^-28 |x| |c| in all for any d up to 2^20. Both stay under 2^-20.
 /// The sums round as an fp32 GEMM's do.
 const SPLIT_SLACK: f32 = 2.0 / (1u32 << 20) as f32;
 
-/// Splits `rows` rows of `x` (rows x d) into TF32 pieces (rows x 3d, `split_tf32` in
-/// kmeans.cu): points as [hi, hi, lo], centroids as [hi, lo, hi].
-fn split_rows(
-    dev: &Device,
-    sms: u32,
-    x: &CudaSlice<f32>,
-    rows: usize,
-    d: usize,
-    centroids: bool,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let (ri, di, ci) = (rows as i32, d as i32, centroids as i32);
-    // SAFETY: x holds rows x d floats and out rows x 3d, as the kernel reads and writes.
-    ran(
+/// Rows split into three scaled fp16 pieces each (`split_f16` in kmeans.cu): what the 3xFP16
+/// GEMMs read, in place of fp32 rows.
+struct Split {
+    /// rows x 3d fp16 values (their bits): points as [hi, hi, lo], centroids as [hi, lo, hi].
+    h: CudaSlice<u16>,
+    /// Per row, the power of two that undoes its scale.
+    unscale: CudaSlice<f32>,
+}
+
+impl Split {
+    /// Buffers for `rows` rows of `d` values.
+    fn new(s: &Arc<CudaStream>, rows: usize, d: usize) -> Result<Split> {
+        // SAFETY: `fill` writes every element before any GEMM or argmin reads them.
         unsafe {
-            dev.stream
-                .launch_builder(&dev.k.split_tf32)
-                .arg(x)
-                .arg(&ri)
-                .arg(&di)
-                .arg(&ci)
-                .arg(out)
-                .launch(strided(rows * d, sms))
-        },
-        "split to TF32",
-    )
+            Ok(Split {
+                h: CudaBackend::filled_later(s, rows * 3 * d)?,
+                unscale: CudaBackend::filled_later(s, rows)?,
+            })
+        }
+    }
+
+    /// As `new`, or `None` where the device has no room (the caller then runs fp32 GEMMs).
+    fn if_room(s: &Arc<CudaStream>, rows: usize, d: usize) -> Result<Option<Split>> {
+        match Split::new(s, rows, d) {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::OutOfMemory(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Splits the first `rows` rows of `x` (rows x d) into these buffers.
+    fn fill(
+        &mut self,
+        dev: &Device,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        d: usize,
+        centroids: bool,
+    ) -> Result<()> {
+        let (ri, di, ci) = (rows as i32, d as i32, centroids as i32);
+        // SAFETY: x holds rows x d floats, h rows x 3d values and unscale rows, as the kernel
+        // reads and writes.
+        ran(
+            unsafe {
+                dev.stream
+                    .launch_builder(&dev.k.split_f16)
+                    .arg(x)
+                    .arg(&ri)
+                    .arg(&di)
+                    .arg(&ci)
+                    .arg(&mut self.h)
+                    .arg(&mut self.unscale)
+                    .launch(per_row(rows))
+            },
+            "split to fp16",
+        )
+    }
 }
 
 /// The cuBLAS math mode for one stretch of GEMMs: TF32 tensor cores when asked, back to the
@@ -770,6 +797,51 @@ fn gemm_rows_by(
         .map_err(|e| Error::Device(format!("cuBLAS sgemm: {e}")))
 }
 
+/// As `gemm_rows_by` for split rows (3d fp16 values each): the pieces multiply on tensor
+/// cores with fp32 sums, into dots still scaled by each row's and centroid's power of two.
+fn gemm_split_rows_by(
+    dev: &Device,
+    c: &Split,
+    m: usize,
+    kd: usize,
+    x: &cudarc::driver::CudaView<'_, u16>,
+    rows: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType_t};
+    let s = &dev.stream;
+    let (a, _ra) = c.h.device_ptr(s);
+    let (b, _rb) = x.device_ptr(s);
+    let (o, _ro) = out.device_ptr_mut(s);
+    let (alpha, beta) = (1f32, 0f32);
+    // SAFETY: c holds m x kd values, x rows x kd, out at least rows x m floats; the handle
+    // runs on this stream, where the pointers' uses are recorded.
+    unsafe {
+        cudarc::cublas::result::gemm_ex(
+            *dev.blas.handle(),
+            cublasOperation_t::CUBLAS_OP_T,
+            cublasOperation_t::CUBLAS_OP_N,
+            m as i32,
+            rows as i32,
+            kd as i32,
+            (&alpha as *const f32).cast(),
+            a as *const _,
+            cudaDataType_t::CUDA_R_16F,
+            kd as i32,
+            b as *const _,
+            cudaDataType_t::CUDA_R_16F,
+            kd as i32,
+            (&beta as *const f32).cast(),
+            o as *mut _,
+            cudaDataType_t::CUDA_R_32F,
+            m as i32,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| Error::Device(format!("cuBLAS fp16 GEMM: {e}")))
+}
+
 /// Most bytes of anchor scores per encoding GEMM.
 const ENCODE_DOTS_BYTES: usize = 256 << 20;
 
@@ -780,8 +852,8 @@ struct EncodeScratch {
     x: [CudaSlice<f32>; 2],
     xn: CudaSlice<f32>,
     dist: CudaSlice<f32>,
-    /// The block split for 3xTF32 GEMMs (`None` where there was no room: fp32 GEMMs).
-    x3: Option<CudaSlice<f32>>,
+    /// The block split for 3xFP16 GEMMs (`None` where there was no room: fp32 GEMMs).
+    x3: Option<Split>,
     /// Anchor scores for `chunk` rows.
     dots: CudaSlice<f32>,
     chunk: usize,
@@ -798,7 +870,7 @@ impl EncodeScratch {
             x: [f(block * d)?, f(block * d)?],
             xn: f(block)?,
             dist: f(block)?,
-            x3: unsafe { CudaBackend::filled_later_if_room(s, block * 3 * d)? },
+            x3: Split::if_room(s, block, d)?,
             dots: f(chunk * k)?,
             chunk,
         })
@@ -920,16 +992,15 @@ impl CudaBackend {
         let xb = &sc.x[b];
         row_norms(dev, xb, rows, d, &mut sc.xn)?;
         if let Some(x3) = sc.x3.as_mut() {
-            split_rows(dev, self.sms, xb, rows, d, false, x3)?;
+            x3.fill(dev, xb, rows, d, false)?;
         }
         {
-            let _math = MathMode::set(dev, sc.x3.is_some())?;
             for r0 in (0..rows).step_by(sc.chunk) {
                 let rr = sc.chunk.min(rows - r0);
                 match &sc.x3 {
                     Some(x3) => {
-                        let xs = x3.slice(r0 * 3 * d..(r0 + rr) * 3 * d);
-                        gemm_rows_by(dev, &dc.anchors3, k, 3 * d, &xs, rr, &mut sc.dots)?
+                        let xs = x3.h.slice(r0 * 3 * d..(r0 + rr) * 3 * d);
+                        gemm_split_rows_by(dev, &dc.anchors3, k, 3 * d, &xs, rr, &mut sc.dots)?
                     }
                     None => {
                         let xs = xb.slice(r0 * d..(r0 + rr) * d);
@@ -950,6 +1021,7 @@ impl CudaBackend {
                     c: &dc.anchors,
                     cn: &dc.anorm,
                     slack: if sc.x3.is_some() { SPLIT_SLACK } else { 0.0 },
+                    unscale: sc.x3.as_ref().map(|x3| (&x3.unscale, &dc.anchors3.unscale)),
                 }
                 .launch(dev, ids, &mut sc.dist.slice_mut(..))?;
             }
@@ -1088,8 +1160,8 @@ struct DeviceCodebook {
     anchors: CudaSlice<f32>,
     /// |a|^2 per anchor, as the host computes them (coarse scores then round alike).
     anorm: CudaSlice<f32>,
-    /// The anchors split into TF32 pieces (k x 3d): encoding's 3xTF32 GEMMs.
-    anchors3: CudaSlice<f32>,
+    /// The anchors split into fp16 pieces: encoding's 3xFP16 GEMMs.
+    anchors3: Split,
     books: CudaSlice<f32>,
     rot: Option<CudaSlice<f32>>,
 }
@@ -1116,9 +1188,8 @@ impl DeviceCodebook {
         let s = &dev.stream;
         let (k, d) = (cb.anchors(), cb.d);
         let anchors = b.up(s, &cb.anchors)?;
-        // SAFETY: `split_rows` writes every element.
-        let mut anchors3 = unsafe { CudaBackend::filled_later::<f32>(s, k * 3 * d)? };
-        split_rows(&dev, b.sms, &anchors, k, d, true, &mut anchors3)?;
+        let mut anchors3 = Split::new(s, k, d)?;
+        anchors3.fill(&dev, &anchors, k, d, true)?;
         Ok(DeviceCodebook {
             anchors,
             anorm: b.up(s, &crate::linalg::row_norms(&cb.anchors, cb.d))?,
@@ -1320,9 +1391,9 @@ struct CudaSession<'a> {
     tf32: bool,
     /// TF32 without the fp32 re-check (`allow_rough`).
     rough: bool,
-    /// The points split into TF32 pieces (n x 3d) for fp32-class GEMMs on tensor cores;
-    /// `None` in TF32 sessions, or where the device had no room (then plain fp32 GEMMs).
-    split: Option<CudaSlice<f32>>,
+    /// The points split into fp16 pieces for fp32-class GEMMs on tensor cores; `None` in
+    /// TF32 sessions, or where the device had no room (then plain fp32 GEMMs).
+    split: Option<Split>,
     b: &'a CudaBackend,
     n: usize,
     d: usize,
@@ -1344,8 +1415,8 @@ struct CudaSession<'a> {
 
 struct Centroids {
     c: CudaSlice<f32>,
-    /// The centroids split into TF32 pieces (k x 3d), in sessions with split points.
-    c3: Option<CudaSlice<f32>>,
+    /// The centroids split into fp16 pieces, in sessions with split points.
+    c3: Option<Split>,
     cn: CudaSlice<f32>,
     off: CudaSlice<f32>,
     bias: CudaSlice<f32>,
@@ -1360,11 +1431,11 @@ struct Centroids {
 
 impl Centroids {
     /// What the assignment reads besides the centroids, once they have changed: their
-    /// norms, and their TF32 pieces in split sessions.
-    fn derive(&mut self, dev: &Device, sms: u32, k: usize, d: usize) -> Result<()> {
+    /// norms, and their fp16 pieces in split sessions.
+    fn derive(&mut self, dev: &Device, k: usize, d: usize) -> Result<()> {
         row_norms(dev, &self.c, k, d, &mut self.cn)?;
         match self.c3.as_mut() {
-            Some(c3) => split_rows(dev, sms, &self.c, k, d, true, c3),
+            Some(c3) => c3.fill(dev, &self.c, k, d, true),
             None => Ok(()),
         }
     }
@@ -1389,7 +1460,7 @@ impl<'a> CudaSession<'a> {
         }
         let cb = self.c.as_mut().expect("centroid buffers were just made");
         fill(&dev, &mut cb.c)?;
-        cb.derive(&dev, self.b.sms, k, self.d)?;
+        cb.derive(&dev, k, self.d)?;
         self.trace.mark(s, "set_centroids");
         Ok(())
     }
@@ -1426,21 +1497,18 @@ impl<'a> CudaSession<'a> {
         })
     }
 
-    /// The points split for 3xTF32 GEMMs, or `None` where the three pieces would take more
+    /// The points split for 3xFP16 GEMMs, or `None` where the three pieces would take more
     /// than half the free device memory (assignment then runs plain fp32 GEMMs).
-    fn split_points(&self) -> Result<Option<CudaSlice<f32>>> {
+    fn split_points(&self) -> Result<Option<Split>> {
         let dev = self.b.lock();
-        let len = self.n * 3 * self.d;
         let free = free_bytes(dev.stream.context());
-        if len * 4 > free / 2 {
+        if self.n * (3 * self.d * 2 + 4) > free / 2 {
             return Ok(None);
         }
-        // SAFETY: `split_rows` writes every element before any GEMM reads it.
-        let Some(mut out) = (unsafe { CudaBackend::filled_later_if_room(&dev.stream, len)? })
-        else {
+        let Some(mut out) = Split::if_room(&dev.stream, self.n, self.d)? else {
             return Ok(None);
         };
-        split_rows(&dev, self.b.sms, &self.x, self.n, self.d, false, &mut out)?;
+        out.fill(&dev, &self.x, self.n, self.d, false)?;
         Ok(Some(out))
     }
 
@@ -1456,7 +1524,7 @@ impl<'a> CudaSession<'a> {
         Ok(Centroids {
             c: zf(k * self.d)?,
             c3: match self.split {
-                Some(_) => Some(zf(k * 3 * self.d)?),
+                Some(_) => Some(Split::new(s, k, self.d)?),
                 None => None,
             },
             cn: zf(k)?,
@@ -1526,25 +1594,29 @@ impl KmeansSession for CudaSession<'_> {
             },
             "offsets",
         )?;
-        // Exact sessions take 3xTF32 GEMMs where the split points fit (TF32 sessions have
+        // Exact sessions take 3xFP16 GEMMs where the split points fit (TF32 sessions have
         // none), TF32 sessions plain TF32; either is re-checked in fp32 wherever it could have
         // picked the wrong anchor (TF32 not while `rough`). Only plain fp32 GEMMs go unchecked.
         let split = self.split.as_ref().zip(cb.c3.as_ref());
-        let _math = MathMode::set(&dev, self.tf32 || split.is_some())?;
+        let _math = MathMode::set(&dev, self.tf32)?;
         let slack = match split {
             Some(_) => SPLIT_SLACK,
             None if self.tf32 && !self.rough => tf32_slack(d),
             None => 0f32,
         };
-        let (xm, cm, kd) = match split {
-            Some((x3, c3)) => (x3, c3, 3 * d),
-            None => (&self.x, &cb.c, d),
-        };
         let mut row0 = 0usize;
         while row0 < n {
             let rows = cb.chunk.min(n - row0);
-            let xs = xm.slice(row0 * kd..(row0 + rows) * kd);
-            gemm_rows_by(&dev, cm, k, kd, &xs, rows, &mut cb.dots)?;
+            match split {
+                Some((x3, c3)) => {
+                    let xs = x3.h.slice(row0 * 3 * d..(row0 + rows) * 3 * d);
+                    gemm_split_rows_by(&dev, c3, k, 3 * d, &xs, rows, &mut cb.dots)?
+                }
+                None => {
+                    let xs = self.x.slice(row0 * d..(row0 + rows) * d);
+                    gemm_rows_by(&dev, &cb.c, k, d, &xs, rows, &mut cb.dots)?
+                }
+            }
             self.trace.mark(s, "gemm");
             Argmin {
                 dots: &cb.dots,
@@ -1560,6 +1632,7 @@ impl KmeansSession for CudaSession<'_> {
                 c: &cb.c,
                 cn: &cb.cn,
                 slack,
+                unscale: split.map(|(x3, c3)| (&x3.unscale, &c3.unscale)),
             }
             .launch(
                 &dev,
@@ -1658,7 +1731,7 @@ impl KmeansSession for CudaSession<'_> {
             "means",
         )?;
         self.trace.mark(s, "means");
-        cb.derive(&dev, b.sms, k, d)?;
+        cb.derive(&dev, k, d)?;
         self.trace.mark(s, "norms");
         self.updated = true;
         Ok(())
