@@ -103,6 +103,10 @@ pub trait KmeansSession {
 }
 
 /// A compute device.
+///
+/// Device backends hold their device through each call and copy data on rayon's global pool
+/// meanwhile, so they must not be called from inside that pool's tasks: a task that the
+/// copying thread picks up while it waits could need the same device.
 pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Human-readable device description.

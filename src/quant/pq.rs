@@ -1,7 +1,7 @@
 //! Product quantization of (rotated, padded) residuals: M sub-spaces of `dsub` dimensions, each
 //! with 2^bits centroids trained by the same k-means engine as the anchors.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendKind};
 use crate::error::Result;
 use crate::params::AnchorParams;
 use crate::train::{anneal, NoProgress};
@@ -55,27 +55,33 @@ impl ProductQuantizer {
         let dsub = dpad / nsub;
         let k = 1usize << bits;
         let n = y.len() / dpad;
-        let subs: Vec<Result<Vec<f32>>> = (0..nsub)
-            .into_par_iter()
-            .map(|j| {
-                let sub = extract_sub(y, dpad, j * dsub, dsub);
-                let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
-                let init = warm
-                    .filter(|w| w.dsub == dsub && w.bits == bits && k <= n)
-                    .map(|w| w.sub(j));
-                let r = anneal::train_anchors_from(backend, &sub, dsub, &p, init, &NoProgress)?;
-                let mut c = r.centroids;
-                // Fewer points than centroids: repeat the last ones (never chosen twice).
-                c.resize(k * dsub, 0.0);
-                for i in r.counts.len()..k {
-                    let src = (i % r.counts.len().max(1)) * dsub;
-                    for t in 0..dsub {
-                        c[i * dsub + t] = c[src + t];
-                    }
+        let one = |j: usize| -> Result<Vec<f32>> {
+            let sub = extract_sub(y, dpad, j * dsub, dsub);
+            let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
+            let init = warm
+                .filter(|w| w.dsub == dsub && w.bits == bits && k <= n)
+                .map(|w| w.sub(j));
+            let r = anneal::train_anchors_from(backend, &sub, dsub, &p, init, &NoProgress)?;
+            let mut c = r.centroids;
+            // Fewer points than centroids: repeat the last ones (never chosen twice).
+            c.resize(k * dsub, 0.0);
+            for i in r.counts.len()..k {
+                let src = (i % r.counts.len().max(1)) * dsub;
+                for t in 0..dsub {
+                    c[i * dsub + t] = c[src + t];
                 }
-                Ok(c)
-            })
-            .collect();
+            }
+            Ok(c)
+        };
+        // A device backend holds its device through a call and stages data on this thread
+        // pool meanwhile: a call made from a pool task could wait there on another call
+        // that needs the device. Device backends run one call at a time anyway, so their
+        // sub-spaces go one after another.
+        let subs: Vec<Result<Vec<f32>>> = if backend.kind() == BackendKind::Cpu {
+            (0..nsub).into_par_iter().map(one).collect()
+        } else {
+            (0..nsub).map(one).collect()
+        };
         let mut centroids = Vec::with_capacity(nsub * k * dsub);
         for s in subs {
             centroids.extend(s?);
