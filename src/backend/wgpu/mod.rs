@@ -7,6 +7,7 @@
 //! rotation and PQ in one submission per block; search keeps the last index's lists resident.
 //! Arrays larger than one storage binding are split into blocks of rows.
 
+mod host;
 mod search;
 mod session;
 
@@ -166,6 +167,8 @@ pub struct WgpuBackend {
     d2h: AtomicU64,
     lists: Mutex<super::Resident<search::DeviceLists>>,
     codebook: Mutex<super::Resident<search::DeviceCodebook>>,
+    /// Host-memory staging for large uploads (Vulkan adapters; `None` elsewhere).
+    host: Mutex<Option<host::HostPool>>,
 }
 
 /// Adapters, real GPUs first (a CPU adapter is a software driver).
@@ -265,7 +268,6 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
     Ok(WgpuBackend {
         name: format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type),
         cpu_adapter: info.device_type == wgpu::DeviceType::Cpu,
-        device,
         queue,
         limits,
         wg,
@@ -278,6 +280,8 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         d2h: AtomicU64::new(0),
         lists: Mutex::new(super::Resident::new()),
         codebook: Mutex::new(super::Resident::new()),
+        host: Mutex::new(host::HostPool::new(&device, STREAM_PIECE)),
+        device,
     })
 }
 
@@ -300,6 +304,24 @@ fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<T> {
 
 /// Uploads larger than this go up in pieces of this size (`WgpuBackend::upload`).
 const STREAM_PIECE: usize = 16 << 20;
+
+/// Uploads from this size on go through host-memory staging where the adapter has it.
+const HOST_STAGED: usize = 1 << 20;
+
+/// Fills `mem` with the data's bytes from `at` on, in 1 MB ranges on every thread (as
+/// `fill_mapped`); whether they were clean.
+fn fill_host(
+    mem: &mut [u8],
+    at: usize,
+    fill: &(dyn Fn(wgpu::WriteOnly<'_, [u8]>, usize) -> bool + Sync),
+) -> bool {
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 20;
+    mem.par_chunks_mut(PIECE)
+        .enumerate()
+        .map(|(i, c)| fill(wgpu::WriteOnly::from_mut(c), at + i * PIECE))
+        .reduce(|| true, |a, b| a & b)
+}
 
 /// Fills the start of the mapped buffer `b` with `len` bytes of data, in disjoint 1 MB ranges
 /// on every thread: `fill(view, at)` writes the data's bytes from `at` on into the view and
@@ -514,6 +536,27 @@ impl WgpuBackend {
     ) -> Result<(wgpu::Buffer, bool)> {
         let size = len.max(4).next_multiple_of(4);
         self.fits_binding(size, what)?;
+        let mut pool = self.host.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pool) = pool.as_mut().filter(|_| len >= HOST_STAGED) {
+            // Each piece is filled in host memory, then copied up while the next is filled.
+            let b = self.buffer(what, size, Self::USAGE, false)?;
+            let mut clean = true;
+            for at in (0..len).step_by(pool.piece()) {
+                let piece = pool.piece().min(len - at);
+                let padded = piece.next_multiple_of(4);
+                let mut hb = pool.take(&self.device)?;
+                let mem = hb.bytes();
+                clean &= fill_host(&mut mem[..piece], at, fill);
+                mem[piece..padded].fill(0);
+                let mut enc = self.encoder();
+                enc.copy_buffer_to_buffer(&hb.buf, 0, &b, at as u64, padded as u64);
+                self.queue.submit([enc.finish()]);
+                pool.give(&self.queue, hb);
+            }
+            self.h2d.fetch_add(len as u64, Ordering::Relaxed);
+            return Ok((b, clean));
+        }
+        drop(pool);
         let mapped = size <= STREAM_PIECE;
         let b = self.buffer(what, size, Self::USAGE, mapped)?;
         let mut clean = true;
