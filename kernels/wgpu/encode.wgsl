@@ -9,7 +9,7 @@ struct Params {
     dsub: u32,
     ksub: u32,
     nsub: u32,
-    has_anchors: u32, // residuals: subtract the anchors; pq_assign: read x - anchor, not y
+    has_anchors: u32,
     groups_x: u32, // workgroups along x, for grids folded into two dimensions
 }
 
@@ -38,10 +38,17 @@ fn linear(wg: vec3<u32>) -> u32 {
     return wg.y * P.groups_x + wg.x;
 }
 
-// Row i's value at padded column p: x - anchor[assigned] (or x alone) in the padded layout.
-// When d is not a multiple of nsub, the first d % nsub sub-spaces hold dsub columns and the
-// others dsub - 1 and a zero (quant::source_column).
-fn padded(i: u32, p: u32, minus_anchor: bool) -> f32 {
+// y = x - anchor[assigned] in the padded layout: when d is not a multiple of nsub, the first
+// d % nsub sub-spaces hold dsub columns and the others dsub - 1 and a zero
+// (quant::source_column). Without anchors, y is x padded: how search pads its queries.
+@compute @workgroup_size(WG)
+fn residuals(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = linear(wg) * WG + lid.x;
+    if (e >= P.n * P.dp) {
+        return;
+    }
+    let i = e / P.dp;
+    let p = e % P.dp;
     let nsub = P.dp / P.dsub;
     let q = P.d / nsub;
     let rem = P.d % nsub;
@@ -50,31 +57,21 @@ fn padded(i: u32, p: u32, minus_anchor: bool) -> f32 {
     var t = p;
     if (j >= rem) {
         if (o >= q) {
-            return 0.0;
+            y[e] = 0.0;
+            return;
         }
         t = rem * P.dsub + (j - rem) * q + o;
     }
     var v = x[i * P.d + t];
-    if (minus_anchor) {
+    if (P.has_anchors != 0u) {
         v -= anchors[assigned[i] * P.d + t];
     }
-    return v;
-}
-
-// y = the padded residuals; without anchors, y is x padded: how search pads its queries.
-@compute @workgroup_size(WG)
-fn residuals(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let e = linear(wg) * WG + lid.x;
-    if (e >= P.n * P.dp) {
-        return;
-    }
-    y[e] = padded(e / P.dp, e % P.dp, P.has_anchors != 0u);
+    y[e] = v;
 }
 
 // Nearest codeword of each (row, sub-space): workgroups (row tiles, nsub). The sub-codebook
 // (zero-padded to D4 x 4 floats per codeword) and its squared norms sit in workgroup memory,
-// the row's sub-vector in registers: read from y, or with has_anchors as x - anchor in place
-// (no residual pass). Score |c|^2 - 2 y.c, first minimum on ties.
+// the row's sub-vector in registers. Score |c|^2 - 2 y.c, first minimum on ties.
 @compute @workgroup_size(WG)
 fn pq_assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let j = wg.y;
@@ -108,11 +105,7 @@ fn pq_assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     for (var q = 0u; q < D4; q++) {
         for (var u = 0u; u < 4u; u++) {
             if (4u * q + u < P.dsub) {
-                if (P.has_anchors != 0u) {
-                    v[q][u] = padded(i, j * P.dsub + 4u * q + u, true);
-                } else {
-                    v[q][u] = y[row + 4u * q + u];
-                }
+                v[q][u] = y[row + 4u * q + u];
             }
         }
     }

@@ -302,19 +302,6 @@ fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<T> {
     Ok(out)
 }
 
-/// Where the PQ kernel reads its sub-vectors.
-enum PqRows<'a> {
-    /// Rows already in the padded layout (n x nsub*dsub).
-    Padded(&'a wgpu::Buffer),
-    /// Rows of `x` (n x d) minus their assigned anchors, padded as they are read.
-    Residual {
-        x: &'a wgpu::Buffer,
-        d: usize,
-        anchors: &'a wgpu::Buffer,
-        assigned: &'a wgpu::Buffer,
-    },
-}
-
 /// Uploads larger than this go up in pieces of this size (`WgpuBackend::upload`).
 const STREAM_PIECE: usize = 16 << 20;
 
@@ -807,11 +794,10 @@ impl WgpuBackend {
     /// PQ indices of `y` (rows x nsub*dsub, on the device) packed as bytes (rows x nsub),
     /// recorded into `enc`; returns the packed buffer.
     #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
     fn pq_on_device(
         &self,
         enc: &mut wgpu::CommandEncoder,
-        rows_in: PqRows<'_>,
+        y: &wgpu::Buffer,
         rows: usize,
         nsub: usize,
         dsub: usize,
@@ -828,32 +814,21 @@ impl WgpuBackend {
                 "WGPU: {rows} rows x {nsub} sub-spaces is too large for one dispatch"
             )));
         }
-        // Bindings the kernel does not read this time take any buffer of the right kind.
-        let (d, from_x, bufs) = match rows_in {
-            PqRows::Padded(y) => (0, 0, [books, books, books, y]),
-            PqRows::Residual {
-                x,
-                d,
-                anchors,
-                assigned,
-            } => (d, 1, [x, anchors, assigned, &self.zeros(4, "unused")?]),
-        };
         let p = Params::new(&[
             rows as u32,
-            d as u32,
+            0,
             dp as u32,
             dsub as u32,
             ksub as u32,
             nsub as u32,
-            from_x,
+            0,
             0,
         ]);
-        let [x, a, s, y] = bufs;
         self.dispatch(
             enc,
             &pipe,
             p,
-            &[(1, x), (2, a), (3, s), (4, y), (5, books), (6, &idx)],
+            &[(4, y), (5, books), (6, &idx)],
             (tiles as u32, nsub as u32, 1),
         );
         let g = self.groups_for((rows * nsub).div_ceil(4));
@@ -914,8 +889,7 @@ impl Backend for WgpuBackend {
             let rows = block.len() / dp;
             let yd = self.upload(block, "PQ input")?;
             let mut enc = self.encoder();
-            let packed =
-                self.pq_on_device(&mut enc, PqRows::Padded(&yd), rows, nsub, dsub, &bd, ksub)?;
+            let packed = self.pq_on_device(&mut enc, &yd, rows, nsub, dsub, &bd, ksub)?;
             out.extend(self.read(enc, &[(&packed, rows * nsub)])?.remove(0));
         }
         Ok(out)

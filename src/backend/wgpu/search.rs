@@ -204,26 +204,10 @@ pub(super) fn encode_residuals(
             &dist,
         );
         trace.mark(b, &mut enc, "anchors");
-        // Without a rotation the PQ kernel reads each row minus its anchor itself.
-        let y = match &dc.rot {
-            Some(_) => {
-                let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
-                Some(rotated(b, &mut enc, dc, y, rows, dp)?)
-            }
-            None => None,
-        };
+        let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
+        let y = rotated(b, &mut enc, dc, y, rows, dp)?;
         trace.mark(b, &mut enc, "residuals");
-        let rows_in = match &y {
-            Some(y) => super::PqRows::Padded(y),
-            None => super::PqRows::Residual {
-                x: &xd,
-                d,
-                anchors: &dc.anchors,
-                assigned: &assigned,
-            },
-        };
-        let packed =
-            b.pq_on_device(&mut enc, rows_in, rows, nsub, dsub, &dc.books, cb.pq.ksub())?;
+        let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.pq.ksub())?;
         trace.mark(b, &mut enc, "pq");
         let next = b.start_read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)])?;
         // The previous block comes back while this one runs.
