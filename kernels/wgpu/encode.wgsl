@@ -69,9 +69,26 @@ fn residuals(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     y[e] = v;
 }
 
-// Nearest codeword of each (row, sub-space): workgroups (row tiles, nsub). The sub-codebook
-// (zero-padded to D4 x 4 floats per codeword) and its squared norms sit in workgroup memory,
-// the row's sub-vector in registers. Score |c|^2 - 2 y.c, first minimum on ties.
+// Nearest codeword of each (row, sub-space): workgroups (tiles of 2 x WG rows, nsub). The
+// sub-codebook (zero-padded to D4 x 4 floats per codeword) and its squared norms sit in
+// workgroup memory; each thread holds two rows' sub-vectors in registers, WG apart, so every
+// codeword read feeds two rows (kept as two named arrays: arrays of rows indexed in loops
+// fall out of registers). Score |c|^2 - 2 y.c, first minimum on ties.
+fn load_sub(i: u32, j: u32) -> array<vec4<f32>, D4> {
+    var v: array<vec4<f32>, D4>;
+    if (i < P.n) {
+        let row = i * P.dp + j * P.dsub;
+        for (var q = 0u; q < D4; q++) {
+            for (var u = 0u; u < 4u; u++) {
+                if (4u * q + u < P.dsub) {
+                    v[q][u] = y[row + 4u * q + u];
+                }
+            }
+        }
+    }
+    return v;
+}
+
 @compute @workgroup_size(WG)
 fn pq_assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let j = wg.y;
@@ -96,33 +113,40 @@ fn pq_assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
         cn[c] = s;
     }
     workgroupBarrier();
-    let i = wg.x * WG + lid.x;
-    if (i >= P.n) {
+    let i0 = wg.x * 2u * WG + lid.x;
+    let i1 = i0 + WG;
+    if (i0 >= P.n) {
         return;
     }
-    var v: array<vec4<f32>, D4>;
-    let row = i * P.dp + j * P.dsub;
-    for (var q = 0u; q < D4; q++) {
-        for (var u = 0u; u < 4u; u++) {
-            if (4u * q + u < P.dsub) {
-                v[q][u] = y[row + 4u * q + u];
-            }
-        }
-    }
-    var best = INF;
-    var at = 0u;
+    let v0 = load_sub(i0, j);
+    let v1 = load_sub(i1, j);
+    var best0 = INF;
+    var best1 = INF;
+    var at0 = 0u;
+    var at1 = 0u;
     for (var c = 0u; c < P.ksub; c++) {
-        var d = 0.0;
+        var d0 = 0.0;
+        var d1 = 0.0;
         for (var q = 0u; q < D4; q++) {
-            d += dot(v[q], cb[c * D4 + q]);
+            let w = cb[c * D4 + q];
+            d0 += dot(v0[q], w);
+            d1 += dot(v1[q], w);
         }
-        let s = cn[c] - 2.0 * d;
-        if (s < best) {
-            best = s;
-            at = c;
+        let s0 = cn[c] - 2.0 * d0;
+        let s1 = cn[c] - 2.0 * d1;
+        if (s0 < best0) {
+            best0 = s0;
+            at0 = c;
+        }
+        if (s1 < best1) {
+            best1 = s1;
+            at1 = c;
         }
     }
-    idx[i * P.nsub + j] = at;
+    idx[i0 * P.nsub + j] = at0;
+    if (i1 < P.n) {
+        idx[i1 * P.nsub + j] = at1;
+    }
 }
 
 // Four indices per word, little-endian: the n x nsub bytes of the codes' indices.

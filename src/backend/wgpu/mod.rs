@@ -808,7 +808,8 @@ impl WgpuBackend {
         let packed = self.zeros(rows * nsub, "codes")?;
         let dp = nsub * dsub;
         let pipe = self.pq_pipeline(dsub)?;
-        let tiles = rows.div_ceil(self.wg as usize);
+        // Two rows per thread (encode.wgsl).
+        let tiles = rows.div_ceil(2 * self.wg as usize);
         if tiles > MAX_GROUPS as usize || nsub > MAX_GROUPS as usize {
             return Err(Error::InvalidArgument(format!(
                 "WGPU: {rows} rows x {nsub} sub-spaces is too large for one dispatch"
