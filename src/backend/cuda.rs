@@ -423,10 +423,7 @@ impl Backend for CudaBackend {
         self.down(s, &idx)
     }
 
-    fn encodes_unchecked_input(&self) -> bool {
-        true
-    }
-    fn sessions_check_input(&self) -> bool {
+    fn checks_input(&self) -> bool {
         true
     }
 

@@ -142,17 +142,12 @@ pub trait Backend: Send + Sync {
     fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
         crate::quant::encode_residuals_in_steps(self, cb, x)
     }
-    /// Whether `encode_residuals` checks its input for NaN and infinities itself (failing as
-    /// `check_finite` does on the whole input) and takes inputs of any length: its caller
-    /// then hands over the whole input unscanned, and the backend pipelines it. Otherwise the
-    /// caller checks and feeds it in blocks.
-    fn encodes_unchecked_input(&self) -> bool {
-        false
-    }
-    /// Whether `kmeans_session` checks its points for NaN and infinities on their way to the
-    /// device, failing with `Error::NonFinite`: a caller that would check them first can
-    /// leave that pass to it.
-    fn sessions_check_input(&self) -> bool {
+    /// Whether `encode_residuals` and `kmeans_session` check what they are given for NaN and
+    /// infinities themselves, on its way to the device (failing with `Error::NonFinite`, as
+    /// `check_finite` does on the whole input), and `encode_residuals` takes inputs of any
+    /// length: callers then hand the input over unscanned (encoding: whole, for the backend
+    /// to pipeline). Otherwise callers check it first, and encode in blocks.
+    fn checks_input(&self) -> bool {
         false
     }
     /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),

@@ -315,11 +315,9 @@ impl Codebook {
     ) -> Result<(Vec<u32>, Vec<u8>)> {
         let d = self.d;
         let n = crate::error::whole_rows(x.len(), d, "values")?;
-        if let (true, Vectors::F32(xs), false) = (
-            backend.encodes_unchecked_input(),
-            x,
-            self.metric == Metric::Cosine,
-        ) {
+        if let (true, Vectors::F32(xs), false) =
+            (backend.checks_input(), x, self.metric == Metric::Cosine)
+        {
             // Nothing to convert or normalize: the backend checks while it uploads.
             let (ids, idx) = backend.encode_residuals(self, xs)?;
             return Ok((ids, self.pq.pack_owned(idx)));

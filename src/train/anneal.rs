@@ -99,7 +99,7 @@ pub fn train_anchors_from(
     let ns = xs.len() / d;
     // A session that trains on every point checks them on their way to the device; a sample
     // does not cover every point, so the host checks the whole input first.
-    let session_checks = backend.sessions_check_input() && matches!(xs, Cow::Borrowed(_));
+    let session_checks = backend.checks_input() && matches!(xs, Cow::Borrowed(_));
     if !session_checks {
         crate::error::check_finite(x, "training vectors")?;
     }

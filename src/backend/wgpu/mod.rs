@@ -895,10 +895,7 @@ impl Backend for WgpuBackend {
         }
         Ok(out)
     }
-    fn encodes_unchecked_input(&self) -> bool {
-        true
-    }
-    fn sessions_check_input(&self) -> bool {
+    fn checks_input(&self) -> bool {
         true
     }
 

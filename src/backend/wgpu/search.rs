@@ -180,7 +180,7 @@ pub(super) fn encode_residuals(
     for block in x.chunks(per * d) {
         let rows = block.len() / d;
         let mut enc = b.encoder();
-        // Checked as it goes up: the caller leaves that to us (`encodes_unchecked_input`).
+        // Checked as it goes up: the caller leaves that to us (`checks_input`).
         let Some(xd) = b.upload_finite(block, "vectors")? else {
             return Err(crate::error::non_finite_in(x, "vectors"));
         };
