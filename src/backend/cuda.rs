@@ -138,6 +138,16 @@ fn pinned_pair<T: DeviceRepr>(
     Ok([one()?, one()?])
 }
 
+impl Device {
+    /// The staging buffers, made on first use; `None` where page-locked memory cannot be had.
+    fn staging(&mut self) -> Option<&mut Staging> {
+        if self.staging.is_none() {
+            self.staging = Staging::new(self.stream.context());
+        }
+        self.staging.as_mut()
+    }
+}
+
 impl Staging {
     /// `None` where page-locked memory cannot be had.
     fn new(ctx: &Arc<CudaContext>) -> Option<Staging> {
@@ -316,10 +326,7 @@ impl CudaBackend {
     /// the position within `v`, where one is NaN or infinite.
     fn up_staged(&self, dev: &mut Device, v: &[f32]) -> Result<CudaSlice<f32>> {
         let s = dev.stream.clone();
-        if v.len() >= 2 * STAGE && dev.staging.is_none() {
-            dev.staging = Staging::new(s.context());
-        }
-        let Some(st) = dev.staging.as_mut().filter(|_| v.len() >= 2 * STAGE) else {
+        let Some(st) = (v.len() >= 2 * STAGE).then(|| dev.staging()).flatten() else {
             crate::error::check_finite(v, "points")?;
             return self.up(&s, v);
         };
@@ -438,10 +445,9 @@ impl Backend for CudaBackend {
             let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
             let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
             let mut dev = self.lock();
-            if dev.staging.is_none() {
-                dev.staging = Staging::new(dev.stream.context());
-            }
-            if let Some(mut st) = dev.staging.take() {
+            if dev.staging().is_some() {
+                // Out of `dev` while the pipeline borrows both.
+                let mut st = dev.staging.take().expect("made above");
                 let out = self.encode_pipelined(&dev, &mut st, dc, cb, x);
                 dev.staging = Some(st);
                 return match out? {
@@ -683,6 +689,11 @@ struct Split {
 }
 
 impl Split {
+    /// Device bytes that `new` takes for `rows` rows of `d` values.
+    fn bytes(rows: usize, d: usize) -> usize {
+        rows * (3 * d * std::mem::size_of::<u16>() + std::mem::size_of::<f32>())
+    }
+
     /// Buffers for `rows` rows of `d` values.
     fn new(s: &Arc<CudaStream>, rows: usize, d: usize) -> Result<Split> {
         // SAFETY: `fill` writes every element before any GEMM or argmin reads them.
@@ -839,6 +850,32 @@ fn gemm_split_rows_by(
     .map_err(|e| Error::Device(format!("cuBLAS fp16 GEMM: {e}")))
 }
 
+/// Dots of rows `row0..row0 + rows` of `x` (n x d) with the `k` centroids `c`, into `out`:
+/// from the fp16 pieces where both sides are split (`split`: the rows', the centroids'; the
+/// dots then carry their scales, which `Argmin::unscale` undoes), else one fp32 GEMM.
+#[allow(clippy::too_many_arguments)]
+fn dots_rows(
+    dev: &Device,
+    x: &CudaSlice<f32>,
+    c: &CudaSlice<f32>,
+    split: Option<(&Split, &Split)>,
+    k: usize,
+    d: usize,
+    (row0, rows): (usize, usize),
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    match split {
+        Some((xs, cs)) => {
+            let v = xs.h.slice(row0 * 3 * d..(row0 + rows) * 3 * d);
+            gemm_split_rows_by(dev, cs, k, 3 * d, &v, rows, out)
+        }
+        None => {
+            let v = x.slice(row0 * d..(row0 + rows) * d);
+            gemm_rows_by(dev, c, k, d, &v, rows, out)
+        }
+    }
+}
+
 /// Most bytes of anchor scores per encoding GEMM.
 const ENCODE_DOTS_BYTES: usize = 256 << 20;
 
@@ -991,37 +1028,27 @@ impl CudaBackend {
         if let Some(x3) = sc.x3.as_mut() {
             x3.fill(dev, xb, rows, d, false)?;
         }
-        {
-            for r0 in (0..rows).step_by(sc.chunk) {
-                let rr = sc.chunk.min(rows - r0);
-                match &sc.x3 {
-                    Some(x3) => {
-                        let xs = x3.h.slice(r0 * 3 * d..(r0 + rr) * 3 * d);
-                        gemm_split_rows_by(dev, &dc.anchors3, k, 3 * d, &xs, rr, &mut sc.dots)?
-                    }
-                    None => {
-                        let xs = xb.slice(r0 * d..(r0 + rr) * d);
-                        gemm_rows_by(dev, &dc.anchors, k, d, &xs, rr, &mut sc.dots)?
-                    }
-                }
-                Argmin {
-                    dots: &sc.dots,
-                    rows: rr,
-                    k,
-                    off: &dc.anorm,
-                    bias: &dc.anorm,
-                    use_bias: false,
-                    x: xb,
-                    xn: &sc.xn,
-                    row0: r0,
-                    d,
-                    c: &dc.anchors,
-                    cn: &dc.anorm,
-                    slack: if sc.x3.is_some() { SPLIT_SLACK } else { 0.0 },
-                    unscale: sc.x3.as_ref().map(|x3| (&x3.unscale, &dc.anchors3.unscale)),
-                }
-                .launch(dev, ids, &mut sc.dist.slice_mut(..))?;
+        let split = sc.x3.as_ref().map(|x3| (x3, &dc.anchors3));
+        for r0 in (0..rows).step_by(sc.chunk) {
+            let rr = sc.chunk.min(rows - r0);
+            dots_rows(dev, xb, &dc.anchors, split, k, d, (r0, rr), &mut sc.dots)?;
+            Argmin {
+                dots: &sc.dots,
+                rows: rr,
+                k,
+                off: &dc.anorm,
+                bias: &dc.anorm,
+                use_bias: false,
+                x: xb,
+                xn: &sc.xn,
+                row0: r0,
+                d,
+                c: &dc.anchors,
+                cn: &dc.anorm,
+                slack: if split.is_some() { SPLIT_SLACK } else { 0.0 },
+                unscale: split.map(|(x3, a3)| (&x3.unscale, &a3.unscale)),
             }
+            .launch(dev, ids, &mut sc.dist.slice_mut(..))?;
         }
         trace.mark(s, "anchors");
         let assign = ids.as_view();
@@ -1499,7 +1526,7 @@ impl<'a> CudaSession<'a> {
     fn split_points(&self) -> Result<Option<Split>> {
         let dev = self.b.lock();
         let free = free_bytes(dev.stream.context());
-        if self.n * (3 * self.d * 2 + 4) > free / 2 {
+        if Split::bytes(self.n, self.d) > free / 2 {
             return Ok(None);
         }
         let Some(mut out) = Split::if_room(&dev.stream, self.n, self.d)? else {
@@ -1604,16 +1631,16 @@ impl KmeansSession for CudaSession<'_> {
         let mut row0 = 0usize;
         while row0 < n {
             let rows = cb.chunk.min(n - row0);
-            match split {
-                Some((x3, c3)) => {
-                    let xs = x3.h.slice(row0 * 3 * d..(row0 + rows) * 3 * d);
-                    gemm_split_rows_by(&dev, c3, k, 3 * d, &xs, rows, &mut cb.dots)?
-                }
-                None => {
-                    let xs = self.x.slice(row0 * d..(row0 + rows) * d);
-                    gemm_rows_by(&dev, &cb.c, k, d, &xs, rows, &mut cb.dots)?
-                }
-            }
+            dots_rows(
+                &dev,
+                &self.x,
+                &cb.c,
+                split,
+                k,
+                d,
+                (row0, rows),
+                &mut cb.dots,
+            )?;
             self.trace.mark(s, "gemm");
             Argmin {
                 dots: &cb.dots,
