@@ -116,11 +116,6 @@ impl HostPool {
         })
     }
 
-    /// Bytes per buffer.
-    pub fn piece(&self) -> usize {
-        self.piece
-    }
-
     /// A buffer no copy reads: a free one, a new one, or the oldest busy one once its copy
     /// is done.
     pub fn take(&mut self, device: &wgpu::Device) -> Result<HostBuffer> {

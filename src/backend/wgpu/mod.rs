@@ -305,21 +305,22 @@ fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<T> {
 /// Uploads larger than this go up in pieces of this size (`WgpuBackend::upload`).
 const STREAM_PIECE: usize = 16 << 20;
 
+/// Bytes per task when the host fills staging memory: every thread takes part in a piece.
+const FILL_PIECE: usize = 1 << 20;
+
 /// Uploads from this size on go through host-memory staging where the adapter has it.
 const HOST_STAGED: usize = 1 << 20;
 
-/// Fills `mem` with the data's bytes from `at` on, in 1 MB ranges on every thread (as
-/// `fill_mapped`); whether they were clean.
+/// Fills `mem` with the data's bytes, in 1 MB ranges on every thread, as `fill_mapped` does
+/// a mapped buffer; whether they were clean.
 fn fill_host(
     mem: &mut [u8],
-    at: usize,
     fill: &(dyn Fn(wgpu::WriteOnly<'_, [u8]>, usize) -> bool + Sync),
 ) -> bool {
     use rayon::prelude::*;
-    const PIECE: usize = 1 << 20;
-    mem.par_chunks_mut(PIECE)
+    mem.par_chunks_mut(FILL_PIECE)
         .enumerate()
-        .map(|(i, c)| fill(wgpu::WriteOnly::from_mut(c), at + i * PIECE))
+        .map(|(i, c)| fill(wgpu::WriteOnly::from_mut(c), i * FILL_PIECE))
         .reduce(|| true, |a, b| a & b)
 }
 
@@ -333,11 +334,10 @@ fn fill_mapped(
     fill: &(dyn Fn(wgpu::WriteOnly<'_, [u8]>, usize) -> bool + Sync),
 ) -> Result<bool> {
     use rayon::prelude::*;
-    const PIECE: usize = 1 << 20;
     let size = b.size() as usize;
-    let views = (0..size.div_ceil(PIECE))
+    let views = (0..size.div_ceil(FILL_PIECE))
         .map(|i| {
-            let r = (i * PIECE) as u64..((i + 1) * PIECE).min(size) as u64;
+            let r = (i * FILL_PIECE) as u64..((i + 1) * FILL_PIECE).min(size) as u64;
             b.slice(r)
                 .get_mapped_range_mut()
                 .map_err(|e| Error::Device(format!("WGPU: mapping {what}: {e}")))
@@ -347,8 +347,8 @@ fn fill_mapped(
         .into_par_iter()
         .enumerate()
         .map(|(i, mut v)| {
-            let at = (i * PIECE).min(len);
-            let (head, _) = v.slice(..).split_at(((i + 1) * PIECE).min(len) - at);
+            let at = (i * FILL_PIECE).min(len);
+            let (head, _) = v.slice(..).split_at(((i + 1) * FILL_PIECE).min(len) - at);
             fill(head, at)
         })
         .reduce(|| true, |a, b| a & b))
@@ -537,47 +537,44 @@ impl WgpuBackend {
         let size = len.max(4).next_multiple_of(4);
         self.fits_binding(size, what)?;
         let mut pool = self.host.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(pool) = pool.as_mut().filter(|_| len >= HOST_STAGED) {
-            // Each piece is filled in host memory, then copied up while the next is filled.
-            let b = self.buffer(what, size, Self::USAGE, false)?;
-            let mut clean = true;
-            for at in (0..len).step_by(pool.piece()) {
-                let piece = pool.piece().min(len - at);
-                let padded = piece.next_multiple_of(4);
-                let mut hb = pool.take(&self.device)?;
-                let mem = hb.bytes();
-                clean &= fill_host(&mut mem[..piece], at, fill);
-                mem[piece..padded].fill(0);
-                let mut enc = self.encoder();
-                enc.copy_buffer_to_buffer(&hb.buf, 0, &b, at as u64, padded as u64);
-                self.queue.submit([enc.finish()]);
-                pool.give(&self.queue, hb);
-            }
-            self.h2d.fetch_add(len as u64, Ordering::Relaxed);
-            return Ok((b, clean));
-        }
-        drop(pool);
-        let mapped = size <= STREAM_PIECE;
+        let mut host = pool.as_mut().filter(|_| len >= HOST_STAGED);
+        let mapped = host.is_none() && size <= STREAM_PIECE;
         let b = self.buffer(what, size, Self::USAGE, mapped)?;
         let mut clean = true;
         if mapped {
             clean = fill_mapped(&b, len, what, fill)?;
             b.unmap();
         } else {
-            // In pieces through their own staging buffers, each copied up while the host
-            // fills the next: filling and the copy take about as long, and in one piece they
-            // ran one after the other.
+            // In pieces, each copied up while the host fills the next: filling and the copy
+            // take about as long, and in one piece they ran one after the other. The pieces
+            // go through host memory where the adapter has it, else through mapped buffers.
             for at in (0..len).step_by(STREAM_PIECE) {
                 let piece = STREAM_PIECE.min(len - at);
                 let padded = piece.next_multiple_of(4);
-                let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
-                let stage = self.buffer("upload staging", padded, usage, true)?;
                 let shifted = |v: wgpu::WriteOnly<'_, [u8]>, o: usize| fill(v, at + o);
-                clean &= fill_mapped(&stage, piece, what, &shifted)?;
-                stage.unmap();
+                // The source, and the pool's buffer behind it (back to the pool once sent).
+                let (src, lent) = match host.as_deref_mut() {
+                    Some(pool) => {
+                        let mut hb = pool.take(&self.device)?;
+                        let mem = &mut hb.bytes()[..padded];
+                        mem[piece..].fill(0);
+                        clean &= fill_host(&mut mem[..piece], &shifted);
+                        (hb.buf.clone(), Some(hb))
+                    }
+                    None => {
+                        let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
+                        let stage = self.buffer("upload staging", padded, usage, true)?;
+                        clean &= fill_mapped(&stage, piece, what, &shifted)?;
+                        stage.unmap();
+                        (stage, None)
+                    }
+                };
                 let mut enc = self.encoder();
-                enc.copy_buffer_to_buffer(&stage, 0, &b, at as u64, padded as u64);
+                enc.copy_buffer_to_buffer(&src, 0, &b, at as u64, padded as u64);
                 self.queue.submit([enc.finish()]);
+                if let (Some(hb), Some(pool)) = (lent, host.as_deref_mut()) {
+                    pool.give(&self.queue, hb);
+                }
             }
         }
         self.h2d.fetch_add(len as u64, Ordering::Relaxed);
