@@ -86,6 +86,32 @@ fn uploads_larger_than_a_piece_arrive_whole() {
 }
 
 #[test]
+fn uploads_through_mapped_buffers_arrive_whole() {
+    // The path of adapters without host-memory staging (Metal, and Vulkan devices that lack
+    // a host-cached memory type): small uploads in one mapped buffer, large ones in mapped
+    // pieces.
+    std::env::set_var("VLCC_WGPU_HOST_STAGING", "0");
+    let g = Context::new(BackendKind::Wgpu, 0, 0);
+    std::env::remove_var("VLCC_WGPU_HOST_STAGING");
+    let Some(g) = g.ok().map(Arc::new).or_else(gpu) else {
+        return;
+    };
+    let what = g.backend().describe();
+    assert!(what.contains("uploads through mapped buffers"), "{what}");
+    let d = 64;
+    let x = common::clustered(70_000, d, 50, 4);
+    common::assignment_parity(&g, &x, d, &x[..100 * d], None, "mapped pieces");
+    common::assignment_parity(
+        &g,
+        &x[..3000 * d],
+        d,
+        &x[..40 * d],
+        None,
+        "one mapped buffer",
+    );
+}
+
+#[test]
 fn split_bindings_give_the_same_steps() {
     let Some(g) = gpu() else { return };
     let s = small(3000, 0);

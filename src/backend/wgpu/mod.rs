@@ -280,7 +280,12 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         d2h: AtomicU64::new(0),
         lists: Mutex::new(super::Resident::new()),
         codebook: Mutex::new(super::Resident::new()),
-        host: Mutex::new(host::HostPool::new(&device, STREAM_PIECE)),
+        // `VLCC_WGPU_HOST_STAGING=0` sends uploads through mapped buffers, as on adapters
+        // without host-memory staging (tests use it to run that path on any adapter).
+        host: Mutex::new(match std::env::var("VLCC_WGPU_HOST_STAGING").as_deref() {
+            Ok("0") => None,
+            _ => host::HostPool::new(&device, STREAM_PIECE),
+        }),
         device,
     })
 }
@@ -857,10 +862,14 @@ impl Backend for WgpuBackend {
     }
     fn describe(&self) -> String {
         format!(
-            "wgpu ({}; {} KB workgroup memory, {} MB per binding)",
+            "wgpu ({}; {} KB workgroup memory, {} MB per binding; uploads through {})",
             self.name,
             self.limits.max_compute_workgroup_storage_size >> 10,
-            self.max_binding() >> 20
+            self.max_binding() >> 20,
+            match *self.host.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(_) => "host memory",
+                None => "mapped buffers",
+            }
         )
     }
     fn kmeans_session<'a>(
