@@ -1,0 +1,158 @@
+//! Nearest-anchor assignment on cooperative matrices (mma.wgsl) where the adapter has them
+//! with fp16 inputs and fp32 sums (tensor cores): points and anchors go to fp16 once, the
+//! products run there, and the rows whose winner the fp16 products cannot prove go through
+//! the fp32 kernel again. The answers are the fp32 kernel's.
+
+use super::{fold, Assign, Params, WgpuBackend};
+use crate::error::Result;
+
+/// Anchors per chunk of `assign_mma` (`CH` in mma.wgsl).
+const CHUNK: usize = 64;
+
+/// The kernels' workgroup size (mma.wgsl's fixed 256).
+const THREADS: usize = 256;
+
+/// Workgroup memory `assign_mma` takes with subgroups of `sg` threads (16 rows each): its
+/// chunk of dots and the chunk's per-column values.
+fn workgroup_bytes(sg: u32) -> u32 {
+    (16 * (THREADS / sg as usize) * CHUNK * 4 + CHUNK * 16) as u32
+}
+
+/// The built kernels of mma.wgsl and the rows per workgroup of `assign_mma`.
+pub(super) struct Mma {
+    halves: wgpu::ComputePipeline,
+    assign: wgpu::ComputePipeline,
+    rows: usize,
+}
+
+/// Rows in fp16 on the device: the halves (rows padded to whole workgroups, dimension to
+/// `dp`) and per row (unscale, rounding error, norm, 0).
+pub(super) struct Halves {
+    h: wgpu::Buffer,
+    s: wgpu::Buffer,
+    dp: usize,
+}
+
+/// The features the kernels need, and the subgroup size that fixes their tile, where the
+/// adapter has them: cooperative 16 x 16 x 16 matrices with fp16 inputs and fp32 sums, one
+/// subgroup size of 32 or 64, and the workgroup memory. Else what is missing.
+/// `VLCC_WGPU_MMA=0` turns them off.
+pub(super) fn supported(
+    adapter: &wgpu::Adapter,
+) -> std::result::Result<(wgpu::Features, u32), String> {
+    use wgpu::{CooperativeScalarType as S, Features as F};
+    if std::env::var("VLCC_WGPU_MMA").is_ok_and(|v| v == "0") {
+        return Err("turned off by VLCC_WGPU_MMA=0".into());
+    }
+    let need = F::SHADER_F16 | F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    let missing = need - adapter.features();
+    if !missing.is_empty() {
+        return Err(format!("the adapter lacks {missing:?}"));
+    }
+    let shapes = adapter.cooperative_matrix_properties();
+    if !shapes.iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == S::F16 && p.cr_type == S::F32
+    }) {
+        return Err(format!(
+            "no 16x16x16 fp16 x fp16 + fp32 shape among {shapes:?}"
+        ));
+    }
+    let info = adapter.get_info();
+    let sg = info.subgroup_min_size;
+    if sg != info.subgroup_max_size || !(sg == 32 || sg == 64) {
+        return Err(format!(
+            "subgroups of {sg} to {} threads, not one size of 32 or 64",
+            info.subgroup_max_size
+        ));
+    }
+    let bytes = workgroup_bytes(sg);
+    if adapter.limits().max_compute_workgroup_storage_size < bytes {
+        return Err(format!("under {bytes} bytes of workgroup memory"));
+    }
+    Ok((need, sg))
+}
+
+impl Mma {
+    pub fn new(device: &wgpu::Device, limits: &wgpu::Limits, sg: u32) -> Result<Mma> {
+        let m = super::module(device, limits, "mma.wgsl", &[("SG", sg)])?;
+        Ok(Mma {
+            halves: super::pipeline(device, &m, "halves")?,
+            assign: super::pipeline(device, &m, "assign_mma")?,
+            rows: 16 * THREADS / sg as usize,
+        })
+    }
+
+    /// Rows per workgroup of `assign_mma`: blocks of points are cut at multiples of it.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+impl Halves {
+    /// Buffers for `rows` rows of `d` values, padded to whole workgroups of `mma`.
+    pub fn new(b: &WgpuBackend, mma: &Mma, rows: usize, d: usize, what: &str) -> Result<Halves> {
+        let dp = d.next_multiple_of(16);
+        let padded = rows.next_multiple_of(mma.rows.max(CHUNK));
+        Ok(Halves {
+            h: b.zeros(padded * dp * 2, what)?,
+            s: b.zeros(rows * 16, what)?,
+            dp,
+        })
+    }
+}
+
+impl WgpuBackend {
+    /// Records the fp16 halves of `rows` rows of `x` (`d` values each) into `into`.
+    pub(super) fn halves(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        mma: &Mma,
+        x: &wgpu::Buffer,
+        rows: usize,
+        d: usize,
+        into: &Halves,
+    ) {
+        let (gx, gy) = fold(rows.div_ceil(self.wg as usize));
+        let p = Params::new(&[rows as u32, 0, d as u32, 0, 0, gx, into.dp as u32]);
+        let bufs = [(13, x), (14, &into.h), (15, &into.s)];
+        self.dispatch(enc, &mma.halves, p, &bufs, (gx, gy, 1));
+    }
+
+    /// Records `assign_mma` over the points' and anchors' halves, then the fp32 assignment
+    /// of the rows it left (listed in `listed`: a count and up to `a.rows` rows).
+    pub(super) fn assign_mma(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        mma: &Mma,
+        a: &Assign<'_>,
+        (xh, ch, listed): (&Halves, &Halves, &wgpu::Buffer),
+    ) {
+        enc.clear_buffer(listed, 0, Some(4));
+        let (gx, gy) = fold(a.rows.div_ceil(mma.rows));
+        let p = Params::new(&[
+            a.rows as u32,
+            a.n as u32,
+            a.d as u32,
+            a.row0 as u32,
+            a.bias.is_some() as u32,
+            gx,
+            xh.dp as u32,
+        ]);
+        let bufs = [
+            (1, a.x),
+            (2, a.c),
+            (3, &xh.h),
+            (4, &ch.h),
+            (5, &xh.s),
+            (6, &ch.s),
+            (7, a.off),
+            (8, a.bias.unwrap_or(a.off)),
+            (9, a.norms),
+            (10, a.assigned),
+            (11, a.dist),
+            (12, listed),
+        ];
+        self.dispatch(enc, &mma.assign, p, &bufs, (gx, gy, 1));
+        self.assign_exact(enc, a, Some(listed));
+    }
+}
