@@ -30,8 +30,8 @@ struct Params {
 // assign_mma
 @group(0) @binding(1) var<storage, read> xa: array<f32>;          // points, fp32 (m x d)
 @group(0) @binding(2) var<storage, read> xb: array<f32>;          // anchors, fp32 (n x d)
-@group(0) @binding(3) var<storage, read> xh: array<f16>;          // points' halves
-@group(0) @binding(4) var<storage, read> bh: array<f16>;          // anchors' halves
+@group(0) @binding(3) var<storage, read> xh: array<vec4<f16>>;    // points' halves
+@group(0) @binding(4) var<storage, read> bh: array<vec4<f16>>;    // anchors' halves
 @group(0) @binding(5) var<storage, read> xs: array<vec4<f32>>;    // points' scales
 @group(0) @binding(6) var<storage, read> bs: array<vec4<f32>>;    // anchors' scales
 @group(0) @binding(7) var<storage, read> off: array<f32>;         // |c_j|^2 [+ bias_j]
@@ -65,6 +65,13 @@ const NONE: u32 = 0xffffffffu;
 var<workgroup> tile: array<f32, CH * R>;
 // Per column of the chunk: offset, 2 x unscale, norm, rounding error.
 var<workgroup> col: array<vec4<f32>, CH>;
+// 16 columns of the rows' and the chunk's halves, rows 24 halves (48 bytes) apart: the eight
+// 16-byte rows a matrix load reads at once fall on different banks.
+const SK: u32 = 24u;
+var<workgroup> sa: array<f16, R * SK>;
+var<workgroup> sb: array<f16, CH * SK>;
+// Each row's winner where the fp16 products decided it, else NONE.
+var<workgroup> won: array<u32, R>;
 
 // y rounded to nearest (even) at fp16's 11 bits, as an f32, so that f16() of it is exact
 // whatever rounding the device's conversion uses, and no compiler can fold the measured
@@ -123,11 +130,23 @@ struct Cand {
     rest: f32, // the lowest score minus bound among the thread's other columns
 }
 
+// Four halves of `v` into workgroup memory at `o` (of `sa`, or `sb` with `of_b`).
+fn put4(of_b: bool, o: u32, v: vec4<f16>) {
+    for (var i = 0u; i < 4u; i++) {
+        if (of_b) {
+            sb[o + i] = v[i];
+        } else {
+            sa[o + i] = v[i];
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn assign_mma(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
     @builtin(subgroup_id) sid: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
 ) {
     let i0 = (wg.y * P.groups_x + wg.x) * R;
     if (i0 >= P.m) {
@@ -143,7 +162,8 @@ fn assign_mma(
     let x2 = 2.0 * sx.z;
     let ex = sx.y + 9.5367431640625e-7 + f32(P.d) * 2.384185791015625e-7;
     var b = Cand(INF, NONE, INF, INF, INF);
-    let arow = (i0 + 16u * sid) * P.dp;
+    // Rows are dp / 4 pieces of four halves; each thread moves whole pieces.
+    let w4 = P.dp / 4u;
     for (var j0 = 0u; j0 < P.n; j0 += CH) {
         if (li < CH) {
             let j = min(j0 + li, P.n - 1u);
@@ -155,18 +175,23 @@ fn assign_mma(
         var c1 = coop_mat16x16<f32, C>();
         var c2 = coop_mat16x16<f32, C>();
         var c3 = coop_mat16x16<f32, C>();
-        let brow = j0 * P.dp;
-        let b16 = 16u * P.dp;
-        for (var t = 0u; t < P.dp; t += 16u) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&xh[arow + t], P.dp);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&bh[brow + t], P.dp);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&bh[brow + b16 + t], P.dp);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&bh[brow + 2u * b16 + t], P.dp);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&bh[brow + 3u * b16 + t], P.dp);
+        for (var t4 = 0u; t4 < w4; t4 += 4u) {
+            // 16 columns of the workgroup's rows and of the chunk's anchors.
+            for (var e = li; e < R * 4u; e += 256u) {
+                put4(false, (e / 4u) * SK + 4u * (e % 4u), xh[(i0 + e / 4u) * w4 + t4 + e % 4u]);
+            }
+            put4(true, (li / 4u) * SK + 4u * (li % 4u), bh[(j0 + li / 4u) * w4 + t4 + li % 4u]);
+            workgroupBarrier();
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&sa[16u * sid * SK], SK);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&sb[0u], SK);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&sb[16u * SK], SK);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&sb[32u * SK], SK);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&sb[48u * SK], SK);
             c0 = coopMultiplyAdd(a, b0, c0);
             c1 = coopMultiplyAdd(a, b1, c1);
             c2 = coopMultiplyAdd(a, b2, c2);
             c3 = coopMultiplyAdd(a, b3, c3);
+            workgroupBarrier();
         }
         let mine = 16u * sid;
         coopStore(c0, &tile[mine], R);
@@ -197,44 +222,53 @@ fn assign_mma(
     tile[768u + li] = b.lo;
     tile[1024u + li] = b.rest;
     workgroupBarrier();
-    if (part != 0u || !live) {
-        return;
+    if (part == 0u) {
+        var w = r;
+        for (var p = 1u; p < TR; p++) {
+            let o = p * R + r;
+            let a = bitcast<u32>(tile[256u + o]);
+            let wa = bitcast<u32>(tile[256u + w]);
+            if (tile[o] < tile[w] || (tile[o] == tile[w] && a < wa)) {
+                w = o;
+            }
+        }
+        var at = bitcast<u32>(tile[256u + w]);
+        var rest = INF;
+        for (var p = 0u; p < TR; p++) {
+            let o = p * R + r;
+            rest = min(rest, tile[1024u + o]);
+            if (o != w) {
+                rest = min(rest, tile[768u + o]);
+            }
+        }
+        if (live && (at == NONE || rest <= tile[512u + w])) {
+            let k = atomicAdd(&listed[0], 1u);
+            atomicStore(&listed[1u + k], i0 + r);
+            at = NONE;
+        }
+        won[r] = select(NONE, at, live);
     }
-    var w = r;
-    for (var p = 1u; p < TR; p++) {
-        let o = p * R + r;
-        let a = bitcast<u32>(tile[256u + o]);
-        let wa = bitcast<u32>(tile[256u + w]);
-        if (tile[o] < tile[w] || (tile[o] == tile[w] && a < wa)) {
-            w = o;
+    workgroupBarrier();
+    // The winners' scores in fp32: a subgroup per row, its lanes across the dimension.
+    for (var rr = sid; rr < R; rr += NSG) {
+        let at = won[rr];
+        let xo = (i0 + rr) * P.d;
+        let co = min(at, P.n - 1u) * P.d;
+        var part_dot = 0.0;
+        if (at != NONE) {
+            for (var t = lane; t < P.d; t += SG) {
+                part_dot += xa[xo + t] * xb[co + t];
+            }
+        }
+        let dot = subgroupAdd(part_dot);
+        if (lane == 0u && at != NONE) {
+            let g = P.row0 + i0 + rr;
+            var dv = an[g] + (off[at] - 2.0 * dot);
+            if (P.use_bias != 0u) {
+                dv -= bias[at];
+            }
+            assigned[g] = at;
+            dist[g] = max(dv, 0.0);
         }
     }
-    let at = bitcast<u32>(tile[256u + w]);
-    var rest = INF;
-    for (var p = 0u; p < TR; p++) {
-        let o = p * R + r;
-        rest = min(rest, tile[1024u + o]);
-        if (o != w) {
-            rest = min(rest, tile[768u + o]);
-        }
-    }
-    if (at == NONE || rest <= tile[512u + w]) {
-        let k = atomicAdd(&listed[0], 1u);
-        atomicStore(&listed[1u + k], i0 + r);
-        return;
-    }
-    // The winner's score in fp32.
-    var dot = 0.0;
-    let xo = (i0 + r) * P.d;
-    let co = at * P.d;
-    for (var t = 0u; t < P.d; t++) {
-        dot += xa[xo + t] * xb[co + t];
-    }
-    let g = P.row0 + i0 + r;
-    var dv = an[g] + (off[at] - 2.0 * dot);
-    if (P.use_bias != 0u) {
-        dv -= bias[at];
-    }
-    assigned[g] = at;
-    dist[g] = max(dv, 0.0);
 }

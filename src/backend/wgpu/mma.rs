@@ -12,10 +12,11 @@ const CHUNK: usize = 64;
 /// The kernels' workgroup size (mma.wgsl's fixed 256).
 const THREADS: usize = 256;
 
-/// Workgroup memory `assign_mma` takes with subgroups of `sg` threads (16 rows each): its
-/// chunk of dots and the chunk's per-column values.
+/// Workgroup memory `assign_mma` takes with subgroups of `sg` threads (16 rows each).
 fn workgroup_bytes(sg: u32) -> u32 {
-    (16 * (THREADS / sg as usize) * CHUNK * 4 + CHUNK * 16) as u32
+    let rows = 16 * THREADS / sg as usize;
+    // The dots, the columns' values, the 16-column slices (24 halves a row), the winners.
+    (rows * CHUNK * 4 + CHUNK * 16 + (rows + CHUNK) * 24 * 2 + rows * 4) as u32
 }
 
 /// The built kernels of mma.wgsl and the rows per workgroup of `assign_mma`.
@@ -126,6 +127,7 @@ impl WgpuBackend {
         mma: &Mma,
         a: &Assign<'_>,
         (xh, ch, listed): (&Halves, &Halves, &wgpu::Buffer),
+        trace: &mut super::Trace,
     ) {
         enc.clear_buffer(listed, 0, Some(4));
         let (gx, gy) = fold(a.rows.div_ceil(mma.rows));
@@ -153,6 +155,14 @@ impl WgpuBackend {
             (12, listed),
         ];
         self.dispatch(enc, &mma.assign, p, &bufs, (gx, gy, 1));
+        trace.mark(self, enc, "assign fp16");
+        if trace.recording() {
+            let left = self
+                .read(std::mem::replace(enc, self.encoder()), &[(listed, 4)])
+                .map(|r| u32::from_le_bytes(r[0][..4].try_into().expect("4 bytes")));
+            eprintln!("wgpu trace rows left to fp32: {left:?} of {}", a.rows);
+        }
         self.assign_exact(enc, a, Some(listed));
+        trace.mark(self, enc, "assign fp32 rest");
     }
 }

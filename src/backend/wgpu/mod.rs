@@ -401,6 +401,9 @@ impl Trace {
     pub fn new() -> Trace {
         Trace(crate::trace::Trace::new("wgpu", "VLCC_WGPU_TRACE"))
     }
+    pub fn recording(&self) -> bool {
+        self.0.recording()
+    }
     /// Ends a step: when recording, submits what `enc` holds, waits, and starts a new encoder.
     pub fn mark(&mut self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, step: &'static str) {
         self.0.mark(step, || {
@@ -769,9 +772,9 @@ impl WgpuBackend {
 
     /// Records an assignment: on cooperative matrices where the backend has them and the
     /// caller gave halves, else in fp32. The same answers either way.
-    fn assign_rows(&self, enc: &mut wgpu::CommandEncoder, a: &Assign<'_>) {
+    fn assign_rows(&self, enc: &mut wgpu::CommandEncoder, a: &Assign<'_>, trace: &mut Trace) {
         match (&self.mma, a.halves) {
-            (Some(mma), Some(h)) => self.assign_mma(enc, mma, a, h),
+            (Some(mma), Some(h)) => self.assign_mma(enc, mma, a, h, trace),
             _ => self.assign_exact(enc, a, None),
         }
     }

@@ -228,7 +228,7 @@ pub(super) fn encode_residuals(
             dist: &dist,
             halves: halves.as_ref().map(|(xh, l, ch)| (xh, *ch, l)),
         };
-        b.assign_rows(&mut enc, &a);
+        b.assign_rows(&mut enc, &a, &mut trace);
         trace.mark(b, &mut enc, "anchors");
         let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
         let y = rotated(b, &mut enc, dc, y, rows, dp)?;

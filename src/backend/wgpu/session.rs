@@ -202,7 +202,7 @@ impl KmeansSession for WgpuSession<'_> {
                 dist: &self.dist,
                 halves,
             };
-            b.assign_rows(&mut enc, &a);
+            b.assign_rows(&mut enc, &a, &mut self.trace.borrow_mut());
         }
         self.trace.borrow_mut().mark(b, &mut enc, "assign");
         enc.clear_buffer(&c.counts, 0, None);
