@@ -141,12 +141,23 @@ fn put4(of_b: bool, o: u32, v: vec4<f16>) {
     }
 }
 
+// Columns 4 t4 .. 4 t4 + 15 of the workgroup's rows (from i0) and of the chunk's anchors
+// (from j0) into `sa` and `sb`; rows are w4 pieces of four halves.
+fn stage_slice(li: u32, i0: u32, j0: u32, t4: u32, w4: u32) {
+    for (var e = li; e < R * 4u; e += 256u) {
+        put4(false, (e / 4u) * SK + 4u * (e % 4u), xh[(i0 + e / 4u) * w4 + t4 + e % 4u]);
+    }
+    put4(true, (li / 4u) * SK + 4u * (li % 4u), bh[(j0 + li / 4u) * w4 + t4 + li % 4u]);
+}
+
 @compute @workgroup_size(256)
 fn assign_mma(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
     @builtin(subgroup_id) sid: u32,
     @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) lanes: u32,
+    @builtin(num_subgroups) groups: u32,
 ) {
     let i0 = (wg.y * P.groups_x + wg.x) * R;
     if (i0 >= P.m) {
@@ -171,16 +182,13 @@ fn assign_mma(
             col[li] = vec4<f32>(off[j], 2.0 * s.x, s.z, s.y);
         }
         // Anchor rows past n are zero padding: their dots are computed, never read.
+        // products: begin (the chunk's dots into `tile`)
         var c0 = coop_mat16x16<f32, C>();
         var c1 = coop_mat16x16<f32, C>();
         var c2 = coop_mat16x16<f32, C>();
         var c3 = coop_mat16x16<f32, C>();
         for (var t4 = 0u; t4 < w4; t4 += 4u) {
-            // 16 columns of the workgroup's rows and of the chunk's anchors.
-            for (var e = li; e < R * 4u; e += 256u) {
-                put4(false, (e / 4u) * SK + 4u * (e % 4u), xh[(i0 + e / 4u) * w4 + t4 + e % 4u]);
-            }
-            put4(true, (li / 4u) * SK + 4u * (li % 4u), bh[(j0 + li / 4u) * w4 + t4 + li % 4u]);
+            stage_slice(li, i0, j0, t4, w4);
             workgroupBarrier();
             let a = coopLoadT<coop_mat16x16<f16, A>>(&sa[16u * sid * SK], SK);
             let b0 = coopLoad<coop_mat16x16<f16, B>>(&sb[0u], SK);
@@ -198,6 +206,7 @@ fn assign_mma(
         coopStore(c1, &tile[16u * R + mine], R);
         coopStore(c2, &tile[32u * R + mine], R);
         coopStore(c3, &tile[48u * R + mine], R);
+        // products: end
         workgroupBarrier();
         let cols = min(CH, P.n - j0);
         for (var q = 0u; q < CPT; q++) {
@@ -250,13 +259,13 @@ fn assign_mma(
     }
     workgroupBarrier();
     // The winners' scores in fp32: a subgroup per row, its lanes across the dimension.
-    for (var rr = sid; rr < R; rr += NSG) {
+    for (var rr = sid; rr < R; rr += groups) {
         let at = won[rr];
         let xo = (i0 + rr) * P.d;
         let co = min(at, P.n - 1u) * P.d;
         var part_dot = 0.0;
         if (at != NONE) {
-            for (var t = lane; t < P.d; t += SG) {
+            for (var t = lane; t < P.d; t += lanes) {
                 part_dot += xa[xo + t] * xb[co + t];
             }
         }

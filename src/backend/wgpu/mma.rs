@@ -24,6 +24,7 @@ pub(super) struct Mma {
     halves: wgpu::ComputePipeline,
     assign: wgpu::ComputePipeline,
     rows: usize,
+    emulated: bool,
 }
 
 /// Rows in fp16 on the device: the halves (rows padded to whole workgroups, dimension to
@@ -34,58 +35,133 @@ pub(super) struct Halves {
     dp: usize,
 }
 
+/// What the kernels need from the adapter, where it has it.
+pub(super) struct Support {
+    pub features: wgpu::Features,
+    /// The subgroup size that fixes the products' tile (16 rows per subgroup).
+    sg: u32,
+    /// Products summed by every thread instead of on cooperative matrices (a test hook).
+    emulate: bool,
+}
+
 /// The features the kernels need, and the subgroup size that fixes their tile, where the
-/// adapter has them: cooperative 16 x 16 x 16 matrices with fp16 inputs and fp32 sums, one
-/// subgroup size of 32 or 64, and the workgroup memory. Else what is missing.
-/// `VLCC_WGPU_MMA=0` turns them off.
-pub(super) fn supported(
-    adapter: &wgpu::Adapter,
-) -> std::result::Result<(wgpu::Features, u32), String> {
+/// adapter has them and `VLCC_WGPU_MMA=1` asks for them: cooperative 16 x 16 x 16 matrices
+/// with fp16 inputs and fp32 sums, one subgroup size of 32 or 64, and the workgroup memory.
+/// Else why not. (Opt-in until a GPU run shows this version exact and faster than the fp32
+/// kernel: docs/perf-wgpu.md, version 24.) `VLCC_WGPU_MMA=emulate` builds the kernel with
+/// its products summed by every thread (`EMULATED`) where the adapter has fp16 and
+/// subgroups, so that everything around the products runs on any such adapter
+/// (tests/wgpu.rs, on lavapipe in CI).
+pub(super) fn supported(adapter: &wgpu::Adapter) -> std::result::Result<Support, String> {
     use wgpu::{CooperativeScalarType as S, Features as F};
-    if std::env::var("VLCC_WGPU_MMA").is_ok_and(|v| v == "0") {
-        return Err("turned off by VLCC_WGPU_MMA=0".into());
+    let var = std::env::var("VLCC_WGPU_MMA");
+    let emulate = match var.as_deref() {
+        Ok("1") => false,
+        Ok("emulate") => true,
+        _ => return Err("not asked for (VLCC_WGPU_MMA=1)".into()),
+    };
+    let mut need = F::SHADER_F16 | F::SUBGROUP;
+    if !emulate {
+        need |= F::EXPERIMENTAL_COOPERATIVE_MATRIX;
     }
-    let need = F::SHADER_F16 | F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
     let missing = need - adapter.features();
     if !missing.is_empty() {
         return Err(format!("the adapter lacks {missing:?}"));
     }
-    let shapes = adapter.cooperative_matrix_properties();
-    if !shapes.iter().any(|p| {
-        (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == S::F16 && p.cr_type == S::F32
-    }) {
-        return Err(format!(
-            "no 16x16x16 fp16 x fp16 + fp32 shape among {shapes:?}"
-        ));
-    }
     let info = adapter.get_info();
-    let sg = info.subgroup_min_size;
-    if sg != info.subgroup_max_size || !(sg == 32 || sg == 64) {
-        return Err(format!(
-            "subgroups of {sg} to {} threads, not one size of 32 or 64",
-            info.subgroup_max_size
-        ));
-    }
+    let sg = match emulate {
+        // Any subgroups do: the emulated products do not use them.
+        true => 64,
+        false => {
+            let shapes = adapter.cooperative_matrix_properties();
+            if !shapes.iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && p.ab_type == S::F16
+                    && p.cr_type == S::F32
+            }) {
+                return Err(format!(
+                    "no 16x16x16 fp16 x fp16 + fp32 shape among {shapes:?}"
+                ));
+            }
+            let sg = info.subgroup_min_size;
+            if sg != info.subgroup_max_size || !(sg == 32 || sg == 64) {
+                return Err(format!(
+                    "subgroups of {sg} to {} threads, not one size of 32 or 64",
+                    info.subgroup_max_size
+                ));
+            }
+            sg
+        }
+    };
     let bytes = workgroup_bytes(sg);
     if adapter.limits().max_compute_workgroup_storage_size < bytes {
         return Err(format!("under {bytes} bytes of workgroup memory"));
     }
-    Ok((need, sg))
+    Ok(Support {
+        features: need,
+        sg,
+        emulate,
+    })
+}
+
+/// The products without cooperative matrices: each thread sums its share of the chunk's
+/// dots from the staged slices, in fp32 over exact fp16 products (within the kernel's bound).
+const EMULATED: &str = "
+        for (var e = li; e < R * CH; e += 256u) {
+            tile[e] = 0.0;
+        }
+        for (var t4 = 0u; t4 < w4; t4 += 4u) {
+            stage_slice(li, i0, j0, t4, w4);
+            workgroupBarrier();
+            for (var e = li; e < R * CH; e += 256u) {
+                let er = e % R;
+                let ec = e / R;
+                var acc = tile[e];
+                for (var k = 0u; k < 16u; k++) {
+                    acc += f32(sa[er * SK + k]) * f32(sb[ec * SK + k]);
+                }
+                tile[e] = acc;
+            }
+            workgroupBarrier();
+        }
+";
+
+/// mma.wgsl, with its products emulated where `emulate`.
+fn source(emulate: bool) -> String {
+    let (_, src) = super::KERNELS
+        .iter()
+        .find(|(n, _)| *n == "mma.wgsl")
+        .expect("listed");
+    if !emulate {
+        return src.to_string();
+    }
+    let (begin, end) = ("// products: begin", "// products: end");
+    let a = src.find(begin).expect("marked");
+    let b = src.find(end).expect("marked");
+    let s = format!("{}{EMULATED}{}", &src[..a], &src[b + end.len()..]);
+    s.replace("enable wgpu_cooperative_matrix;\n", "")
 }
 
 impl Mma {
-    pub fn new(device: &wgpu::Device, limits: &wgpu::Limits, sg: u32) -> Result<Mma> {
-        let m = super::module(device, limits, "mma.wgsl", &[("SG", sg)])?;
+    pub fn new(device: &wgpu::Device, limits: &wgpu::Limits, s: &Support) -> Result<Mma> {
+        let src = source(s.emulate);
+        let m = super::module_of(device, limits, "mma.wgsl", &src, &[("SG", s.sg)])?;
         Ok(Mma {
             halves: super::pipeline(device, &m, "halves")?,
             assign: super::pipeline(device, &m, "assign_mma")?,
-            rows: 16 * THREADS / sg as usize,
+            rows: 16 * THREADS / s.sg as usize,
+            emulated: s.emulate,
         })
     }
 
     /// Rows per workgroup of `assign_mma`: blocks of points are cut at multiples of it.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Whether the products are the test hook's (`VLCC_WGPU_MMA=emulate`).
+    pub fn emulated(&self) -> bool {
+        self.emulated
     }
 }
 

@@ -69,6 +69,17 @@ fn module(
         .iter()
         .find(|(n, _)| *n == name)
         .expect("every kernel file is listed");
+    module_of(device, limits, name, src, extra)
+}
+
+/// `module` for the text `src` (a kernel file, or one changed for a test).
+fn module_of(
+    device: &wgpu::Device,
+    limits: &wgpu::Limits,
+    name: &str,
+    src: &str,
+    extra: &[(&str, u32)],
+) -> Result<wgpu::ShaderModule> {
     let mut s = with_const(src, "WG", workgroup_size(limits));
     s = with_const(&s, "BOOK", book_floats(limits) as u32);
     s = with_const(&s, "TK", dots_step(limits));
@@ -218,18 +229,22 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         )));
     }
     let coop = mma::supported(&adapter);
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("vlc_compress"),
-        required_features: coop.as_ref().map_or(wgpu::Features::empty(), |(f, _)| *f),
-        required_limits: limits.clone(),
-        // SAFETY: the one experimental feature asked for is cooperative matrices, used by
-        // mma.wgsl alone; tests/wgpu.rs checks its answers against the CPU's.
-        experimental_features: match coop {
-            Ok(_) => unsafe { wgpu::ExperimentalFeatures::enabled() },
-            Err(_) => wgpu::ExperimentalFeatures::disabled(),
-        },
-        ..Default::default()
-    }))
+    let (device, queue) = pollster::block_on(
+        adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("vlc_compress"),
+            required_features: coop
+                .as_ref()
+                .map_or(wgpu::Features::empty(), |c| c.features),
+            required_limits: limits.clone(),
+            // SAFETY: the one experimental feature asked for is cooperative matrices, used by
+            // mma.wgsl alone; tests/wgpu.rs checks its answers against the CPU's.
+            experimental_features: match coop {
+                Ok(_) => unsafe { wgpu::ExperimentalFeatures::enabled() },
+                Err(_) => wgpu::ExperimentalFeatures::disabled(),
+            },
+            ..Default::default()
+        }),
+    )
     .map_err(|e| Error::BackendUnavailable(format!("{}: {e}", info.name)))?;
     let fault: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
     let f = fault.clone();
@@ -280,7 +295,7 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
     };
     // Where the adapter offers cooperative matrices but their kernels do not build, the
     // fp32 kernels serve alone.
-    let (mma, mma_failed) = match coop.map(|(_, sg)| mma::Mma::new(&device, &limits, sg)) {
+    let (mma, mma_failed) = match coop.map(|c| mma::Mma::new(&device, &limits, &c)) {
         Ok(Ok(m)) => (Some(m), None),
         Ok(Err(e)) => (None, Some(format!("its kernels failed: {e}"))),
         Err(why) => (None, Some(why)),
@@ -909,6 +924,7 @@ impl Backend for WgpuBackend {
             self.limits.max_compute_workgroup_storage_size >> 10,
             self.max_binding() >> 20,
             match (&self.mma, &self.mma_failed) {
+                (Some(m), _) if m.emulated() => "cooperative matrices (emulated)".to_string(),
                 (Some(_), _) => "cooperative matrices".to_string(),
                 (None, Some(e)) => format!("fp32 cores; no cooperative matrices: {e}"),
                 (None, None) => "fp32 cores".to_string(),
