@@ -21,6 +21,11 @@ impl Trace {
         }
     }
 
+    /// Whether this trace records.
+    pub fn recording(&self) -> bool {
+        self.last.is_some()
+    }
+
     /// Ends a step: when recording, `wait` runs (a device trace waits for the device there)
     /// and the time since the last step is added to `step`.
     pub fn mark(&mut self, step: &'static str, wait: impl FnOnce()) {

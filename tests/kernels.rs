@@ -48,12 +48,18 @@ fn every_wgsl_kernel_validates() {
     let validate = |name: &str, src: &str| {
         let module = naga::front::wgsl::parse_str(src)
             .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
-        let info = naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::empty(),
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+        // The cooperative-matrix kernels need what their adapters must have (fp16,
+        // subgroups, cooperative matrices); the rest need nothing.
+        let caps = match name {
+            "mma.wgsl" => {
+                use naga::valid::Capabilities as C;
+                C::SHADER_FLOAT16 | C::SUBGROUP | C::COOPERATIVE_MATRIX
+            }
+            _ => naga::valid::Capabilities::empty(),
+        };
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
         assert!(!module.entry_points.is_empty(), "{name}: no entry points");
         naga::back::spv::write_vec(&module, &info, &Default::default(), None)
             .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
@@ -67,6 +73,7 @@ fn every_wgsl_kernel_validates() {
             let s = wgpu::with_const(&s, "WANT", want);
             let s = wgpu::with_const(&s, "D4", d4);
             let s = wgpu::with_const(&s, "TK", if wg == 64 { 8 } else { 16 });
+            let s = wgpu::with_const(&s, "SG", if wg == 64 { 64 } else { 32 });
             validate(name, &s);
         }
     }

@@ -255,6 +255,35 @@ fn assignment_matches_the_cpu_on_ragged_shapes() {
 }
 
 #[test]
+fn emulated_cooperative_assignment_matches_the_cpu() {
+    // Everything around the cooperative-matrix products (the fp16 halves, the bound, the
+    // rows left to fp32, the winners' distances, blocks and padding), with the products
+    // summed by every thread: it runs wherever the adapter has fp16 and subgroups.
+    std::env::set_var("VLCC_WGPU_MMA", "emulate");
+    let g = Context::new(BackendKind::Wgpu, 0, 0);
+    std::env::remove_var("VLCC_WGPU_MMA");
+    let Some(g) = g.ok().map(Arc::new).or_else(gpu) else {
+        return;
+    };
+    let what = g.backend().describe();
+    assert!(what.contains("cooperative matrices (emulated)"), "{what}");
+    common::ragged_assignment_parity(&g);
+    let s = small(6000, 0);
+    let p = AnchorParams {
+        anchors: 64,
+        trim: 0.05,
+        max_iters: 15,
+        ..AnchorParams::default()
+    };
+    common::anchor_parity(&g, &s.base.data, s.base.cols, &p, "emulated training");
+    let (n, d) = (70_000, 64);
+    let x = common::clustered(n, d, 50, 6);
+    let cpu = common::ctx(0);
+    let inf = f32::INFINITY;
+    common::encoding_parity_and_bad_values(&cpu, &g, x, d, 10_000, (32, 8), 69_000, inf);
+}
+
+#[test]
 fn encoding_checks_its_input_on_the_way_up() {
     let Some(g) = gpu() else { return };
     // 70,000 rows: two encoding blocks, the first over one 16 MB upload piece; the

@@ -14,7 +14,7 @@ struct Params {
     row0: u32,     // first row of this block of A in the per-row outputs (assign)
     use_bias: u32, // assign: subtract bias[j] back out of the reported distance
     groups_x: u32, // workgroups along x, for grids folded into two dimensions
-    _p0: u32,
+    listed: u32,   // assign: the rows of A are those `listed` names (mma.wgsl leaves them)
     _p1: u32,
 }
 
@@ -27,6 +27,8 @@ struct Params {
 @group(0) @binding(6) var<storage, read> an: array<f32>;
 @group(0) @binding(7) var<storage, read_write> assigned: array<u32>;
 @group(0) @binding(8) var<storage, read_write> dist: array<f32>;
+// With P.listed: the number of rows of A, then their indices.
+@group(0) @binding(9) var<storage, read> rows_of_a: array<u32>;
 
 const T: u32 = 128u;
 // Shared-dimension step: 8, or 16 where the adapter has 24 KB of workgroup memory (set when
@@ -46,15 +48,30 @@ var<workgroup> sb: array<vec4<f32>, TK * S>;
 // column in sb as its bits), merged across the 16 threads sharing the rows, one half of the
 // tile's rows at a time.
 
+// Rows of A: P.m, or the count of the listed ones.
+fn a_rows() -> u32 {
+    if (P.listed != 0u) {
+        return rows_of_a[0];
+    }
+    return P.m;
+}
+
+// Row i of A within the block: i, or the i-th listed one.
+fn a_row(i: u32) -> u32 {
+    if (P.listed != 0u) {
+        return rows_of_a[1u + i];
+    }
+    return i;
+}
+
 // Four consecutive values, columns t.. of row `row`, of A (or of B with `of_b`): zeros past
 // the ends.
 fn load4(of_b: bool, row: u32, t: u32) -> vec4<f32> {
-    let rows = select(P.m, P.n, of_b);
     var v = vec4<f32>(0.0);
-    if (row >= rows) {
+    if (row >= select(a_rows(), P.n, of_b)) {
         return v;
     }
-    let o = row * P.k + t;
+    let o = select(a_row(row), row, of_b) * P.k + t;
     if (t + 3u < P.k) {
         if (of_b) {
             return vec4<f32>(xb[o], xb[o + 1u], xb[o + 2u], xb[o + 3u]);
@@ -231,7 +248,7 @@ fn stash(slot: u32, b0: Best, b1: Best, b2: Best, b3: Best) {
 // One row of the tile (`row` % 64 within the half in workgroup memory) from the 16 threads'
 // candidates.
 fn finish_row(i0: u32, row: u32) {
-    if (i0 + row >= P.m) {
+    if (i0 + row >= a_rows()) {
         return;
     }
     var v = INF;
@@ -246,7 +263,7 @@ fn finish_row(i0: u32, row: u32) {
     if (a == NONE) {
         a = 0u; // every score was infinite or NaN
     }
-    let g = P.row0 + i0 + row;
+    let g = P.row0 + a_row(i0 + row);
     var dv = an[g] + v;
     if (P.use_bias != 0u) {
         dv -= bias[a];
@@ -258,7 +275,7 @@ fn finish_row(i0: u32, row: u32) {
 @compute @workgroup_size(16, 16)
 fn assign(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let i0 = (wg.y * P.groups_x + wg.x) * T;
-    if (i0 >= P.m) {
+    if (i0 >= a_rows()) {
         return;
     }
     let none = Best(INF, NONE);

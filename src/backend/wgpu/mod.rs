@@ -8,6 +8,7 @@
 //! Arrays larger than one storage binding are split into blocks of rows.
 
 mod host;
+mod mma;
 mod search;
 mod session;
 
@@ -34,6 +35,7 @@ pub const KERNELS: &[(&str, &str)] = &[
         "search.wgsl",
         include_str!("../../../kernels/wgpu/search.wgsl"),
     ),
+    ("mma.wgsl", include_str!("../../../kernels/wgpu/mma.wgsl")),
 ];
 
 /// Widest sub-vector the PQ kernel keeps in registers (its `DSUB` is set per codebook).
@@ -67,6 +69,17 @@ fn module(
         .iter()
         .find(|(n, _)| *n == name)
         .expect("every kernel file is listed");
+    module_of(device, limits, name, src, extra)
+}
+
+/// `module` for the text `src` (a kernel file, or one changed for a test).
+fn module_of(
+    device: &wgpu::Device,
+    limits: &wgpu::Limits,
+    name: &str,
+    src: &str,
+    extra: &[(&str, u32)],
+) -> Result<wgpu::ShaderModule> {
     let mut s = with_const(src, "WG", workgroup_size(limits));
     s = with_const(&s, "BOOK", book_floats(limits) as u32);
     s = with_const(&s, "TK", dots_step(limits));
@@ -169,6 +182,10 @@ pub struct WgpuBackend {
     codebook: Mutex<super::Resident<search::DeviceCodebook>>,
     /// Host-memory staging for large uploads (Vulkan adapters; `None` elsewhere).
     host: Mutex<Option<host::HostPool>>,
+    /// Assignment on cooperative matrices, where the adapter has them.
+    mma: Option<mma::Mma>,
+    /// Why cooperative matrices are not used, where they are not.
+    mma_failed: Option<String>,
 }
 
 /// Adapters, real GPUs first (a CPU adapter is a software driver).
@@ -211,12 +228,23 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
             info.name
         )));
     }
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("vlc_compress"),
-        required_features: wgpu::Features::empty(),
-        required_limits: limits.clone(),
-        ..Default::default()
-    }))
+    let coop = mma::supported(&adapter);
+    let (device, queue) = pollster::block_on(
+        adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("vlc_compress"),
+            required_features: coop
+                .as_ref()
+                .map_or(wgpu::Features::empty(), |c| c.features),
+            required_limits: limits.clone(),
+            // SAFETY: the one experimental feature asked for is cooperative matrices, used by
+            // mma.wgsl alone; tests/wgpu.rs checks its answers against the CPU's.
+            experimental_features: match coop {
+                Ok(_) => unsafe { wgpu::ExperimentalFeatures::enabled() },
+                Err(_) => wgpu::ExperimentalFeatures::disabled(),
+            },
+            ..Default::default()
+        }),
+    )
     .map_err(|e| Error::BackendUnavailable(format!("{}: {e}", info.name)))?;
     let fault: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
     let f = fault.clone();
@@ -265,6 +293,13 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         residuals: pipe(&encode, "residuals")?,
         pack: pipe(&encode, "pack")?,
     };
+    // Where the adapter offers cooperative matrices but their kernels do not build, the
+    // fp32 kernels serve alone.
+    let (mma, mma_failed) = match coop.map(|c| mma::Mma::new(&device, &limits, &c)) {
+        Ok(Ok(m)) => (Some(m), None),
+        Ok(Err(e)) => (None, Some(format!("its kernels failed: {e}"))),
+        Err(why) => (None, Some(why)),
+    };
     Ok(WgpuBackend {
         name: format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type),
         cpu_adapter: info.device_type == wgpu::DeviceType::Cpu,
@@ -286,6 +321,8 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
             Ok("0") => None,
             _ => host::HostPool::new(&device, STREAM_PIECE),
         }),
+        mma,
+        mma_failed,
         device,
     })
 }
@@ -384,6 +421,9 @@ impl Trace {
     pub fn new() -> Trace {
         Trace(crate::trace::Trace::new("wgpu", "VLCC_WGPU_TRACE"))
     }
+    pub fn recording(&self) -> bool {
+        self.0.recording()
+    }
     /// Ends a step: when recording, submits what `enc` holds, waits, and starts a new encoder.
     pub fn mark(&mut self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, step: &'static str) {
         self.0.mark(step, || {
@@ -442,6 +482,27 @@ impl Params {
         p[..words.len()].copy_from_slice(words);
         Params(p)
     }
+}
+
+/// One assignment: per row of a block of points (`x`, rows x d, global rows `row0..`), the
+/// nearest of `n` anchors (`c`) under offsets `off` (|c|^2 [+ bias]), into `assigned` and
+/// `dist` (global rows).
+pub(crate) struct Assign<'a> {
+    x: &'a wgpu::Buffer,
+    rows: usize,
+    row0: usize,
+    d: usize,
+    c: &'a wgpu::Buffer,
+    n: usize,
+    off: &'a wgpu::Buffer,
+    bias: Option<&'a wgpu::Buffer>,
+    /// |x|^2 of every row (global rows).
+    norms: &'a wgpu::Buffer,
+    assigned: &'a wgpu::Buffer,
+    dist: &'a wgpu::Buffer,
+    /// For cooperative matrices: the points' and anchors' halves, and room for the rows
+    /// they leave to fp32 (a count, then up to `rows` rows).
+    halves: Option<(&'a mma::Halves, &'a mma::Halves, &'a wgpu::Buffer)>,
 }
 
 fn u32_of(v: usize, what: &str) -> Result<u32> {
@@ -723,51 +784,52 @@ impl WgpuBackend {
             enc,
             &self.k.dots,
             p,
-            &[(1, a), (2, b), (3, out)],
+            &[(1, a), (2, b), (3, out), (9, a)],
             (gx as u32, gy as u32, 1),
         );
         Ok(())
     }
 
-    /// Per row of `a` (rows x d, global rows row0..), the nearest row of `b` (n x d) under
-    /// offsets `off` (|b|^2 [+ bias]): into `assigned` and `dist` (global rows).
-    #[allow(clippy::too_many_arguments)]
-    fn assign_rows(
+    /// Records an assignment: on cooperative matrices where the backend has them and the
+    /// caller gave halves, else in fp32. The same answers either way.
+    fn assign_rows(&self, enc: &mut wgpu::CommandEncoder, a: &Assign<'_>, trace: &mut Trace) {
+        match (&self.mma, a.halves) {
+            (Some(mma), Some(h)) => self.assign_mma(enc, mma, a, h, trace),
+            _ => self.assign_exact(enc, a, None),
+        }
+    }
+
+    /// The fp32 assignment (dots.wgsl) of every row of the block, or of the rows `listed`
+    /// names (a count, then rows within the block).
+    fn assign_exact(
         &self,
         enc: &mut wgpu::CommandEncoder,
-        a: &wgpu::Buffer,
-        rows: usize,
-        row0: usize,
-        d: usize,
-        b: &wgpu::Buffer,
-        n: usize,
-        off: &wgpu::Buffer,
-        bias: Option<&wgpu::Buffer>,
-        an: &wgpu::Buffer,
-        assigned: &wgpu::Buffer,
-        dist: &wgpu::Buffer,
+        a: &Assign<'_>,
+        listed: Option<&wgpu::Buffer>,
     ) {
-        let (gx, gy) = fold(rows.div_ceil(TILE));
+        let (gx, gy) = fold(a.rows.div_ceil(TILE));
         let p = Params::new(&[
-            rows as u32,
-            n as u32,
-            d as u32,
-            row0 as u32,
-            bias.is_some() as u32,
+            a.rows as u32,
+            a.n as u32,
+            a.d as u32,
+            a.row0 as u32,
+            a.bias.is_some() as u32,
             gx,
+            listed.is_some() as u32,
         ]);
         self.dispatch(
             enc,
             &self.k.assign,
             p,
             &[
-                (1, a),
-                (2, b),
-                (4, off),
-                (5, bias.unwrap_or(off)),
-                (6, an),
-                (7, assigned),
-                (8, dist),
+                (1, a.x),
+                (2, a.c),
+                (4, a.off),
+                (5, a.bias.unwrap_or(a.off)),
+                (6, a.norms),
+                (7, a.assigned),
+                (8, a.dist),
+                (9, listed.unwrap_or(a.x)),
             ],
             (gx, gy, 1),
         );
@@ -862,13 +924,20 @@ impl Backend for WgpuBackend {
     }
     fn describe(&self) -> String {
         format!(
-            "wgpu ({}; {} KB workgroup memory, {} MB per binding; uploads through {})",
+            "wgpu ({}; {} KB workgroup memory, {} MB per binding; uploads through {}; \
+             assignment on {})",
             self.name,
             self.limits.max_compute_workgroup_storage_size >> 10,
             self.max_binding() >> 20,
             match *self.host.lock().unwrap_or_else(|e| e.into_inner()) {
                 Some(_) => "host memory",
                 None => "mapped buffers",
+            },
+            match (&self.mma, &self.mma_failed) {
+                (Some(m), _) if m.emulated() => "cooperative matrices (emulated)".to_string(),
+                (Some(_), _) => "cooperative matrices".to_string(),
+                (None, Some(e)) => format!("fp32 cores; no cooperative matrices: {e}"),
+                (None, None) => "fp32 cores".to_string(),
             }
         )
     }
@@ -876,7 +945,7 @@ impl Backend for WgpuBackend {
         &'a self,
         x: &'a [f32],
         d: usize,
-        _precision: crate::Precision, // fp32 always: WGSL has no tensor-core path
+        _precision: crate::Precision, // exact always: the fp32 answers, on any kernel
     ) -> Result<Box<dyn KmeansSession + 'a>> {
         Ok(Box::new(WgpuSession::new(self, x, d)?))
     }

@@ -25,6 +25,8 @@ pub(super) struct DeviceCodebook {
     anorm: wgpu::Buffer,
     books: wgpu::Buffer,
     rot: Option<wgpu::Buffer>,
+    /// The anchors' fp16 halves, for cooperative matrices.
+    halves: Option<super::mma::Halves>,
 }
 
 /// An index's lists on the device, back to back.
@@ -80,8 +82,20 @@ fn vector_terms(ix: &crate::Index) -> Vec<f32> {
 
 impl DeviceCodebook {
     fn upload(b: &WgpuBackend, cb: &Codebook) -> Result<DeviceCodebook> {
+        let anchors = b.upload(&cb.anchors, "anchors")?;
+        let halves = match &b.mma {
+            Some(m) => {
+                let h = super::mma::Halves::new(b, m, cb.anchors(), cb.d, "anchors (fp16)")?;
+                let mut enc = b.encoder();
+                b.halves(&mut enc, m, &anchors, cb.anchors(), cb.d, &h);
+                b.finish(enc)?;
+                Some(h)
+            }
+            None => None,
+        };
         Ok(DeviceCodebook {
-            anchors: b.upload(&cb.anchors, "anchors")?,
+            anchors,
+            halves,
             anorm: b.upload(&crate::linalg::row_norms(&cb.anchors, cb.d), "anchor norms")?,
             books: b.upload(&cb.pq.centroids, "sub-codebooks")?,
             rot: if cb.rot.is_empty() {
@@ -160,10 +174,13 @@ pub(super) fn encode_residuals(
     let m = cb.anchors();
     // Blocks of rows: within one binding and one dispatch, and small enough that uploading
     // the next block overlaps the device's work on this one.
-    let per = b
-        .rows_per_block(dp.max(d).max(nsub))
+    let mut per = b
+        .rows_per_block(dp.max(d).max(nsub).max(d.next_multiple_of(16) / 2))
         .min(MAX_GROUPS as usize * b.wg as usize)
         .min(ENCODE_BLOCK);
+    if let Some(mm) = &b.mma {
+        per = (per / mm.rows()).max(1) * mm.rows();
+    }
     let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
     let mut trace = Trace::new();
     let mut pending: Option<super::PendingRead> = None;
@@ -189,20 +206,29 @@ pub(super) fn encode_residuals(
         let assigned = b.zeros(rows * 4, "anchor ids")?;
         let dist = b.zeros(rows * 4, "anchor distances")?;
         b.row_norms(&mut enc, &xd, rows, d, 0, &xn);
-        b.assign_rows(
-            &mut enc,
-            &xd,
+        let halves = match (&b.mma, &dc.halves) {
+            (Some(mm), Some(ch)) => {
+                let xh = super::mma::Halves::new(b, mm, rows, d, "vectors (fp16)")?;
+                b.halves(&mut enc, mm, &xd, rows, d, &xh);
+                Some((xh, b.zeros((rows + 1) * 4, "rows left to fp32")?, ch))
+            }
+            _ => None,
+        };
+        let a = super::Assign {
+            x: &xd,
             rows,
-            0,
+            row0: 0,
             d,
-            &dc.anchors,
-            m,
-            &dc.anorm,
-            None,
-            &xn,
-            &assigned,
-            &dist,
-        );
+            c: &dc.anchors,
+            n: m,
+            off: &dc.anorm,
+            bias: None,
+            norms: &xn,
+            assigned: &assigned,
+            dist: &dist,
+            halves: halves.as_ref().map(|(xh, l, ch)| (xh, *ch, l)),
+        };
+        b.assign_rows(&mut enc, &a, &mut trace);
         trace.mark(b, &mut enc, "anchors");
         let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
         let y = rotated(b, &mut enc, dc, y, rows, dp)?;

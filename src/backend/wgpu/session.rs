@@ -2,7 +2,8 @@
 //! fit one storage binding) and every iteration runs there. Per iteration the bias and the
 //! group offsets go up and the counts, energy partials and spreads come down: O(k) values.
 
-use super::{fold, u32_of, Params, Trace, WgpuBackend};
+use super::mma::Halves;
+use super::{fold, u32_of, Assign, Params, Trace, WgpuBackend};
 use crate::backend::{AssignStats, KmeansSession};
 use crate::error::{Error, Result};
 
@@ -25,6 +26,8 @@ struct Centroids {
     kept: wgpu::Buffer,
     spread: wgpu::Buffer,
     sums: wgpu::Buffer,
+    /// fp16 halves for cooperative matrices, remade by every assignment.
+    halves: Option<Halves>,
 }
 
 /// A training set resident on a WGPU device.
@@ -34,6 +37,9 @@ pub struct WgpuSession<'a> {
     d: usize,
     /// (first row, rows, points) per block.
     blocks: Vec<(usize, usize, wgpu::Buffer)>,
+    /// With cooperative matrices: each block's halves, and room for the rows they leave.
+    halves: Vec<Halves>,
+    listed: Option<wgpu::Buffer>,
     xn: wgpu::Buffer,
     assigned: wgpu::Buffer,
     dist: wgpu::Buffer,
@@ -51,10 +57,14 @@ impl<'a> WgpuSession<'a> {
     pub(super) fn new(b: &'a WgpuBackend, x: &[f32], d: usize) -> Result<WgpuSession<'a>> {
         let n = crate::error::whole_rows(x.len(), d, "values")?;
         u32_of(n, "points")?;
-        // Blocks of rows within one binding and one dispatch of the assignment.
-        let per = b
-            .rows_per_block(d)
+        // Blocks of rows within one binding and one dispatch of the assignment (the halves
+        // take 2 bytes per value of d rounded up to 16, and whole workgroups of rows).
+        let mut per = b
+            .rows_per_block(d.max(d.next_multiple_of(16) / 2))
             .min(super::MAX_GROUPS as usize * super::TILE);
+        if let Some(m) = &b.mma {
+            per = (per / m.rows()).max(1) * m.rows();
+        }
         let mut blocks = Vec::new();
         for (i, chunk) in x.chunks(per * d).enumerate() {
             blocks.push((
@@ -66,15 +76,27 @@ impl<'a> WgpuSession<'a> {
         }
         let xn = b.zeros(n * 4, "point norms")?;
         let mut enc = b.encoder();
+        let mut halves = Vec::new();
         for (row0, rows, buf) in &blocks {
             b.row_norms(&mut enc, buf, *rows, d, *row0, &xn);
+            if let Some(m) = &b.mma {
+                let h = Halves::new(b, m, *rows, d, "training points (fp16)")?;
+                b.halves(&mut enc, m, buf, *rows, d, &h);
+                halves.push(h);
+            }
         }
         b.finish(enc)?;
+        let listed = match &b.mma {
+            Some(_) => Some(b.zeros((per.min(n) + 1) * 4, "rows left to fp32")?),
+            None => None,
+        };
         Ok(WgpuSession {
             b,
             n,
             d,
             blocks,
+            halves,
+            listed,
             xn,
             assigned: b.zeros(n * 4, "assignment")?,
             dist: b.zeros(n * 4, "distances")?,
@@ -124,6 +146,10 @@ impl KmeansSession for WgpuSession<'_> {
                 kept: z(k * 4, "kept counts")?,
                 spread: z(k * 4, "spreads")?,
                 sums: z(k * d * 4, "centroid sums")?,
+                halves: match &b.mma {
+                    Some(m) => Some(Halves::new(b, m, k, d, "centroids (fp16)")?),
+                    None => None,
+                },
             });
         }
         let c = self.centroids_ref()?;
@@ -154,21 +180,29 @@ impl KmeansSession for WgpuSession<'_> {
             let p = Params::new(&[0, 0, k as u32, 0, 0, 0, 1, g.0]);
             b.dispatch(&mut enc, &b.k.offsets, p, &[(2, &c.off), (15, &c.bias)], g);
         }
-        for (row0, rows, buf) in &self.blocks {
-            b.assign_rows(
-                &mut enc,
-                buf,
-                *rows,
-                *row0,
+        if let (Some(m), Some(h)) = (&b.mma, &c.halves) {
+            b.halves(&mut enc, m, &c.c, k, d, h);
+        }
+        for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
+            let halves = match (self.halves.get(i), &c.halves, &self.listed) {
+                (Some(xh), Some(ch), Some(l)) => Some((xh, ch, l)),
+                _ => None,
+            };
+            let a = Assign {
+                x: buf,
+                rows: *rows,
+                row0: *row0,
                 d,
-                &c.c,
-                k,
-                &c.off,
-                bias.map(|_| &c.bias),
-                &self.xn,
-                &self.assigned,
-                &self.dist,
-            );
+                c: &c.c,
+                n: k,
+                off: &c.off,
+                bias: bias.map(|_| &c.bias),
+                norms: &self.xn,
+                assigned: &self.assigned,
+                dist: &self.dist,
+                halves,
+            };
+            b.assign_rows(&mut enc, &a, &mut self.trace.borrow_mut());
         }
         self.trace.borrow_mut().mark(b, &mut enc, "assign");
         enc.clear_buffer(&c.counts, 0, None);

@@ -1,0 +1,244 @@
+//! Nearest-anchor assignment on cooperative matrices (mma.wgsl) where the adapter has them
+//! with fp16 inputs and fp32 sums (tensor cores): points and anchors go to fp16 once, the
+//! products run there, and the rows whose winner the fp16 products cannot prove go through
+//! the fp32 kernel again. The answers are the fp32 kernel's.
+
+use super::{fold, Assign, Params, WgpuBackend};
+use crate::error::Result;
+
+/// Anchors per chunk of `assign_mma` (`CH` in mma.wgsl).
+const CHUNK: usize = 64;
+
+/// The kernels' workgroup size (mma.wgsl's fixed 256).
+const THREADS: usize = 256;
+
+/// Workgroup memory `assign_mma` takes with subgroups of `sg` threads (16 rows each).
+fn workgroup_bytes(sg: u32) -> u32 {
+    let rows = 16 * THREADS / sg as usize;
+    // The dots, the columns' values, the 16-column slices (24 halves a row), the winners.
+    (rows * CHUNK * 4 + CHUNK * 16 + (rows + CHUNK) * 24 * 2 + rows * 4) as u32
+}
+
+/// The built kernels of mma.wgsl and the rows per workgroup of `assign_mma`.
+pub(super) struct Mma {
+    halves: wgpu::ComputePipeline,
+    assign: wgpu::ComputePipeline,
+    rows: usize,
+    emulated: bool,
+}
+
+/// Rows in fp16 on the device: the halves (rows padded to whole workgroups, dimension to
+/// `dp`) and per row (unscale, rounding error, norm, 0).
+pub(super) struct Halves {
+    h: wgpu::Buffer,
+    s: wgpu::Buffer,
+    dp: usize,
+}
+
+/// What the kernels need from the adapter, where it has it.
+pub(super) struct Support {
+    pub features: wgpu::Features,
+    /// The subgroup size that fixes the products' tile (16 rows per subgroup).
+    sg: u32,
+    /// Products summed by every thread instead of on cooperative matrices (a test hook).
+    emulate: bool,
+}
+
+/// The features the kernels need, and the subgroup size that fixes their tile, where the
+/// adapter has them and `VLCC_WGPU_MMA=1` asks for them: cooperative 16 x 16 x 16 matrices
+/// with fp16 inputs and fp32 sums, one subgroup size of 32 or 64, and the workgroup memory.
+/// Else why not. (Opt-in until a GPU run shows this version exact and faster than the fp32
+/// kernel: docs/perf-wgpu.md, version 24.) `VLCC_WGPU_MMA=emulate` builds the kernel with
+/// its products summed by every thread (`EMULATED`) where the adapter has fp16 and
+/// subgroups, so that everything around the products runs on any such adapter
+/// (tests/wgpu.rs, on lavapipe in CI).
+pub(super) fn supported(adapter: &wgpu::Adapter) -> std::result::Result<Support, String> {
+    use wgpu::{CooperativeScalarType as S, Features as F};
+    let var = std::env::var("VLCC_WGPU_MMA");
+    let emulate = match var.as_deref() {
+        Ok("1") => false,
+        Ok("emulate") => true,
+        _ => return Err("not asked for (VLCC_WGPU_MMA=1)".into()),
+    };
+    let mut need = F::SHADER_F16 | F::SUBGROUP;
+    if !emulate {
+        need |= F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    }
+    let missing = need - adapter.features();
+    if !missing.is_empty() {
+        return Err(format!("the adapter lacks {missing:?}"));
+    }
+    let info = adapter.get_info();
+    let sg = match emulate {
+        // Any subgroups do: the emulated products do not use them.
+        true => 64,
+        false => {
+            let shapes = adapter.cooperative_matrix_properties();
+            if !shapes.iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && p.ab_type == S::F16
+                    && p.cr_type == S::F32
+            }) {
+                return Err(format!(
+                    "no 16x16x16 fp16 x fp16 + fp32 shape among {shapes:?}"
+                ));
+            }
+            let sg = info.subgroup_min_size;
+            if sg != info.subgroup_max_size || !(sg == 32 || sg == 64) {
+                return Err(format!(
+                    "subgroups of {sg} to {} threads, not one size of 32 or 64",
+                    info.subgroup_max_size
+                ));
+            }
+            sg
+        }
+    };
+    let bytes = workgroup_bytes(sg);
+    if adapter.limits().max_compute_workgroup_storage_size < bytes {
+        return Err(format!("under {bytes} bytes of workgroup memory"));
+    }
+    Ok(Support {
+        features: need,
+        sg,
+        emulate,
+    })
+}
+
+/// The products without cooperative matrices: each thread sums its share of the chunk's
+/// dots from the staged slices, in fp32 over exact fp16 products (within the kernel's bound).
+const EMULATED: &str = "
+        for (var e = li; e < R * CH; e += 256u) {
+            tile[e] = 0.0;
+        }
+        for (var t4 = 0u; t4 < w4; t4 += 4u) {
+            stage_slice(li, i0, j0, t4, w4);
+            workgroupBarrier();
+            for (var e = li; e < R * CH; e += 256u) {
+                let er = e % R;
+                let ec = e / R;
+                var acc = tile[e];
+                for (var k = 0u; k < 16u; k++) {
+                    acc += f32(sa[er * SK + k]) * f32(sb[ec * SK + k]);
+                }
+                tile[e] = acc;
+            }
+            workgroupBarrier();
+        }
+";
+
+/// mma.wgsl, with its products emulated where `emulate`.
+fn source(emulate: bool) -> String {
+    let (_, src) = super::KERNELS
+        .iter()
+        .find(|(n, _)| *n == "mma.wgsl")
+        .expect("listed");
+    if !emulate {
+        return src.to_string();
+    }
+    let (begin, end) = ("// products: begin", "// products: end");
+    let a = src.find(begin).expect("marked");
+    let b = src.find(end).expect("marked");
+    let s = format!("{}{EMULATED}{}", &src[..a], &src[b + end.len()..]);
+    s.replace("enable wgpu_cooperative_matrix;\n", "")
+}
+
+impl Mma {
+    pub fn new(device: &wgpu::Device, limits: &wgpu::Limits, s: &Support) -> Result<Mma> {
+        let src = source(s.emulate);
+        let m = super::module_of(device, limits, "mma.wgsl", &src, &[("SG", s.sg)])?;
+        Ok(Mma {
+            halves: super::pipeline(device, &m, "halves")?,
+            assign: super::pipeline(device, &m, "assign_mma")?,
+            rows: 16 * THREADS / s.sg as usize,
+            emulated: s.emulate,
+        })
+    }
+
+    /// Rows per workgroup of `assign_mma`: blocks of points are cut at multiples of it.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Whether the products are the test hook's (`VLCC_WGPU_MMA=emulate`).
+    pub fn emulated(&self) -> bool {
+        self.emulated
+    }
+}
+
+impl Halves {
+    /// Buffers for `rows` rows of `d` values, padded to whole workgroups of `mma`.
+    pub fn new(b: &WgpuBackend, mma: &Mma, rows: usize, d: usize, what: &str) -> Result<Halves> {
+        let dp = d.next_multiple_of(16);
+        let padded = rows.next_multiple_of(mma.rows.max(CHUNK));
+        Ok(Halves {
+            h: b.zeros(padded * dp * 2, what)?,
+            s: b.zeros(rows * 16, what)?,
+            dp,
+        })
+    }
+}
+
+impl WgpuBackend {
+    /// Records the fp16 halves of `rows` rows of `x` (`d` values each) into `into`.
+    pub(super) fn halves(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        mma: &Mma,
+        x: &wgpu::Buffer,
+        rows: usize,
+        d: usize,
+        into: &Halves,
+    ) {
+        let (gx, gy) = fold(rows.div_ceil(self.wg as usize));
+        let p = Params::new(&[rows as u32, 0, d as u32, 0, 0, gx, into.dp as u32]);
+        let bufs = [(13, x), (14, &into.h), (15, &into.s)];
+        self.dispatch(enc, &mma.halves, p, &bufs, (gx, gy, 1));
+    }
+
+    /// Records `assign_mma` over the points' and anchors' halves, then the fp32 assignment
+    /// of the rows it left (listed in `listed`: a count and up to `a.rows` rows).
+    pub(super) fn assign_mma(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        mma: &Mma,
+        a: &Assign<'_>,
+        (xh, ch, listed): (&Halves, &Halves, &wgpu::Buffer),
+        trace: &mut super::Trace,
+    ) {
+        enc.clear_buffer(listed, 0, Some(4));
+        let (gx, gy) = fold(a.rows.div_ceil(mma.rows));
+        let p = Params::new(&[
+            a.rows as u32,
+            a.n as u32,
+            a.d as u32,
+            a.row0 as u32,
+            a.bias.is_some() as u32,
+            gx,
+            xh.dp as u32,
+        ]);
+        let bufs = [
+            (1, a.x),
+            (2, a.c),
+            (3, &xh.h),
+            (4, &ch.h),
+            (5, &xh.s),
+            (6, &ch.s),
+            (7, a.off),
+            (8, a.bias.unwrap_or(a.off)),
+            (9, a.norms),
+            (10, a.assigned),
+            (11, a.dist),
+            (12, listed),
+        ];
+        self.dispatch(enc, &mma.assign, p, &bufs, (gx, gy, 1));
+        trace.mark(self, enc, "assign fp16");
+        if trace.recording() {
+            let left = self
+                .read(std::mem::replace(enc, self.encoder()), &[(listed, 4)])
+                .map(|r| u32::from_le_bytes(r[0][..4].try_into().expect("4 bytes")));
+            eprintln!("wgpu trace rows left to fp32: {left:?} of {}", a.rows);
+        }
+        self.assign_exact(enc, a, Some(listed));
+        trace.mark(self, enc, "assign fp32 rest");
+    }
+}
