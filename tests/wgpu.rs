@@ -26,6 +26,18 @@ fn gpu() -> Option<Arc<Context>> {
     }
 }
 
+/// `gpu()` opened with the variable `var` set (which the backend reads when it opens), and
+/// describing itself with `says`.
+fn gpu_with((var, value): (&str, &str), says: &str) -> Option<Arc<Context>> {
+    std::env::set_var(var, value);
+    let g = Context::new(BackendKind::Wgpu, 0, 0);
+    std::env::remove_var(var);
+    let g = g.ok().map(Arc::new).or_else(gpu)?;
+    let what = g.backend().describe();
+    assert!(what.contains(says), "{var}={value}: {what}");
+    Some(g)
+}
+
 /// The first `rows` demo vectors and their exact top-10 for the first `nq` demo queries.
 struct Small {
     base: vecio::Matrix<f32>,
@@ -90,14 +102,12 @@ fn uploads_through_mapped_buffers_arrive_whole() {
     // The path of adapters without host-memory staging (Metal, and Vulkan devices that lack
     // a host-cached memory type): small uploads in one mapped buffer, large ones in mapped
     // pieces.
-    std::env::set_var("VLCC_WGPU_HOST_STAGING", "0");
-    let g = Context::new(BackendKind::Wgpu, 0, 0);
-    std::env::remove_var("VLCC_WGPU_HOST_STAGING");
-    let Some(g) = g.ok().map(Arc::new).or_else(gpu) else {
+    let Some(g) = gpu_with(
+        ("VLCC_WGPU_HOST_STAGING", "0"),
+        "uploads through mapped buffers",
+    ) else {
         return;
     };
-    let what = g.backend().describe();
-    assert!(what.contains("uploads through mapped buffers"), "{what}");
     let d = 64;
     let x = common::clustered(70_000, d, 50, 4);
     common::assignment_parity(&g, &x, d, &x[..100 * d], None, "mapped pieces");
@@ -259,14 +269,12 @@ fn emulated_cooperative_assignment_matches_the_cpu() {
     // Everything around the cooperative-matrix products (the fp16 halves, the bound, the
     // rows left to fp32, the winners' distances, blocks and padding), with the products
     // summed by every thread: it runs wherever the adapter has fp16 and subgroups.
-    std::env::set_var("VLCC_WGPU_MMA", "emulate");
-    let g = Context::new(BackendKind::Wgpu, 0, 0);
-    std::env::remove_var("VLCC_WGPU_MMA");
-    let Some(g) = g.ok().map(Arc::new).or_else(gpu) else {
+    let Some(g) = gpu_with(
+        ("VLCC_WGPU_MMA", "emulate"),
+        "cooperative matrices (emulated)",
+    ) else {
         return;
     };
-    let what = g.backend().describe();
-    assert!(what.contains("cooperative matrices (emulated)"), "{what}");
     common::ragged_assignment_parity(&g);
     let s = small(6000, 0);
     let p = AnchorParams {

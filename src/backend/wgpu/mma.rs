@@ -207,15 +207,7 @@ impl WgpuBackend {
     ) {
         enc.clear_buffer(listed, 0, Some(4));
         let (gx, gy) = fold(a.rows.div_ceil(mma.rows));
-        let p = Params::new(&[
-            a.rows as u32,
-            a.n as u32,
-            a.d as u32,
-            a.row0 as u32,
-            a.bias.is_some() as u32,
-            gx,
-            xh.dp as u32,
-        ]);
+        let p = a.params(gx, xh.dp as u32);
         let bufs = [
             (1, a.x),
             (2, a.c),

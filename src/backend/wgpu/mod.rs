@@ -505,6 +505,16 @@ pub(crate) struct Assign<'a> {
     halves: Option<(&'a mma::Halves, &'a mma::Halves, &'a wgpu::Buffer)>,
 }
 
+impl Assign<'_> {
+    /// The assignment kernels' parameters: the shape, then `gx` (workgroups along x) and the
+    /// kernel's own last word.
+    fn params(&self, gx: u32, last: u32) -> Params {
+        let bias = self.bias.is_some() as u32;
+        let (rows, n, d, row0) = (self.rows, self.n, self.d, self.row0);
+        Params::new(&[rows as u32, n as u32, d as u32, row0 as u32, bias, gx, last])
+    }
+}
+
 fn u32_of(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} {v} exceeds 2^32 - 1")))
 }
@@ -808,15 +818,7 @@ impl WgpuBackend {
         listed: Option<&wgpu::Buffer>,
     ) {
         let (gx, gy) = fold(a.rows.div_ceil(TILE));
-        let p = Params::new(&[
-            a.rows as u32,
-            a.n as u32,
-            a.d as u32,
-            a.row0 as u32,
-            a.bias.is_some() as u32,
-            gx,
-            listed.is_some() as u32,
-        ]);
+        let p = a.params(gx, listed.is_some() as u32);
         self.dispatch(
             enc,
             &self.k.assign,
