@@ -179,6 +179,15 @@ impl Halves {
 }
 
 impl WgpuBackend {
+    /// Floats per row that blocks of `d`-value rows are cut for: with cooperative
+    /// matrices, their halves (2 bytes per value of d rounded up to 16) fit a binding too.
+    pub(super) fn block_width(&self, d: usize) -> usize {
+        match self.mma {
+            Some(_) => d.max(d.next_multiple_of(16) / 2),
+            None => d,
+        }
+    }
+
     /// Records the fp16 halves of `rows` rows of `x` (`d` values each) into `into`.
     pub(super) fn halves(
         &self,

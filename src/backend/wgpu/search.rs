@@ -175,7 +175,7 @@ pub(super) fn encode_residuals(
     // Blocks of rows: within one binding and one dispatch, and small enough that uploading
     // the next block overlaps the device's work on this one.
     let mut per = b
-        .rows_per_block(dp.max(d).max(nsub).max(d.next_multiple_of(16) / 2))
+        .rows_per_block(dp.max(nsub).max(b.block_width(d)))
         .min(MAX_GROUPS as usize * b.wg as usize)
         .min(ENCODE_BLOCK);
     if let Some(mm) = &b.mma {

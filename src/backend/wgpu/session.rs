@@ -57,10 +57,10 @@ impl<'a> WgpuSession<'a> {
     pub(super) fn new(b: &'a WgpuBackend, x: &[f32], d: usize) -> Result<WgpuSession<'a>> {
         let n = crate::error::whole_rows(x.len(), d, "values")?;
         u32_of(n, "points")?;
-        // Blocks of rows within one binding and one dispatch of the assignment (the halves
-        // take 2 bytes per value of d rounded up to 16, and whole workgroups of rows).
+        // Blocks of rows within one binding and one dispatch of the assignment (with
+        // cooperative matrices, whole workgroups of rows).
         let mut per = b
-            .rows_per_block(d.max(d.next_multiple_of(16) / 2))
+            .rows_per_block(b.block_width(d))
             .min(super::MAX_GROUPS as usize * super::TILE);
         if let Some(m) = &b.mma {
             per = (per / m.rows()).max(1) * m.rows();
