@@ -182,7 +182,7 @@ impl WgpuBackend {
     /// Floats per row that blocks of `d`-value rows are cut for: with cooperative
     /// matrices, their halves (2 bytes per value of d rounded up to 16) fit a binding too.
     pub(super) fn block_width(&self, d: usize) -> usize {
-        match self.mma {
+        match self.mma() {
             Some(_) => d.max(d.next_multiple_of(16) / 2),
             None => d,
         }

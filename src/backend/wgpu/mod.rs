@@ -182,10 +182,8 @@ pub struct WgpuBackend {
     codebook: Mutex<super::Resident<search::DeviceCodebook>>,
     /// Host-memory staging for large uploads (Vulkan adapters; `None` elsewhere).
     host: Mutex<Option<host::HostPool>>,
-    /// Assignment on cooperative matrices, where the adapter has them.
-    mma: Option<mma::Mma>,
-    /// Why cooperative matrices are not used, where they are not.
-    mma_failed: Option<String>,
+    /// Assignment on cooperative matrices, or why it is not used.
+    coop: std::result::Result<mma::Mma, String>,
 }
 
 /// Adapters, real GPUs first (a CPU adapter is a software driver).
@@ -295,11 +293,9 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
     };
     // Where the adapter offers cooperative matrices but their kernels do not build, the
     // fp32 kernels serve alone.
-    let (mma, mma_failed) = match coop.map(|c| mma::Mma::new(&device, &limits, &c)) {
-        Ok(Ok(m)) => (Some(m), None),
-        Ok(Err(e)) => (None, Some(format!("its kernels failed: {e}"))),
-        Err(why) => (None, Some(why)),
-    };
+    let coop = coop.and_then(|c| {
+        mma::Mma::new(&device, &limits, &c).map_err(|e| format!("its kernels failed: {e}"))
+    });
     Ok(WgpuBackend {
         name: format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type),
         cpu_adapter: info.device_type == wgpu::DeviceType::Cpu,
@@ -321,8 +317,7 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
             Ok("0") => None,
             _ => host::HostPool::new(&device, STREAM_PIECE),
         }),
-        mma,
-        mma_failed,
+        coop,
         device,
     })
 }
@@ -520,6 +515,11 @@ fn u32_of(v: usize, what: &str) -> Result<u32> {
 }
 
 impl WgpuBackend {
+    /// The cooperative-matrix kernels, where they are used.
+    fn mma(&self) -> Option<&mma::Mma> {
+        self.coop.as_ref().ok()
+    }
+
     /// Whether the adapter is a software (CPU) driver: AUTO skips those.
     pub fn is_cpu_adapter(&self) -> bool {
         self.cpu_adapter
@@ -803,7 +803,7 @@ impl WgpuBackend {
     /// Records an assignment: on cooperative matrices where the backend has them and the
     /// caller gave halves, else in fp32. The same answers either way.
     fn assign_rows(&self, enc: &mut wgpu::CommandEncoder, a: &Assign<'_>, trace: &mut Trace) {
-        match (&self.mma, a.halves) {
+        match (self.mma(), a.halves) {
             (Some(mma), Some(h)) => self.assign_mma(enc, mma, a, h, trace),
             _ => self.assign_exact(enc, a, None),
         }
@@ -935,11 +935,10 @@ impl Backend for WgpuBackend {
                 Some(_) => "host memory",
                 None => "mapped buffers",
             },
-            match (&self.mma, &self.mma_failed) {
-                (Some(m), _) if m.emulated() => "cooperative matrices (emulated)".to_string(),
-                (Some(_), _) => "cooperative matrices".to_string(),
-                (None, Some(e)) => format!("fp32 cores; no cooperative matrices: {e}"),
-                (None, None) => "fp32 cores".to_string(),
+            match &self.coop {
+                Ok(m) if m.emulated() => "cooperative matrices (emulated)".to_string(),
+                Ok(_) => "cooperative matrices".to_string(),
+                Err(why) => format!("fp32 cores; no cooperative matrices: {why}"),
             }
         )
     }

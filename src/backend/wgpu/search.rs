@@ -83,7 +83,7 @@ fn vector_terms(ix: &crate::Index) -> Vec<f32> {
 impl DeviceCodebook {
     fn upload(b: &WgpuBackend, cb: &Codebook) -> Result<DeviceCodebook> {
         let anchors = b.upload(&cb.anchors, "anchors")?;
-        let halves = match &b.mma {
+        let halves = match b.mma() {
             Some(m) => {
                 let h = super::mma::Halves::new(b, m, cb.anchors(), cb.d, "anchors (fp16)")?;
                 let mut enc = b.encoder();
@@ -178,7 +178,7 @@ pub(super) fn encode_residuals(
         .rows_per_block(dp.max(nsub).max(b.block_width(d)))
         .min(MAX_GROUPS as usize * b.wg as usize)
         .min(ENCODE_BLOCK);
-    if let Some(mm) = &b.mma {
+    if let Some(mm) = b.mma() {
         per = (per / mm.rows()).max(1) * mm.rows();
     }
     let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
@@ -206,7 +206,7 @@ pub(super) fn encode_residuals(
         let assigned = b.zeros(rows * 4, "anchor ids")?;
         let dist = b.zeros(rows * 4, "anchor distances")?;
         b.row_norms(&mut enc, &xd, rows, d, 0, &xn);
-        let halves = match (&b.mma, &dc.halves) {
+        let halves = match (b.mma(), &dc.halves) {
             (Some(mm), Some(ch)) => {
                 let xh = super::mma::Halves::new(b, mm, rows, d, "vectors (fp16)")?;
                 b.halves(&mut enc, mm, &xd, rows, d, &xh);

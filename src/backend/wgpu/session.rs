@@ -62,7 +62,7 @@ impl<'a> WgpuSession<'a> {
         let mut per = b
             .rows_per_block(b.block_width(d))
             .min(super::MAX_GROUPS as usize * super::TILE);
-        if let Some(m) = &b.mma {
+        if let Some(m) = b.mma() {
             per = (per / m.rows()).max(1) * m.rows();
         }
         let mut blocks = Vec::new();
@@ -79,14 +79,14 @@ impl<'a> WgpuSession<'a> {
         let mut halves = Vec::new();
         for (row0, rows, buf) in &blocks {
             b.row_norms(&mut enc, buf, *rows, d, *row0, &xn);
-            if let Some(m) = &b.mma {
+            if let Some(m) = b.mma() {
                 let h = Halves::new(b, m, *rows, d, "training points (fp16)")?;
                 b.halves(&mut enc, m, buf, *rows, d, &h);
                 halves.push(h);
             }
         }
         b.finish(enc)?;
-        let listed = match &b.mma {
+        let listed = match b.mma() {
             Some(_) => Some(b.zeros((per.min(n) + 1) * 4, "rows left to fp32")?),
             None => None,
         };
@@ -146,7 +146,7 @@ impl KmeansSession for WgpuSession<'_> {
                 kept: z(k * 4, "kept counts")?,
                 spread: z(k * 4, "spreads")?,
                 sums: z(k * d * 4, "centroid sums")?,
-                halves: match &b.mma {
+                halves: match b.mma() {
                     Some(m) => Some(Halves::new(b, m, k, d, "centroids (fp16)")?),
                     None => None,
                 },
@@ -180,7 +180,7 @@ impl KmeansSession for WgpuSession<'_> {
             let p = Params::new(&[0, 0, k as u32, 0, 0, 0, 1, g.0]);
             b.dispatch(&mut enc, &b.k.offsets, p, &[(2, &c.off), (15, &c.bias)], g);
         }
-        if let (Some(m), Some(h)) = (&b.mma, &c.halves) {
+        if let (Some(m), Some(h)) = (b.mma(), &c.halves) {
             b.halves(&mut enc, m, &c.c, k, d, h);
         }
         for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
