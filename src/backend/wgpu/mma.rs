@@ -154,11 +154,6 @@ impl Mma {
         })
     }
 
-    /// Rows per workgroup of `assign_mma`: blocks of points are cut at multiples of it.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
     /// Whether the products are the test hook's (`VLCC_WGPU_MMA=emulate`).
     pub fn emulated(&self) -> bool {
         self.emulated
@@ -179,13 +174,17 @@ impl Halves {
 }
 
 impl WgpuBackend {
-    /// Floats per row that blocks of `d`-value rows are cut for: with cooperative
-    /// matrices, their halves (2 bytes per value of d rounded up to 16) fit a binding too.
-    pub(super) fn block_width(&self, d: usize) -> usize {
-        match self.mma() {
-            Some(_) => d.max(d.next_multiple_of(16) / 2),
-            None => d,
-        }
+    /// Rows per block of `d`-value points, at most `cap`, whose widest per-row buffer holds
+    /// `width` floats: within one binding, and with cooperative matrices also their halves
+    /// (2 bytes per value of d rounded up to 16) and whole workgroups of `assign_mma`.
+    pub(super) fn block_rows(&self, d: usize, width: usize, cap: usize) -> usize {
+        let Some(m) = self.mma() else {
+            return self.rows_per_block(width.max(d)).min(cap);
+        };
+        let per = self
+            .rows_per_block(width.max(d).max(d.next_multiple_of(16) / 2))
+            .min(cap);
+        (per / m.rows).max(1) * m.rows
     }
 
     /// Records the fp16 halves of `rows` rows of `x` (`d` values each) into `into`.

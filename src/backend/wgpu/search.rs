@@ -174,13 +174,8 @@ pub(super) fn encode_residuals(
     let m = cb.anchors();
     // Blocks of rows: within one binding and one dispatch, and small enough that uploading
     // the next block overlaps the device's work on this one.
-    let mut per = b
-        .rows_per_block(dp.max(nsub).max(b.block_width(d)))
-        .min(MAX_GROUPS as usize * b.wg as usize)
-        .min(ENCODE_BLOCK);
-    if let Some(mm) = b.mma() {
-        per = (per / mm.rows()).max(1) * mm.rows();
-    }
+    let cap = (MAX_GROUPS as usize * b.wg as usize).min(ENCODE_BLOCK);
+    let per = b.block_rows(d, dp.max(nsub), cap);
     let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
     let mut trace = Trace::new();
     let mut pending: Option<super::PendingRead> = None;

@@ -59,12 +59,7 @@ impl<'a> WgpuSession<'a> {
         u32_of(n, "points")?;
         // Blocks of rows within one binding and one dispatch of the assignment (with
         // cooperative matrices, whole workgroups of rows).
-        let mut per = b
-            .rows_per_block(b.block_width(d))
-            .min(super::MAX_GROUPS as usize * super::TILE);
-        if let Some(m) = b.mma() {
-            per = (per / m.rows()).max(1) * m.rows();
-        }
+        let per = b.block_rows(d, d, super::MAX_GROUPS as usize * super::TILE);
         let mut blocks = Vec::new();
         for (i, chunk) in x.chunks(per * d).enumerate() {
             blocks.push((
