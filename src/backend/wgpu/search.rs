@@ -176,6 +176,16 @@ pub(super) fn encode_residuals(
     // the next block overlaps the device's work on this one.
     let cap = (MAX_GROUPS as usize * b.wg as usize).min(ENCODE_BLOCK);
     let per = b.block_rows(d, dp.max(nsub), cap);
+    // With cooperative matrices: the blocks' halves and the rows they leave, made once (a
+    // shorter last block leaves stale padding rows, which the kernel computes and ignores).
+    let halves = match (b.mma(), &dc.halves) {
+        (Some(mm), Some(ch)) => {
+            let rows = per.min(n);
+            let xh = super::mma::Halves::new(b, mm, rows, d, "vectors (fp16)")?;
+            Some((mm, xh, b.zeros((rows + 1) * 4, "rows left to fp32")?, ch))
+        }
+        _ => None,
+    };
     let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
     let mut trace = Trace::new();
     let mut pending: Option<super::PendingRead> = None;
@@ -201,14 +211,9 @@ pub(super) fn encode_residuals(
         let assigned = b.zeros(rows * 4, "anchor ids")?;
         let dist = b.zeros(rows * 4, "anchor distances")?;
         b.row_norms(&mut enc, &xd, rows, d, 0, &xn);
-        let halves = match (b.mma(), &dc.halves) {
-            (Some(mm), Some(ch)) => {
-                let xh = super::mma::Halves::new(b, mm, rows, d, "vectors (fp16)")?;
-                b.halves(&mut enc, mm, &xd, rows, d, &xh);
-                Some((xh, b.zeros((rows + 1) * 4, "rows left to fp32")?, ch))
-            }
-            _ => None,
-        };
+        if let Some((mm, xh, _, _)) = &halves {
+            b.halves(&mut enc, mm, &xd, rows, d, xh);
+        }
         let a = super::Assign {
             x: &xd,
             rows,
@@ -221,7 +226,7 @@ pub(super) fn encode_residuals(
             norms: &xn,
             assigned: &assigned,
             dist: &dist,
-            halves: halves.as_ref().map(|(xh, l, ch)| (xh, *ch, l)),
+            halves: halves.as_ref().map(|(_, xh, l, ch)| (xh, *ch, l)),
         };
         b.assign_rows(&mut enc, &a, &mut trace);
         trace.mark(b, &mut enc, "anchors");
