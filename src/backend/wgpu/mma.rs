@@ -104,34 +104,12 @@ pub(super) fn supported(adapter: &wgpu::Adapter) -> std::result::Result<Support,
     })
 }
 
-/// The products without cooperative matrices: each thread sums its share of the chunk's
-/// dots from the staged slices, in fp32 over exact fp16 products (within the kernel's bound).
-const EMULATED: &str = "
-        for (var e = li; e < R * CH; e += 256u) {
-            tile[e] = 0.0;
-        }
-        for (var t4 = 0u; t4 < w4; t4 += 4u) {
-            stage_slice(li, i0, j0, t4, w4);
-            workgroupBarrier();
-            for (var e = li; e < R * CH; e += 256u) {
-                let er = e % R;
-                let ec = e / R;
-                var acc = tile[e];
-                for (var k = 0u; k < 16u; k++) {
-                    acc += f32(sa[er * SK + k]) * f32(sb[ec * SK + k]);
-                }
-                tile[e] = acc;
-            }
-            workgroupBarrier();
-        }
-";
+/// The products without cooperative matrices, for the test hook (`VLCC_WGPU_MMA=emulate`).
+const EMULATED: &str = include_str!("../../../kernels/wgpu/mma_emulated.wgsl.part");
 
 /// mma.wgsl, with its products emulated where `emulate`.
 fn source(emulate: bool) -> String {
-    let (_, src) = super::KERNELS
-        .iter()
-        .find(|(n, _)| *n == "mma.wgsl")
-        .expect("listed");
+    let src = super::kernel("mma.wgsl");
     if !emulate {
         return src.to_string();
     }

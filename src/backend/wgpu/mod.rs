@@ -65,11 +65,16 @@ fn module(
     name: &str,
     extra: &[(&str, u32)],
 ) -> Result<wgpu::ShaderModule> {
-    let (_, src) = KERNELS
+    module_of(device, limits, name, kernel(name), extra)
+}
+
+/// The source of kernel file `name`.
+fn kernel(name: &str) -> &'static str {
+    KERNELS
         .iter()
         .find(|(n, _)| *n == name)
-        .expect("every kernel file is listed");
-    module_of(device, limits, name, src, extra)
+        .map(|(_, src)| *src)
+        .expect("every kernel file is listed")
 }
 
 /// `module` for the text `src` (a kernel file, or one changed for a test).
