@@ -88,7 +88,9 @@ impl DeviceCodebook {
                 let h = super::mma::Halves::new(b, m, cb.anchors(), cb.d, "anchors (fp16)")?;
                 let mut enc = b.encoder();
                 b.halves(&mut enc, m, &anchors, cb.anchors(), cb.d, &h);
-                b.finish(enc)?;
+                // Not waited for: the queue keeps the order, and each block's read-back
+                // waits for it.
+                b.queue.submit([enc.finish()]);
                 Some(h)
             }
             None => None,
