@@ -419,6 +419,22 @@ vlcc_status vlcc_compressor_encode_f16(const vlcc_compressor *c,
                                        size_t out_len);
 
 /**
+ * Like `vlcc_compressor_encode` for vectors already in CUDA device memory, read in place: `x`
+ * is a device pointer (`cudaMalloc`, `cudaMallocManaged`, `cuMemAlloc`, a framework's GPU
+ * tensor) to n*d floats on the device of the compressor's context, which must run on the
+ * CUDA backend (else BACKEND_UNAVAILABLE). Only the codes cross to the host, into `out` (host
+ * memory, `out_len >= n * code_size` bytes). A range that is not device or managed memory of
+ * that device (a host pointer, another device's memory, freed or too short) is
+ * INVALID_ARGUMENT, checked before anything is read; NaN or infinity is NON_FINITE. Nothing
+ * may write `x` while the call runs; nothing is written to `out` on error.
+ */
+vlcc_status vlcc_compressor_encode_device(const vlcc_compressor *c,
+                                          const float *x,
+                                          size_t n,
+                                          uint8_t *out,
+                                          size_t out_len);
+
+/**
  * Decodes `n` codes (`codes`: n * code_size bytes) into approximate vectors in `out`, which must
  * hold `out_len >= n * d` floats. Nothing is written on error (corrupt anchor ids fail with
  * INVALID_ARGUMENT). `codes` and `out` must not overlap.

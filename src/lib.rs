@@ -204,6 +204,21 @@ impl Compressor {
         self.ctx.run(|b| cb.encode(b, x))
     }
 
+    /// As `encode`, for `n` vectors (n x d f32) in CUDA device memory at address `at` (a
+    /// `CUdeviceptr`, or a pointer from `cudaMalloc`, `cudaMallocManaged` or a framework's
+    /// tensor on this context's device), read in place: the bytes do not cross to the host.
+    /// The range is checked first (device or managed memory of this context's device: else
+    /// `InvalidArgument`), then the values (`NonFinite`, naming the position, as `encode`).
+    /// Contexts on other backends answer `BackendUnavailable`.
+    ///
+    /// # Safety
+    /// Nothing writes the `n` vectors at `at` while the call runs.
+    pub unsafe fn encode_device(&self, at: u64, n: usize) -> Result<Vec<u8>> {
+        let cb = self.codebook()?;
+        // SAFETY: as the caller vouches.
+        self.ctx.run(|b| unsafe { cb.encode_device(b, at, n) })
+    }
+
     /// Codec mode: approximate vectors from `encode`'s bytes.
     pub fn decode(&self, codes: &[u8]) -> Result<Vec<f32>> {
         let cb = self.codebook()?;

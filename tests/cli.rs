@@ -208,3 +208,46 @@ fn the_whole_pipeline_runs_from_the_command_line() {
     assert!(!ok && err.contains("corrupt"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn bench_times_small_runs_and_refuses_device_input_without_cuda() {
+    let dir = std::env::temp_dir();
+    let small = [
+        "bench",
+        "--n",
+        "2000",
+        "--d",
+        "16",
+        "--anchors",
+        "16",
+        "--iters",
+        "3",
+        "--bytes",
+        "4",
+        "--queries",
+        "50",
+        "--repeat",
+        "1",
+        "--json",
+    ];
+    let (ok, out, err) = vlc(&small, &dir);
+    assert!(ok, "{err}");
+    let stages: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = stages
+        .iter()
+        .map(|r| r["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["train", "encode", "search"]);
+    assert_eq!(stages[1]["input"], "host");
+    assert!(stages.iter().all(|r| r["seconds"].as_f64().unwrap() > 0.0));
+    let mut cpu = small.to_vec();
+    cpu.extend(["--stages", "encode", "--from-device"]);
+    let (ok, _, err) = vlc(&cpu, &dir);
+    assert!(
+        !ok && err.contains("--from-device needs a CUDA context"),
+        "{err}"
+    );
+}

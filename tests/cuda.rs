@@ -311,3 +311,119 @@ fn pipelined_encoding_matches_the_cpu_and_rejects_non_finite_values() {
     let cpu = common::ctx(0);
     common::encoding_parity_and_bad_values(&cpu, &g, x, d, 200_000, (64, 4), 1_100_000, f32::NAN);
 }
+
+/// The share of codec records equal in `a` and `b` (records of `size` bytes).
+fn same_records(a: &[u8], b: &[u8], size: usize) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let same = a
+        .chunks_exact(size)
+        .zip(b.chunks_exact(size))
+        .filter(|(x, y)| x == y)
+        .count();
+    same as f64 / (a.len() / size).max(1) as f64
+}
+
+/// `len` floats of device memory from `cuMemAlloc`, as a user's own code would have them (the
+/// driver reports such an allocation's range exactly; pooled ones belong to a larger range).
+struct UserBuffer(u64);
+
+impl UserBuffer {
+    fn new(ctx: &cudarc::driver::CudaContext, x: &[f32]) -> UserBuffer {
+        use cudarc::driver::result;
+        ctx.bind_to_thread().unwrap();
+        // SAFETY: a fresh allocation as long as `x`, filled from it.
+        unsafe {
+            let at = result::malloc_sync(std::mem::size_of_val(x)).unwrap();
+            result::memcpy_htod_sync(at, x).unwrap();
+            UserBuffer(at)
+        }
+    }
+}
+
+impl Drop for UserBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `new`; nothing uses it any more.
+        unsafe { cudarc::driver::result::free_sync(self.0) }.unwrap();
+    }
+}
+
+#[test]
+fn encoding_from_device_memory_matches_host_memory_and_checks_its_input() {
+    let Some(g) = gpu() else { return };
+    let cpu = common::ctx(0);
+    // At 48-d a block is 174,762 rows: 393,216 rows take three, the last one partial; their
+    // 72 MB are a whole number of the driver's 2 MB allocation steps, so the allocation ends
+    // where the rows do.
+    let (n, d) = (393_216, 48);
+    let mut x = common::clustered(n, d, 64, 9);
+    let cuda = cudarc::driver::CudaContext::new(0).unwrap();
+    let buf = UserBuffer::new(&cuda, &x);
+    let at = buf.0;
+    // No rotation (the PQ kernel subtracts the anchors), cosine (unit rows on the device),
+    // a random rotation (the residual and rotation pass).
+    for (metric, rotation) in [
+        (Metric::L2, Rotation::None),
+        (Metric::Cosine, Rotation::None),
+        (Metric::L2, Rotation::Random),
+    ] {
+        let mut p = common::small_params(64, 16);
+        p.metric = metric;
+        p.rotation = rotation;
+        let mut c = vlc_compress::Compressor::new(cpu.clone(), p);
+        c.train(&x[..50_000 * d], d).unwrap();
+        let cb = c.codebook().unwrap().clone();
+        let host = g.run(|b| cb.encode(b, x[..].into())).unwrap();
+        let on_cpu = cpu.run(|b| cb.encode(b, x[..].into())).unwrap();
+        // SAFETY: nothing writes the buffer during the call.
+        let dev = g.run(|b| unsafe { cb.encode_device(b, at, n) }).unwrap();
+        let (vs_host, vs_cpu) = (
+            same_records(&dev, &host, cb.codec_size()),
+            same_records(&dev, &on_cpu, cb.codec_size()),
+        );
+        eprintln!(
+            "{metric:?} {rotation:?}: identical to host input {vs_host:.5}, to the CPU {vs_cpu:.5}"
+        );
+        if metric == Metric::L2 {
+            // The same rows through the same kernels.
+            assert_eq!(dev, host);
+        }
+        assert!(vs_host >= 0.99 && vs_cpu >= 0.99, "{vs_host} {vs_cpu}");
+    }
+    let mut c = vlc_compress::Compressor::new(cpu.clone(), common::small_params(64, 16));
+    c.train(&x[..50_000 * d], d).unwrap();
+    let cb = c.codebook().unwrap().clone();
+    // SAFETY (every call below): nothing writes the memory during the call.
+    let err = |at: u64, n: usize| {
+        g.run(|b| unsafe { cb.encode_device(b, at, n) })
+            .unwrap_err()
+    };
+    // Ranges the device cannot read are errors before anything is read; the context
+    // works afterwards.
+    for (bad, what) in [
+        (err(at, n + 1), "one row past the allocation"),
+        (err(at + 4 * d as u64, n), "shifted by a row"),
+        (err(x.as_ptr() as u64, 10), "host memory"),
+        (err(at + 2, 10), "misaligned"),
+        (err(0x10, 10), "no allocation"),
+    ] {
+        assert!(matches!(bad, Error::InvalidArgument(_)), "{what}: {bad}");
+        eprintln!("{what}: {bad}");
+    }
+    // A NaN in the third block fails as host input does, naming the same position.
+    let pos = 390_000 * d + 5;
+    x[pos] = f32::INFINITY;
+    let buf = UserBuffer::new(&cuda, &x);
+    let on_dev = err(buf.0, n);
+    let on_host = g.run(|b| cb.encode(b, x[..].into())).unwrap_err();
+    assert_eq!(on_dev.to_string(), on_host.to_string());
+    assert!(
+        on_dev.to_string().contains(&format!("position {pos}")),
+        "{on_dev}"
+    );
+    assert!(g.run(|b| unsafe { cb.encode_device(b, at, 1000) }).is_ok());
+    // Other backends say they cannot.
+    let on_cpu = cpu
+        .run(|b| unsafe { cb.encode_device(b, at, 10) })
+        .unwrap_err();
+    assert!(matches!(on_cpu, Error::BackendUnavailable(_)), "{on_cpu}");
+}

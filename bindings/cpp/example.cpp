@@ -37,6 +37,13 @@ int main(int argc, char** argv) {
     } catch (const vlcc::Error& e) {
         caught = e.status() == VLCC_STATUS_INVALID_ARGUMENT;
     }
+    // Device input needs a CUDA context; this one runs on the CPU.
+    try {
+        comp.encode_device(x.data(), 10);
+        caught = false;
+    } catch (const vlcc::Error& e) {
+        caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE;
+    }
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.code_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

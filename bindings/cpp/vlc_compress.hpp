@@ -110,6 +110,13 @@ public:
     void encode_into(std::span<const float> x, std::span<uint8_t> out) const {
         detail::check(vlcc_compressor_encode(p_.get(), x.data(), x.size() / dim(), out.data(), out.size()));
     }
+    // n vectors already in CUDA device memory (the context's device), read in place; only the
+    // codes come back. Throws with BACKEND_UNAVAILABLE on contexts that do not run on CUDA.
+    std::vector<uint8_t> encode_device(const float* x_device, size_t n) const {
+        std::vector<uint8_t> out(n * code_size());
+        detail::check(vlcc_compressor_encode_device(p_.get(), x_device, n, out.data(), out.size()));
+        return out;
+    }
     std::vector<float> decode(std::span<const uint8_t> codes) const {
         const size_t n = codes.size() / code_size();
         std::vector<float> out(n * dim());

@@ -14,8 +14,15 @@ package vlccompress
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../include
 #cgo LDFLAGS: -L${SRCDIR}/../../target/release -Wl,-rpath,${SRCDIR}/../../target/release -lvlc_compress
+#include <stdint.h>
 #include <stdlib.h>
 #include "vlc_compress.h"
+
+// A device address travels as an integer: it is not Go memory, and no Go pointer holds it.
+static vlcc_status encode_device(const vlcc_compressor* c, uintptr_t x, size_t n, uint8_t* out,
+                                 size_t out_len) {
+	return vlcc_compressor_encode_device(c, (const float*)x, n, out, out_len);
+}
 */
 import "C"
 
@@ -282,6 +289,34 @@ func (c *Compressor) EncodeInto(x []float32, out []byte) error {
 	runtime.KeepAlive(out)
 	runtime.KeepAlive(c)
 	return err
+}
+
+// EncodeDevice returns the codes of n vectors already in CUDA device memory at address x (a
+// CUdeviceptr, or a framework tensor's data pointer on the context's device), read in place:
+// only the codes cross to the host. The context must run on CUDA (else
+// StatusBackendUnavailable); a range that is not device memory of its device is
+// StatusInvalidArgument. Nothing may write the vectors during the call.
+func (c *Compressor) EncodeDevice(x uintptr, n int) ([]byte, error) {
+	cs, err := c.CodeSize()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d vectors", n)}
+	}
+	out := make([]byte, n*cs)
+	var op *C.uint8_t
+	if len(out) > 0 {
+		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
+	}
+	err = call(func() C.vlcc_status {
+		return C.encode_device(c.p, C.uintptr_t(x), C.size_t(n), op, C.size_t(len(out)))
+	})
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Decode returns the approximate vectors of codes written by Encode.

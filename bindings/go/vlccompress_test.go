@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 const dim = 16
@@ -74,6 +75,11 @@ func TestRoundTrip(t *testing.T) {
 	cs, _ := c.CodeSize()
 	if len(codes) != 3000*cs {
 		t.Fatalf("%d code bytes", len(codes))
+	}
+	// Device input needs a CUDA context; this one runs on the CPU.
+	var ve *Error
+	if _, err := c.EncodeDevice(uintptr(unsafe.Pointer(&x[0])), 10); !errors.As(err, &ve) || ve.Status != StatusBackendUnavailable {
+		t.Fatalf("device input on the CPU: %v", err)
 	}
 	y, err := c.Decode(codes)
 	if err != nil {

@@ -95,3 +95,30 @@ extern "C" __global__ void residuals(const float* __restrict__ x, int n, int d,
         y[e] = x[i * d + t] - (anchors ? anchors[(size_t)assign[i] * d + t] : 0.f);
     }
 }
+
+// Input already in device memory gets the check host input gets on its way up: the first
+// position (counted from `base` in the caller's input) of the n values holding NaN or an
+// infinity (every exponent bit set) is folded into *first, which starts at ~0.
+extern "C" __global__ void first_non_finite(const float* __restrict__ x, unsigned long long n,
+                                            unsigned long long base,
+                                            unsigned long long* __restrict__ first) {
+    for (unsigned long long e = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         e < n; e += (unsigned long long)gridDim.x * blockDim.x) {
+        if ((__float_as_uint(x[e]) & 0x7f800000u) == 0x7f800000u) atomicMin(first, base + e);
+    }
+}
+
+// Each row of x (n x d) divided by its length, in place (zero rows stay zero): cosine's
+// preparation, as the host's `quant::prepare` does it. One warp per row.
+extern "C" __global__ void unit_rows(float* __restrict__ x, int n, int d) {
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    float* r = x + (size_t)row * d;
+    float s = 0.f;
+    for (int t = lane; t < d; t += 32) s += r[t] * r[t];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float len = sqrtf(s);
+    if (len > 0.f)
+        for (int t = lane; t < d; t += 32) r[t] /= len;
+}

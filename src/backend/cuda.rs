@@ -95,6 +95,8 @@ struct Kernels {
     /// PQ assignment for sub-vectors of up to 8, 16 and 32 dimensions.
     pq_assign: [CudaFunction; 3],
     residuals: CudaFunction,
+    first_non_finite: CudaFunction,
+    unit_rows: CudaFunction,
     coarse_probe: CudaFunction,
     query_tables: CudaFunction,
     scan_lists: CudaFunction,
@@ -264,6 +266,8 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
             f(1, "pq_assign_32")?,
         ],
         residuals: f(1, "residuals")?,
+        first_non_finite: f(1, "first_non_finite")?,
+        unit_rows: f(1, "unit_rows")?,
         coarse_probe: f(2, "coarse_probe")?,
         query_tables: f(2, "query_tables")?,
         scan_lists: f(2, "scan_lists")?,
@@ -448,7 +452,7 @@ impl Backend for CudaBackend {
             if dev.staging().is_some() {
                 // Out of `dev` while the pipeline borrows both.
                 let mut st = dev.staging.take().expect("made above");
-                let out = self.encode_pipelined(&dev, &mut st, dc, cb, x);
+                let out = self.encode_pipelined(&dev, &mut st, dc, cb, Source::Host(x));
                 dev.staging = Some(st);
                 return match out? {
                     Some(r) => Ok(r),
@@ -459,6 +463,49 @@ impl Backend for CudaBackend {
         // Shapes the kernels do not take, or no page-locked memory: step by step.
         crate::error::check_finite(x, "vectors")?;
         crate::quant::encode_residuals_in_steps(self, cb, x)
+    }
+
+    unsafe fn encode_device(
+        &self,
+        cb: &crate::Codebook,
+        at: u64,
+        n: usize,
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        let bytes = n
+            .checked_mul(cb.d)
+            .and_then(|v| v.checked_mul(4))
+            .ok_or_else(|| Error::InvalidArgument(format!("{n} vectors overflow the size")))?;
+        if n == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        self.device_range(at, bytes)?;
+        if pq_kernel_fits(cb.pq.dsub, cb.pq.ksub()) && cb.pq.dim() >= cb.d {
+            let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+            let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
+            let mut dev = self.lock();
+            if dev.staging().is_some() {
+                let mut st = dev.staging.take().expect("made above");
+                let out = self.encode_pipelined(&dev, &mut st, dc, cb, Source::Device { at, n });
+                dev.staging = Some(st);
+                return Ok(out?.expect("device input reports its own errors"));
+            }
+        }
+        // Shapes the kernels do not take, or no page-locked memory: the rows come to the host
+        // and take the host's path.
+        let mut x = crate::error::try_vec(n * cb.d, 0f32, "vectors")?;
+        {
+            let dev = self.lock();
+            let ctx = dev.stream.context();
+            ctx.bind_to_thread()
+                .map_err(|e| dev_err("bind context", e))?;
+            // SAFETY: `device_range` accepted the `bytes` bytes at `at`.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut x, at) }
+                .map_err(|e| dev_err("download", e))?;
+        }
+        self.d2h.fetch_add(bytes as u64, Ordering::Relaxed);
+        crate::error::check_finite(&x, "vectors")?;
+        let x = crate::quant::prepare(x, cb.d, cb.metric);
+        crate::quant::encode_residuals_in_steps(self, cb, &x)
     }
 
     fn search_lists(
@@ -911,21 +958,36 @@ impl EncodeScratch {
     }
 }
 
+/// Where the rows an encoding reads live.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// Host memory (n x d), staged through page-locked memory and checked on the way up.
+    Host(&'a [f32]),
+    /// `n` rows of device memory at `at` (a range `device_range` accepted), copied block by
+    /// block on the device and checked there.
+    Device { at: u64, n: usize },
+}
+
 impl CudaBackend {
-    /// Encodes `x` (n x d) a staging buffer at a time: while block j is encoded, block j + 1
-    /// crosses the bus on the copy stream and the host fills the other buffer with it,
-    /// checking every value on the way; each block's anchor ids and PQ indices come back
-    /// into page-locked memory behind it. `None` when a value is not finite.
+    /// Encodes the rows of `src` a block at a time. From host memory, while block j is
+    /// encoded, block j + 1 crosses the bus on the copy stream and the host fills the other
+    /// staging buffer with it, checking every value on the way; from device memory each block
+    /// is a device copy and a check kernel. Each block's anchor ids and PQ indices come back
+    /// into page-locked memory behind it. `None` when a value of host input is not finite
+    /// (device input fails with the error itself).
     fn encode_pipelined(
         &self,
         dev: &Device,
         st: &mut Staging,
         dc: &DeviceCodebook,
         cb: &crate::Codebook,
-        x: &[f32],
+        src: Source<'_>,
     ) -> Result<Option<(Vec<u32>, Vec<u8>)>> {
         let (d, nsub) = (cb.d, cb.pq.nsub);
-        let n = x.len() / d;
+        let n = match src {
+            Source::Host(x) => x.len() / d,
+            Source::Device { n, .. } => n,
+        };
         let s = &dev.stream;
         let mut sc = EncodeScratch::new(s, (STAGE / d).clamp(1, n), d, cb.anchors())?;
         let block = sc.block;
@@ -936,6 +998,11 @@ impl CudaBackend {
         // SAFETY: each block's argmin and PQ kernel write the rows its download reads.
         let mut ids_d = unsafe { CudaBackend::filled_later::<u32>(s, block)? };
         let mut idx_d = unsafe { CudaBackend::filled_later::<u8>(s, block * nsub)? };
+        // Device input: the first position that is not finite, folded in by every block.
+        let mut first = match src {
+            Source::Device { .. } => Some(self.up(s, &[u64::MAX])?),
+            Source::Host(_) => None,
+        };
         // Each block's results: its ids (4 bytes a row, first, so they stay aligned), then its
         // indices.
         st.back(s.context(), block * (4 + nsub))?;
@@ -955,32 +1022,43 @@ impl CudaBackend {
             idx.extend_from_slice(&bytes[rows * 4..rows * (4 + nsub)]);
             Ok(())
         };
-        for (j, blk) in x.chunks(block * d).enumerate() {
-            let (b, rows) = (j % 2, blk.len() / d);
+        for j in 0..n.div_ceil(block) {
+            let (b, r0) = (j % 2, j * block);
+            let rows = block.min(n - r0);
             // Block j - 2, which used these buffers, is done: its results go out first.
             if flight.len() == 2 {
                 let (ob, orows) = flight.pop_front().expect("two in flight");
                 take_back(st, ob, orows)?;
             }
-            let host = st.bufs[b]
-                .as_mut_slice()
-                .map_err(|e| dev_err("upload", e))?;
-            let host = &mut host[..blk.len()];
-            if !crate::stage::stage(host, blk) {
-                s.synchronize().map_err(|e| dev_err("encode", e))?;
-                return Ok(None);
+            match src {
+                Source::Host(x) => {
+                    let blk = &x[r0 * d..(r0 + rows) * d];
+                    let host = st.bufs[b]
+                        .as_mut_slice()
+                        .map_err(|e| dev_err("upload", e))?;
+                    let host = &mut host[..blk.len()];
+                    if !crate::stage::stage(host, blk) {
+                        s.synchronize().map_err(|e| dev_err("encode", e))?;
+                        return Ok(None);
+                    }
+                    trace.mark(s, "fill");
+                    let mut xv = sc.x[b].slice_mut(..blk.len());
+                    dev.copy
+                        .memcpy_htod(&*host, &mut xv)
+                        .map_err(|e| dev_err("upload", e))?;
+                    let up = dev.copy.record_event(None);
+                    s.wait(&up.map_err(|e| dev_err("upload", e))?)
+                        .map_err(|e| dev_err("upload", e))?;
+                    self.h2d
+                        .fetch_add(std::mem::size_of_val(blk) as u64, Ordering::Relaxed);
+                    trace.mark(s, "upload");
+                }
+                Source::Device { at, .. } => {
+                    let first = first.as_mut().expect("made for device input");
+                    self.device_block(dev, cb, at, (r0, rows), &mut sc.x[b], first)?;
+                    trace.mark(s, "device copy");
+                }
             }
-            trace.mark(s, "fill");
-            let mut xv = sc.x[b].slice_mut(..blk.len());
-            dev.copy
-                .memcpy_htod(&*host, &mut xv)
-                .map_err(|e| dev_err("upload", e))?;
-            let up = dev.copy.record_event(None);
-            s.wait(&up.map_err(|e| dev_err("upload", e))?)
-                .map_err(|e| dev_err("upload", e))?;
-            self.h2d
-                .fetch_add(std::mem::size_of_val(blk) as u64, Ordering::Relaxed);
-            trace.mark(s, "upload");
             let (mut iv, mut xv) = (ids_d.slice_mut(..rows), idx_d.slice_mut(..rows * nsub));
             self.encode_block(dev, dc, cb, &mut sc, b, rows, &mut iv, &mut xv, &mut trace)?;
             let back = st.back.as_mut().expect("made above")[b]
@@ -1003,7 +1081,147 @@ impl CudaBackend {
         while let Some((b, rows)) = flight.pop_front() {
             take_back(st, b, rows)?;
         }
+        if let (Some(first), Source::Device { at, .. }) = (&first, src) {
+            let at_pos = self.down(s, first)?[0];
+            if at_pos != u64::MAX {
+                return Err(self.non_finite_at(at, at_pos as usize));
+            }
+        }
         Ok(Some((ids, idx)))
+    }
+
+    /// Block `(r0, rows)` of the device input at `at` into `x`, checked for values that are
+    /// not finite (into `first`) and made unit length for cosine, all on the stream.
+    fn device_block(
+        &self,
+        dev: &Device,
+        cb: &crate::Codebook,
+        at: u64,
+        (r0, rows): (usize, usize),
+        x: &mut CudaSlice<f32>,
+        first: &mut CudaSlice<u64>,
+    ) -> Result<()> {
+        let (s, d) = (&dev.stream, cb.d);
+        let len = rows * d;
+        {
+            let (dst, _sync) = x.device_ptr_mut(s);
+            // SAFETY: `x` holds at least `len` floats; the source range lies within the
+            // memory `device_range` accepted; both are read and written in stream order.
+            ran(
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(
+                        dst,
+                        at + (r0 * d * 4) as u64,
+                        len * 4,
+                        s.cu_stream(),
+                    )
+                },
+                "device copy",
+            )?;
+        }
+        let (total, base) = (len as u64, (r0 * d) as u64);
+        // SAFETY: x holds `len` floats; `first` one value.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.first_non_finite)
+                    .arg(&*x)
+                    .arg(&total)
+                    .arg(&base)
+                    .arg(&mut *first)
+                    .launch(strided(len, self.sms))
+            },
+            "finite check",
+        )?;
+        if cb.metric == crate::Metric::Cosine {
+            let (ri, di) = (rows as i32, d as i32);
+            // SAFETY: x holds rows x d floats.
+            ran(
+                unsafe {
+                    s.launch_builder(&dev.k.unit_rows)
+                        .arg(&mut *x)
+                        .arg(&ri)
+                        .arg(&di)
+                        .launch(per_row(rows))
+                },
+                "unit rows",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the `bytes` bytes at `at` lie in one allocation this device reads: device
+    /// memory of this device, or managed memory, as the driver reports it. Anything else (host
+    /// memory, another device's, freed or never allocated, a range running past the
+    /// allocation) is an `InvalidArgument`, before anything is read. The driver knows
+    /// allocations, not tensors: a range inside a larger allocation (a framework's caching
+    /// pool) passes, so the row count is the caller's to get right.
+    fn device_range(&self, at: u64, bytes: usize) -> Result<()> {
+        use cudarc::driver::sys::{self, CUmemorytype, CUpointer_attribute as A};
+        let dev = self.lock();
+        let ctx = dev.stream.context();
+        ctx.bind_to_thread()
+            .map_err(|e| dev_err("bind context", e))?;
+        let bad = |why: String| {
+            Err(Error::InvalidArgument(format!(
+                "device vectors at {at:#x}: {why}"
+            )))
+        };
+        if at % 4 != 0 {
+            return bad("not 4-byte aligned".into());
+        }
+        // SAFETY (each query): `v` points to a value as large as the attribute's.
+        let query = |attr: A, v: *mut std::ffi::c_void| unsafe {
+            sys::cuPointerGetAttribute(v, attr, at).result()
+        };
+        let (mut kind, mut managed, mut ordinal) = (0u32, 0u32, -1i32);
+        if query(A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (&raw mut kind).cast()).is_err() {
+            return bad("not memory CUDA knows of (host vectors take the plain encode)".into());
+        }
+        let known = query(
+            A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            (&raw mut managed).cast(),
+        );
+        known.map_err(|e| dev_err("pointer attributes", e))?;
+        if managed == 0 {
+            if kind != CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+                return bad("host memory (host vectors take the plain encode)".into());
+            }
+            let known = query(
+                A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                (&raw mut ordinal).cast(),
+            );
+            known.map_err(|e| dev_err("pointer attributes", e))?;
+            if ordinal != ctx.ordinal() as i32 {
+                return bad(format!(
+                    "memory of CUDA device {ordinal}, not of this context's device {}",
+                    ctx.ordinal()
+                ));
+            }
+        }
+        let (mut start, mut size) = (0u64, 0usize);
+        query(
+            A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            (&raw mut start).cast(),
+        )
+        .and_then(|_| query(A::CU_POINTER_ATTRIBUTE_RANGE_SIZE, (&raw mut size).cast()))
+        .map_err(|e| dev_err("pointer attributes", e))?;
+        let room = (start + size as u64).saturating_sub(at);
+        if (bytes as u64) > room {
+            return bad(format!(
+                "{bytes} bytes asked for, {room} left in the allocation holding them"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The error the host's check gives for position `i` of the device input at `at`.
+    fn non_finite_at(&self, at: u64, i: usize) -> Error {
+        let mut v = [0f32];
+        // SAFETY: position i lies within the range `device_range` accepted.
+        match unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, at + 4 * i as u64) } {
+            Ok(()) => Error::NonFinite(format!("vectors: value {} at position {i}", v[0])),
+            Err(e) => dev_err("download", e),
+        }
     }
 
     /// Nearest anchors (into `ids`) and PQ indices (into `idx`) of the `rows` rows in block

@@ -142,6 +142,25 @@ pub trait Backend: Send + Sync {
     fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
         crate::quant::encode_residuals_in_steps(self, cb, x)
     }
+    /// `encode_residuals` for `n` rows (prepared for the metric, except for cosine's unit
+    /// length, which the backend applies) read from device memory at address `at`, as CUDA
+    /// addresses it. The backend checks that the range is device memory it can read, and the
+    /// values for NaN and infinities. Only CUDA shares such addresses; other backends answer
+    /// `BackendUnavailable`.
+    ///
+    /// # Safety
+    /// Nothing writes the `n` rows at `at` while the call runs.
+    unsafe fn encode_device(
+        &self,
+        _cb: &crate::Codebook,
+        _at: u64,
+        _n: usize,
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        Err(crate::Error::BackendUnavailable(format!(
+            "encoding from device memory needs the CUDA backend; this context runs on {}",
+            self.kind().name()
+        )))
+    }
     /// Whether `encode_residuals` and `kmeans_session` check what they are given for NaN and
     /// infinities themselves, on its way to the device (failing with `Error::NonFinite`, as
     /// `check_finite` does on the whole input), and `encode_residuals` takes inputs of any

@@ -85,7 +85,9 @@ pub(crate) unsafe fn slice_mut<'a, T>(p: *mut T, len: usize, what: &str) -> FfiR
     Ok(std::slice::from_raw_parts_mut(p, len))
 }
 
-fn check_ptr<T>(p: *const T, len: usize, what: &str) -> FfiResult {
+/// NULL, alignment and size overflow of `len` elements at `p`, without reading them (device
+/// pointers are checked this way too).
+pub(crate) fn check_ptr<T>(p: *const T, len: usize, what: &str) -> FfiResult {
     if p.is_null() {
         return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
     }

@@ -1,8 +1,8 @@
 //! `vlcc_compressor`: training parameters, training, and codec-mode encode/decode.
 
 use super::boundary::{
-    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out,
-    FfiResult,
+    c_path, check_ptr, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice,
+    write_out, FfiResult,
 };
 use super::context::{context_arc, vlcc_context};
 use super::index::vlcc_buffer;
@@ -399,6 +399,39 @@ pub unsafe extern "C" fn vlcc_compressor_encode_f16(
         let d = compressor_ref(c)?.codebook()?.dim();
         let x = slice(x, count(n, d, "vectors")?, "x")?;
         encode_into(c, Vectors::F16(bytemuck::cast_slice(x)), n, out, out_len)
+    }
+}
+
+/// Like `vlcc_compressor_encode` for vectors already in CUDA device memory, read in place: `x`
+/// is a device pointer (`cudaMalloc`, `cudaMallocManaged`, `cuMemAlloc`, a framework's GPU
+/// tensor) to n*d floats on the device of the compressor's context, which must run on the
+/// CUDA backend (else BACKEND_UNAVAILABLE). Only the codes cross to the host, into `out` (host
+/// memory, `out_len >= n * code_size` bytes). A range that is not device or managed memory of
+/// that device (a host pointer, another device's memory, freed or too short) is
+/// INVALID_ARGUMENT, checked before anything is read; NaN or infinity is NON_FINITE. Nothing
+/// may write `x` while the call runs; nothing is written to `out` on error.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_encode_device(
+    c: *const vlcc_compressor,
+    x: *const f32,
+    n: usize,
+    out: *mut u8,
+    out_len: usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let c = compressor_ref(c)?;
+        let cb = c.codebook()?;
+        let len = count(n, cb.dim(), "vectors")?;
+        let dst = out_buf(out, out_len, count(n, cb.codec_size(), "codes")?, "out")?;
+        if n == 0 {
+            return Ok(());
+        }
+        check_ptr(x, len, "x")?;
+        // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the backend
+        // checks the range before reading it.
+        let codes = unsafe { c.encode_device(x as u64, n) }?;
+        dst.copy_from_slice(&codes);
+        Ok(())
     }
 }
 

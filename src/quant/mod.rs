@@ -387,9 +387,45 @@ impl Codebook {
         Ok(out)
     }
 
+    /// As `encode_parts`, for `n` vectors in device memory at address `at` (as CUDA
+    /// addresses it; CUDA backends only).
+    ///
+    /// # Safety
+    /// Nothing writes the `n` vectors at `at` while the call runs.
+    pub unsafe fn encode_parts_device(
+        &self,
+        backend: &dyn Backend,
+        at: u64,
+        n: usize,
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        // SAFETY: as the caller vouches.
+        let (ids, idx) = unsafe { backend.encode_device(self, at, n)? };
+        Ok((ids, self.pq.pack_owned(idx)))
+    }
+
     /// Codec mode: `codec_size()` bytes per vector (little-endian anchor id, then the code).
     pub fn encode(&self, backend: &dyn Backend, x: Vectors<'_>) -> Result<Vec<u8>> {
         let (ids, codes) = self.encode_parts(backend, x)?;
+        Ok(self.records(&ids, &codes))
+    }
+
+    /// As `encode`, for `n` vectors in device memory at address `at` (`encode_parts_device`).
+    ///
+    /// # Safety
+    /// Nothing writes the `n` vectors at `at` while the call runs.
+    pub unsafe fn encode_device(
+        &self,
+        backend: &dyn Backend,
+        at: u64,
+        n: usize,
+    ) -> Result<Vec<u8>> {
+        // SAFETY: as the caller vouches.
+        let (ids, codes) = unsafe { self.encode_parts_device(backend, at, n)? };
+        Ok(self.records(&ids, &codes))
+    }
+
+    /// Codec records: each anchor id (little-endian, `anchor_id_size()` bytes), then its code.
+    fn records(&self, ids: &[u32], codes: &[u8]) -> Vec<u8> {
         let (ab, cs) = (self.anchor_id_size(), self.code_size());
         let mut out = vec![0u8; ids.len() * (ab + cs)];
         out.par_chunks_mut(ab + cs)
@@ -399,7 +435,7 @@ impl Codebook {
                 rec[..ab].copy_from_slice(&a.to_le_bytes()[..ab]);
                 rec[ab..].copy_from_slice(code);
             });
-        Ok(out)
+        out
     }
 
     /// Codec mode: approximate vectors from `encode`'s bytes.

@@ -207,6 +207,16 @@ static void test_compressor(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_compressor_encode(c, bad + 70, 1, codes, cs), VLCC_STATUS_NON_FINITE);
     expect_status(vlcc_compressor_encode(c, x, n, codes, n * cs), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_encode(c, x, 0, NULL, 0), VLCC_STATUS_OK);
+    /* Device input: the pointer checks that need no device, then this CPU context's answer. */
+    expect_status(vlcc_compressor_encode_device(c, NULL, n, codes, n * cs), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_encode_device(c, (const float *)((const char *)x + 1), n, codes, n * cs),
+                  VLCC_STATUS_UNALIGNED);
+    expect_status(vlcc_compressor_encode_device(c, x, n, codes, n * cs - 1), VLCC_STATUS_BUFFER_TOO_SMALL);
+    memset(codes1, 0xAB, sizeof codes1);
+    expect_status(vlcc_compressor_encode_device(c, x, 1, codes1, cs), VLCC_STATUS_BACKEND_UNAVAILABLE);
+    expect(codes1[0] == 0xAB, "nothing written on error");
+    expect_status(vlcc_compressor_encode_device(NULL, x, 1, codes1, cs), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_encode_device(c, NULL, 0, NULL, 0), VLCC_STATUS_OK);
 
     float *y = malloc(n * D * sizeof *y);
     expect_status(vlcc_compressor_decode(c, codes, n, y, n * D - 1), VLCC_STATUS_BUFFER_TOO_SMALL);

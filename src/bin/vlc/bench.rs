@@ -6,7 +6,8 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
 use vlc_compress::{
-    synth, train, vecio, AnchorParams, Compressor, NoProgress, SearchParams, TrainParams,
+    synth, train, vecio, AnchorParams, BackendKind, Compressor, NoProgress, SearchParams,
+    TrainParams,
 };
 
 #[derive(Args)]
@@ -41,6 +42,10 @@ pub(crate) struct BenchArgs {
     stages: Vec<String>,
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Encode stage: read the vectors from CUDA device memory (uploaded once, untimed), as a
+    /// caller whose embeddings are already on the GPU does (`--backend cuda`).
+    #[arg(long)]
+    from_device: bool,
     /// Training seed (anchors and codebooks).
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -123,8 +128,28 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
         c.train(&x, d)?;
         let cb = c.codebook()?.clone();
         if has("encode") {
-            let (secs, _) = best(a.repeat, || Ok(ctx.run(|b| cb.encode(b, x[..].into()))?))?;
-            rows.push(with(serde_json::json!({"stage": "encode", "bytes": a.bytes, "seconds": secs, "vectors_per_second": n as f64 / secs})));
+            let (secs, _) = if a.from_device {
+                if ctx.backend().kind() != BackendKind::Cuda {
+                    return Err(format!(
+                        "--from-device needs a CUDA context; this one runs on {}",
+                        ctx.backend().kind().name()
+                    )
+                    .into());
+                }
+                let cuda = cudarc::driver::CudaContext::new(a.run.device)?;
+                let s = cuda.default_stream();
+                let xd = s.clone_htod(&x)?;
+                let (at, _sync) = cudarc::driver::DevicePtr::device_ptr(&xd, &s);
+                s.synchronize()?;
+                // SAFETY: nothing writes `xd` while it is encoded.
+                best(a.repeat, || {
+                    Ok(ctx.run(|b| unsafe { cb.encode_device(b, at, n) })?)
+                })?
+            } else {
+                best(a.repeat, || Ok(ctx.run(|b| cb.encode(b, x[..].into()))?))?
+            };
+            let input = if a.from_device { "device" } else { "host" };
+            rows.push(with(serde_json::json!({"stage": "encode", "bytes": a.bytes, "input": input, "seconds": secs, "vectors_per_second": n as f64 / secs})));
         }
         if has("search") {
             let mut index = c.new_index()?;
