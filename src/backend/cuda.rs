@@ -443,22 +443,8 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        if pq_kernel_fits(cb.pq.dsub, cb.pq.ksub()) && cb.pq.dim() >= cb.d {
-            // Everything stays on the device: nearest anchor, residual, rotation, PQ; the
-            // codebook itself is uploaded once for all calls.
-            let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-            let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
-            let mut dev = self.lock();
-            if dev.staging().is_some() {
-                // Out of `dev` while the pipeline borrows both.
-                let mut st = dev.staging.take().expect("made above");
-                let out = self.encode_pipelined(&dev, &mut st, dc, cb, Source::Host(x));
-                dev.staging = Some(st);
-                return match out? {
-                    Some(r) => Ok(r),
-                    None => Err(crate::error::non_finite_in(x, "vectors")),
-                };
-            }
+        if let Some(r) = self.encode_resident(cb, Source::Host(x))? {
+            return Ok(r);
         }
         // Shapes the kernels do not take, or no page-locked memory: step by step.
         crate::error::check_finite(x, "vectors")?;
@@ -479,16 +465,8 @@ impl Backend for CudaBackend {
             return Ok((Vec::new(), Vec::new()));
         }
         self.device_range(at, bytes)?;
-        if pq_kernel_fits(cb.pq.dsub, cb.pq.ksub()) && cb.pq.dim() >= cb.d {
-            let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-            let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
-            let mut dev = self.lock();
-            if dev.staging().is_some() {
-                let mut st = dev.staging.take().expect("made above");
-                let out = self.encode_pipelined(&dev, &mut st, dc, cb, Source::Device { at, n });
-                dev.staging = Some(st);
-                return Ok(out?.expect("device input reports its own errors"));
-            }
+        if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
+            return Ok(r);
         }
         // Shapes the kernels do not take, or no page-locked memory: the rows come to the host
         // and take the host's path.
@@ -969,12 +947,35 @@ enum Source<'a> {
 }
 
 impl CudaBackend {
+    /// Everything on the device (nearest anchor, residual, rotation, PQ) with the codebook
+    /// uploaded once for all calls, through `encode_pipelined`; `None` where the kernels do
+    /// not take the codebook's shapes or page-locked memory cannot be had.
+    fn encode_resident(
+        &self,
+        cb: &crate::Codebook,
+        src: Source<'_>,
+    ) -> Result<Option<(Vec<u32>, Vec<u8>)>> {
+        if !(pq_kernel_fits(cb.pq.dsub, cb.pq.ksub()) && cb.pq.dim() >= cb.d) {
+            return Ok(None);
+        }
+        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+        let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
+        let mut dev = self.lock();
+        if dev.staging().is_none() {
+            return Ok(None);
+        }
+        // Out of `dev` while the pipeline borrows both.
+        let mut st = dev.staging.take().expect("made above");
+        let out = self.encode_pipelined(&dev, &mut st, dc, cb, src);
+        dev.staging = Some(st);
+        out.map(Some)
+    }
+
     /// Encodes the rows of `src` a block at a time. From host memory, while block j is
     /// encoded, block j + 1 crosses the bus on the copy stream and the host fills the other
     /// staging buffer with it, checking every value on the way; from device memory each block
     /// is a device copy and a check kernel. Each block's anchor ids and PQ indices come back
-    /// into page-locked memory behind it. `None` when a value of host input is not finite
-    /// (device input fails with the error itself).
+    /// into page-locked memory behind it.
     fn encode_pipelined(
         &self,
         dev: &Device,
@@ -982,7 +983,7 @@ impl CudaBackend {
         dc: &DeviceCodebook,
         cb: &crate::Codebook,
         src: Source<'_>,
-    ) -> Result<Option<(Vec<u32>, Vec<u8>)>> {
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
         let (d, nsub) = (cb.d, cb.pq.nsub);
         let n = match src {
             Source::Host(x) => x.len() / d,
@@ -1039,7 +1040,7 @@ impl CudaBackend {
                     let host = &mut host[..blk.len()];
                     if !crate::stage::stage(host, blk) {
                         s.synchronize().map_err(|e| dev_err("encode", e))?;
-                        return Ok(None);
+                        return Err(crate::error::non_finite_in(x, "vectors"));
                     }
                     trace.mark(s, "fill");
                     let mut xv = sc.x[b].slice_mut(..blk.len());
@@ -1087,7 +1088,7 @@ impl CudaBackend {
                 return Err(self.non_finite_at(at, at_pos as usize));
             }
         }
-        Ok(Some((ids, idx)))
+        Ok((ids, idx))
     }
 
     /// Block `(r0, rows)` of the device input at `at` into `x`, checked for values that are
