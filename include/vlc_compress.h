@@ -541,6 +541,14 @@ vlcc_status vlcc_index_add(vlcc_index *ix, const float *x, size_t n, const uint6
 vlcc_status vlcc_index_add_f16(vlcc_index *ix, const uint16_t *x, size_t n, const uint64_t *ids);
 
 /**
+ * Like `vlcc_index_add` for vectors already in CUDA device memory, read in place (as
+ * `vlcc_compressor_encode_device`: `x` is a device pointer to n*d floats on the device of the
+ * index's context, which must run on CUDA, else BACKEND_UNAVAILABLE; `ids` is host memory).
+ * Nothing is added on error. Exclusive access; nothing may write `x` while the call runs.
+ */
+vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, const uint64_t *ids);
+
+/**
  * Searches `nq` queries (`queries`: nq*d floats). Writes `nq * k` results, best first, into
  * `ids` and `distances` (caller-allocated, nq*k each): squared L2 distances for L2, inner
  * products (similarities, descending) for IP and cosine. Slots beyond the reachable vectors

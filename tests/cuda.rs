@@ -348,7 +348,7 @@ impl Drop for UserBuffer {
 }
 
 #[test]
-fn encoding_from_device_memory_matches_host_memory_and_checks_its_input() {
+fn encoding_and_adding_from_device_memory_match_host_memory_and_check_the_input() {
     let Some(g) = gpu() else { return };
     let cpu = common::ctx(0);
     // At 48-d a block is 174,762 rows: 393,216 rows take three, the last one partial; their
@@ -392,6 +392,24 @@ fn encoding_from_device_memory_matches_host_memory_and_checks_its_input() {
     let mut c = vlc_compress::Compressor::new(cpu.clone(), common::small_params(64, 16));
     c.train(&x[..50_000 * d], d).unwrap();
     let cb = c.codebook().unwrap().clone();
+    // An index filled from device memory holds what one filled from host memory does.
+    let ids: Vec<u64> = (0..n as u64).map(|i| 7 * i + 3).collect();
+    let (mut from_host, mut from_dev) = (c.new_index().unwrap(), c.new_index().unwrap());
+    g.run(|b| from_host.add(b, x[..].into(), &ids)).unwrap();
+    // SAFETY: nothing writes the buffer during the call.
+    g.run(|b| unsafe { from_dev.add_device(b, at, &ids) })
+        .unwrap();
+    let p = vlc_compress::SearchParams {
+        k: 10,
+        nprobe: 8,
+        rerank: 0,
+    };
+    let q = &x[..500 * d];
+    let (a, b) = (
+        g.run(|bk| from_host.search_with(bk, q, &p, None)).unwrap(),
+        g.run(|bk| from_dev.search_with(bk, q, &p, None)).unwrap(),
+    );
+    assert_eq!((a.ids, a.distances), (b.ids, b.distances));
     // SAFETY (every call below): nothing writes the memory during the call.
     let err = |at: u64, n: usize| {
         g.run(|b| unsafe { cb.encode_device(b, at, n) })

@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
     } catch (const vlcc::Error& e) {
         caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE;
     }
+    try {
+        index.add_device(x.data(), std::span<const uint64_t>(ids).subspan(0, 10));
+        caught = false;
+    } catch (const vlcc::Error& e) {
+        caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE && index.size() == n;
+    }
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.code_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

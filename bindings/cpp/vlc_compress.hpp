@@ -167,6 +167,10 @@ public:
         if (x.size() != ids.size() * dim()) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x must hold one row per id");
         detail::check(vlcc_index_add(p_.get(), x.data(), ids.size(), ids.data()));
     }
+    // Vectors already in CUDA device memory (one row per id), read in place.
+    void add_device(const float* x_device, std::span<const uint64_t> ids) {
+        detail::check(vlcc_index_add_device(p_.get(), x_device, ids.size(), ids.data()));
+    }
     Results search(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank = 0,
                    std::span<const float> raw = {}) const {
         const size_t d = dim(), nq = queries.size() / d;

@@ -23,6 +23,9 @@ static vlcc_status encode_device(const vlcc_compressor* c, uintptr_t x, size_t n
                                  size_t out_len) {
 	return vlcc_compressor_encode_device(c, (const float*)x, n, out, out_len);
 }
+static vlcc_status index_add_device(vlcc_index* ix, uintptr_t x, size_t n, const uint64_t* ids) {
+	return vlcc_index_add_device(ix, (const float*)x, n, ids);
+}
 */
 import "C"
 
@@ -427,6 +430,20 @@ func (ix *Index) Add(x []float32, ids []uint64) error {
 		return C.vlcc_index_add(ix.p, floatPtr(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
 	})
 	runtime.KeepAlive(x)
+	runtime.KeepAlive(ids)
+	runtime.KeepAlive(ix)
+	return err
+}
+
+// AddDevice encodes len(ids) vectors already in CUDA device memory at address x (as
+// Compressor.EncodeDevice) and stores them under ids. The context must run on CUDA.
+func (ix *Index) AddDevice(x uintptr, ids []uint64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := call(func() C.vlcc_status {
+		return C.index_add_device(ix.p, C.uintptr_t(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+	})
 	runtime.KeepAlive(ids)
 	runtime.KeepAlive(ix)
 	return err

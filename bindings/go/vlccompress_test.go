@@ -100,6 +100,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	defer ix.Close()
 	ids := rowIDs(3000)
+	if err := ix.AddDevice(uintptr(unsafe.Pointer(&x[0])), ids); !errors.As(err, &ve) || ve.Status != StatusBackendUnavailable {
+		t.Fatalf("device input on the CPU: %v", err)
+	}
 	if err := ix.Add(x, ids); err != nil {
 		t.Fatal(err)
 	}

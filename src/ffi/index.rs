@@ -1,8 +1,8 @@
 //! `vlcc_index`: add with ids, search, remove, stats, save/load (memory-mapped), serialize.
 
 use super::boundary::{
-    c_path, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice, write_out,
-    FfiResult,
+    c_path, check_ptr, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice,
+    write_out, FfiResult,
 };
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
@@ -143,6 +143,33 @@ pub unsafe extern "C" fn vlcc_index_add_f16(
 ) -> vlcc_status {
     ffi_boundary! {
         add(ix, |d| Ok(Vectors::F16(bytemuck::cast_slice(slice(x, count(n, d, "vectors")?, "x")?))), n, ids)
+    }
+}
+
+/// Like `vlcc_index_add` for vectors already in CUDA device memory, read in place (as
+/// `vlcc_compressor_encode_device`: `x` is a device pointer to n*d floats on the device of the
+/// index's context, which must run on CUDA, else BACKEND_UNAVAILABLE; `ids` is host memory).
+/// Nothing is added on error. Exclusive access; nothing may write `x` while the call runs.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_add_device(
+    ix: *mut vlcc_index,
+    x: *const f32,
+    n: usize,
+    ids: *const u64,
+) -> vlcc_status {
+    ffi_boundary! {
+        let h = index_mut(ix)?;
+        let len = count(n, h.index.codebook().dim(), "vectors")?;
+        let ids = slice(ids, n, "ids")?;
+        if n == 0 {
+            return Ok(());
+        }
+        check_ptr(x, len, "x")?;
+        let (IndexHandle { ctx, index }, at) = (h, x as u64);
+        // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the backend
+        // checks the range before reading it.
+        ctx.run(|b| unsafe { index.add_device(b, at, ids) })?;
+        Ok(())
     }
 }
 

@@ -203,6 +203,22 @@ impl Index {
             )));
         }
         let (anchor, codes) = self.cb.encode_parts(backend, x)?;
+        self.append(&anchor, &codes, ids)
+    }
+
+    /// As `add`, for `ids.len()` vectors in CUDA device memory at address `at`, read in place
+    /// (`Codebook::encode_parts_device`; CUDA backends only).
+    ///
+    /// # Safety
+    /// Nothing writes the vectors at `at` while the call runs.
+    pub unsafe fn add_device(&mut self, backend: &dyn Backend, at: u64, ids: &[u64]) -> Result<()> {
+        // SAFETY: as the caller vouches.
+        let (anchor, codes) = unsafe { self.cb.encode_parts_device(backend, at, ids.len())? };
+        self.append(&anchor, &codes, ids)
+    }
+
+    /// Appends encoded vectors (each one's anchor and code) to their lists under `ids`.
+    fn append(&mut self, anchor: &[u32], codes: &[u8], ids: &[u64]) -> Result<()> {
         let cs = self.cb.code_size();
         let (lids, lcodes) = self.owned_lists()?;
         for (i, (&a, &id)) in anchor.iter().zip(ids).enumerate() {

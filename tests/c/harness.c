@@ -258,6 +258,12 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     for (size_t i = 0; i < N; i++) ids[i] = 1000 + i;
     expect_status(vlcc_index_add(ix, x, N, NULL), VLCC_STATUS_NULL_POINTER);
     expect_status(vlcc_index_add(NULL, x, N, ids), VLCC_STATUS_NULL_POINTER);
+    /* Device input: pointer checks, then this CPU context's answer; nothing is added. */
+    expect_status(vlcc_index_add_device(ix, x, N, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_add_device(ix, NULL, N, ids), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_add_device(NULL, x, N, ids), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_add_device(ix, x, N, ids), VLCC_STATUS_BACKEND_UNAVAILABLE);
+    expect_status(vlcc_index_add_device(ix, NULL, 0, NULL), VLCC_STATUS_OK);
     expect_status(vlcc_index_add(ix, x, N, ids), VLCC_STATUS_OK);
     size_t size = 0, d = 0;
     expect_status(vlcc_index_size(ix, &size), VLCC_STATUS_OK);
