@@ -410,6 +410,17 @@ fn encoding_and_adding_from_device_memory_match_host_memory_and_check_the_input(
         g.run(|bk| from_dev.search_with(bk, q, &p, None)).unwrap(),
     );
     assert_eq!((a.ids, a.distances), (b.ids, b.distances));
+    // Memory from the stream-ordered pool (cuMemAllocAsync, as cudarc allocates) reads alike.
+    let s = cuda.default_stream();
+    let pooled = s.clone_htod(&x[..1000 * d]).unwrap();
+    let (pat, _sync) = cudarc::driver::DevicePtr::device_ptr(&pooled, &s);
+    s.synchronize().unwrap();
+    // SAFETY: nothing writes `pooled` during the call.
+    let dev = g
+        .run(|b| unsafe { cb.encode_device(b, pat, 1000) })
+        .unwrap();
+    let host = g.run(|b| cb.encode(b, x[..1000 * d].into())).unwrap();
+    assert_eq!(dev, host);
     // SAFETY (every call below): nothing writes the memory during the call.
     let err = |at: u64, n: usize| {
         g.run(|b| unsafe { cb.encode_device(b, at, n) })
