@@ -26,8 +26,20 @@ struct Centroids {
     kept: wgpu::Buffer,
     spread: wgpu::Buffer,
     sums: wgpu::Buffer,
-    /// fp16 halves for cooperative matrices, remade by every assignment.
+    /// fp16 halves for cooperative matrices, remade with the norms whenever the centroids
+    /// change.
     halves: Option<Halves>,
+}
+
+impl Centroids {
+    /// Records what the assignment reads besides the centroids, once they have changed:
+    /// their norms, and their fp16 halves where cooperative matrices are used.
+    fn derive(&self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, d: usize) {
+        b.row_norms(enc, &self.c, self.k, d, 0, &self.cn);
+        if let (Some(m), Some(h)) = (b.mma(), &self.halves) {
+            b.halves(enc, m, &self.c, self.k, d, h);
+        }
+    }
 }
 
 /// A training set resident on a WGPU device.
@@ -149,7 +161,7 @@ impl KmeansSession for WgpuSession<'_> {
         }
         let c = self.centroids_ref()?;
         let mut enc = b.encoder();
-        b.row_norms(&mut enc, &c.c, k, d, 0, &c.cn);
+        c.derive(b, &mut enc, d);
         // Not waited for: the queue keeps the order, and the next read-back waits for it.
         b.queue.submit([enc.finish()]);
         Ok(())
@@ -174,9 +186,6 @@ impl KmeansSession for WgpuSession<'_> {
             let g = b.groups_for(k);
             let p = Params::new(&[0, 0, k as u32, 0, 0, 0, 1, g.0]);
             b.dispatch(&mut enc, &b.k.offsets, p, &[(2, &c.off), (15, &c.bias)], g);
-        }
-        if let (Some(m), Some(h)) = (b.mma(), &c.halves) {
-            b.halves(&mut enc, m, &c.c, k, d, h);
         }
         for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
             let halves = match (self.halves.get(i), &c.halves, &self.listed) {
@@ -306,7 +315,7 @@ impl KmeansSession for WgpuSession<'_> {
             &[(11, &c.kept), (13, &c.sums), (14, &c.c)],
             g,
         );
-        b.row_norms(&mut enc, &c.c, k, d, 0, &c.cn);
+        c.derive(b, &mut enc, d);
         // Not waited for: the next assignment's read-back waits for both.
         b.queue.submit([enc.finish()]);
         self.trace.borrow_mut().mark(b, &mut b.encoder(), "means");
