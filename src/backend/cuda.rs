@@ -331,7 +331,7 @@ impl CudaBackend {
     fn up_staged(&self, dev: &mut Device, v: &[f32]) -> Result<CudaSlice<f32>> {
         let s = dev.stream.clone();
         let Some(st) = (v.len() >= 2 * STAGE).then(|| dev.staging()).flatten() else {
-            crate::error::check_finite(v, "points")?;
+            crate::error::check_finite(v, "training vectors")?;
             return self.up(&s, v);
         };
         // SAFETY: every element is written by the copies below before any kernel reads it.
@@ -347,7 +347,7 @@ impl CudaBackend {
             let host = &mut host[..chunk.len()];
             // The copy checks the values: the caller's input needs no pass of its own.
             if !crate::stage::stage(host, chunk) {
-                return Err(crate::error::non_finite_in(v, "points"));
+                return Err(crate::error::non_finite_in(v, "training vectors"));
             }
             let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
             // From page-locked memory the copy is asynchronous: the event says when the

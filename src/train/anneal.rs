@@ -116,14 +116,8 @@ pub fn train_anchors_from(
         (None, Init::Sample) => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
     };
     trace.mark("init", || ());
-    let mut sess = match backend.kmeans_session(&xs, d, p.precision) {
-        // The host's check gives the position within the caller's input.
-        Err(Error::NonFinite(m)) => {
-            crate::error::check_finite(x, "training vectors")?;
-            return Err(Error::NonFinite(m));
-        }
-        s => s?,
-    };
+    // Where the session checks, it names the value as the host's check would: `xs` is `x`.
+    let mut sess = backend.kmeans_session(&xs, d, p.precision)?;
     sess.set_centroids(&c)?;
     trace.mark("session", || ());
 

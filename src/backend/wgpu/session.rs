@@ -78,7 +78,7 @@ impl<'a> WgpuSession<'a> {
                 i * per,
                 chunk.len() / d,
                 b.upload_finite(chunk, "training points")?
-                    .ok_or_else(|| crate::error::non_finite_in(x, "points"))?,
+                    .ok_or_else(|| crate::error::non_finite_in(x, "training vectors"))?,
             ));
         }
         let xn = b.zeros(n * 4, "point norms")?;
