@@ -115,6 +115,15 @@ pub(crate) fn check_finite_from(x: &[f32], what: &str, base: usize) -> Result<()
     }
 }
 
+/// `r`, with `OutOfMemory` as `None`: for callers that have a way that needs less memory.
+pub(crate) fn none_if_out_of_memory<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::OutOfMemory(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reserves `n` elements, reporting allocation failure as `OutOfMemory` instead of aborting.
 pub(crate) fn try_vec<T: Clone>(n: usize, fill: T, what: &str) -> Result<Vec<T>> {
     let mut v = Vec::new();

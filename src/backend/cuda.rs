@@ -732,11 +732,7 @@ impl Split {
 
     /// As `new`, or `None` where the device has no room (the caller then runs fp32 GEMMs).
     fn if_room(s: &Arc<CudaStream>, rows: usize, d: usize) -> Result<Option<Split>> {
-        match Split::new(s, rows, d) {
-            Ok(v) => Ok(Some(v)),
-            Err(Error::OutOfMemory(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
+        crate::error::none_if_out_of_memory(Split::new(s, rows, d))
     }
 
     /// Splits the first `rows` rows of `x` (rows x d) into these buffers.

@@ -214,11 +214,7 @@ impl<T> Resident<T> {
         key: u64,
         upload: impl FnOnce() -> Result<T>,
     ) -> Result<Option<&T>> {
-        match self.get(key, upload) {
-            Ok(t) => Ok(Some(t)),
-            Err(crate::Error::OutOfMemory(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
+        crate::error::none_if_out_of_memory(self.get(key, upload))
     }
 }
 
