@@ -312,17 +312,6 @@ fn pipelined_encoding_matches_the_cpu_and_rejects_non_finite_values() {
     common::encoding_parity_and_bad_values(&cpu, &g, x, d, 200_000, (64, 4), 1_100_000, f32::NAN);
 }
 
-/// The share of codec records equal in `a` and `b` (records of `size` bytes).
-fn same_records(a: &[u8], b: &[u8], size: usize) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let same = a
-        .chunks_exact(size)
-        .zip(b.chunks_exact(size))
-        .filter(|(x, y)| x == y)
-        .count();
-    same as f64 / (a.len() / size).max(1) as f64
-}
-
 /// `len` floats of device memory from `cuMemAlloc`, as a user's own code would have them (the
 /// driver reports such an allocation's range exactly; pooled ones belong to a larger range).
 struct UserBuffer(u64);
@@ -376,9 +365,10 @@ fn encoding_and_adding_from_device_memory_match_host_memory_and_check_the_input(
         let on_cpu = cpu.run(|b| cb.encode(b, x[..].into())).unwrap();
         // SAFETY: nothing writes the buffer during the call.
         let dev = g.run(|b| unsafe { cb.encode_device(b, at, n) }).unwrap();
+        assert_eq!((dev.len(), dev.len()), (host.len(), on_cpu.len()));
         let (vs_host, vs_cpu) = (
-            same_records(&dev, &host, cb.codec_size()),
-            same_records(&dev, &on_cpu, cb.codec_size()),
+            common::same_records(&dev, &host, cb.codec_size()),
+            common::same_records(&dev, &on_cpu, cb.codec_size()),
         );
         eprintln!(
             "{metric:?} {rotation:?}: identical to host input {vs_host:.5}, to the CPU {vs_cpu:.5}"

@@ -51,15 +51,19 @@ pub fn code_agreement(
     let cb = c.codebook().unwrap().clone();
     let on_cpu = cpu.run(|b| cb.encode(b, base.data[..].into())).unwrap();
     let on_dev = dev.run(|b| cb.encode(b, base.data[..].into())).unwrap();
-    let size = on_cpu.len() / base.rows;
-    let same = on_cpu
-        .chunks_exact(size)
-        .zip(on_dev.chunks_exact(size))
-        .filter(|(a, b)| a == b)
-        .count();
-    let frac = same as f64 / base.rows as f64;
+    let frac = same_records(&on_cpu, &on_dev, on_cpu.len() / base.rows);
     eprintln!("{bytes} B, {bits} bits, {rotation:?}: identical codes {frac:.4}");
     frac
+}
+
+/// The share of records (`size` bytes each) that are equal in `a` and `b`.
+pub fn same_records(a: &[u8], b: &[u8], size: usize) -> f64 {
+    let same = a
+        .chunks_exact(size)
+        .zip(b.chunks_exact(size))
+        .filter(|(x, y)| x == y)
+        .count();
+    same as f64 / (a.len() / size).max(1) as f64
 }
 
 /// Mean recall@10 over seeds 1..=3 of an index trained on `ctx` (`anchors`, 16 B) from `base`
@@ -316,13 +320,7 @@ pub fn encoding_parity_and_bad_values(
     let on_cpu = cpu.run(|b| cb.encode(b, x[..].into())).unwrap();
     let on_dev = dev.run(|b| cb.encode(b, x[..].into())).unwrap();
     assert_eq!(on_cpu.len(), on_dev.len());
-    let size = cb.codec_size();
-    let same = on_cpu
-        .chunks_exact(size)
-        .zip(on_dev.chunks_exact(size))
-        .filter(|(a, b)| a == b)
-        .count() as f64
-        / n as f64;
+    let same = same_records(&on_cpu, &on_dev, cb.codec_size());
     eprintln!("identical codes over {n} rows: {same:.5}");
     assert!(same >= 0.99, "only {same} of codes are identical");
     let at = row * d + 3;
