@@ -302,6 +302,16 @@ fn assignment_matches_the_cpu_on_ragged_shapes() {
 }
 
 #[test]
+fn updates_match_the_cpu_with_many_anchors() {
+    let Some(g) = gpu() else { return };
+    let (n, d, k) = (12_000, 16, 700);
+    let x = common::clustered(n, d, 40, 7);
+    for trim in [0.0, 0.1] {
+        common::update_parity(&g, &x, d, &x[..k * d], trim, &format!("k={k} trim={trim}"));
+    }
+}
+
+#[test]
 fn pipelined_encoding_matches_the_cpu_and_rejects_non_finite_values() {
     let Some(g) = gpu() else { return };
     // At 16-d a staging block is 524,288 rows: 1.2M rows take both buffers, reuse the

@@ -89,6 +89,17 @@ fn anchors_match_the_cpu() {
 }
 
 #[test]
+fn updates_match_the_cpu_with_many_anchors() {
+    let Some(g) = gpu() else { return };
+    // 700 centroids: above a workgroup of threads and not a multiple of one.
+    let (n, d, k) = (12_000, 16, 700);
+    let x = common::clustered(n, d, 40, 7);
+    for trim in [0.0, 0.1] {
+        common::update_parity(&g, &x, d, &x[..k * d], trim, &format!("k={k} trim={trim}"));
+    }
+}
+
+#[test]
 fn uploads_larger_than_a_piece_arrive_whole() {
     let Some(g) = gpu() else { return };
     // 70,000 x 64 floats: 17.9 MB, which goes up as a 16 MB piece and a ragged rest.

@@ -11,7 +11,7 @@ struct Params {
     first: u32,    // update_sums: the first block overwrites the sums
     use_bias: u32,
     groups_x: u32, // workgroups along x, for grids folded into two dimensions
-    trim: f32,     // update_cut: the fraction of farthest members dropped
+    _p3: u32,
     _p0: u32,
     _p1: u32,
     _p2: u32,
@@ -33,6 +33,11 @@ struct Params {
 @group(0) @binding(13) var<storage, read_write> sums: array<f32>;
 @group(0) @binding(14) var<storage, read_write> cent: array<f32>;
 @group(0) @binding(15) var<storage, read> bias: array<f32>;
+@group(0) @binding(16) var<storage, read> cnorm: array<f32>;
+@group(0) @binding(17) var<storage, read_write> start_out: array<u32>;
+// update_cut: the fraction of farthest members dropped. Not a parameter: it changes every
+// iteration while the parameters' bind group is made once.
+@group(0) @binding(18) var<storage, read> trim: array<f32>;
 
 // Threads per workgroup: set from the adapter's limits when the pipelines are built.
 const WG: u32 = 256u;
@@ -65,12 +70,52 @@ fn row_norms(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     norms[P.row0 + i] = s;
 }
 
-// off[j] = |c_j|^2 + bias[j], written over the norms: what the assignment adds to -2 x.c.
+// Before an assignment: its offsets off[j] = |c_j|^2 (+ bias[j]), written into norms, and
+// the counts zeroed for count_energy.
 @compute @workgroup_size(WG)
 fn offsets(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let j = linear(wg) * WG + lid.x;
-    if (j < P.k && P.use_bias != 0u) {
-        norms[j] += bias[j];
+    if (j < P.k) {
+        var o = cnorm[j];
+        if (P.use_bias != 0u) {
+            o += bias[j];
+        }
+        norms[j] = o;
+        atomicStore(&counts[j], 0u);
+    }
+}
+
+// Each group's place in the members' order, from the counts on the device: start[j] is the
+// sum of the counts before j (start[k] = n), and the scatter's cursor starts there. One
+// workgroup: each thread sums its own run of counts, a scan over the threads places the runs.
+@compute @workgroup_size(WG)
+fn group_starts(@builtin(local_invocation_id) lid: vec3<u32>) {
+    let per = (P.k + WG - 1u) / WG;
+    let b = min(lid.x * per, P.k);
+    let e = min(b + per, P.k);
+    var s = 0u;
+    for (var j = b; j < e; j++) {
+        s += atomicLoad(&counts[j]);
+    }
+    red_u[lid.x] = s;
+    workgroupBarrier();
+    for (var o = 1u; o < WG; o <<= 1u) {
+        var v = 0u;
+        if (lid.x >= o) {
+            v = red_u[lid.x - o];
+        }
+        workgroupBarrier();
+        red_u[lid.x] += v;
+        workgroupBarrier();
+    }
+    var at = red_u[lid.x] - s;
+    for (var j = b; j < e; j++) {
+        start_out[j] = at;
+        atomicStore(&cursor[j], at);
+        at += atomicLoad(&counts[j]);
+    }
+    if (lid.x == WG - 1u) {
+        start_out[P.k] = red_u[WG - 1u];
     }
 }
 
@@ -160,7 +205,7 @@ fn update_cut(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
     let b = start[j];
     let e = start[j + 1u];
     let count = e - b;
-    let drop = u32(floor(f32(count) * P.trim));
+    let drop = u32(floor(f32(count) * trim[0]));
     var c = 0xffffffffu;
     if (drop > 0u) {
         var keep = count - drop;

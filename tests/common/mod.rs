@@ -233,6 +233,42 @@ pub fn assignment_parity(
     }
 }
 
+/// One assignment and trimmed update of `x` (n x d) from the centroids `c` on `dev` and on the
+/// CPU, twice (the second reuses what the first made): the same counts, and means and spreads
+/// equal up to the order of float sums. Many centroids (above a workgroup, not a multiple of
+/// one) test how the device places each group's members.
+pub fn update_parity(dev: &Context, x: &[f32], d: usize, c: &[f32], trim: f32, label: &str) {
+    let step = |ctx: &Context| {
+        let mut s = ctx
+            .backend()
+            .kmeans_session(x, d, vlc_compress::Precision::Exact)
+            .unwrap();
+        s.set_centroids(c).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let counts = s.assign(None).unwrap().counts;
+            s.update(trim).unwrap();
+            let (means, spread) = s.centroids_and_spread().unwrap();
+            out.push((counts, means, spread));
+        }
+        out
+    };
+    let (want, got) = (step(&ctx(2)), step(dev));
+    // Distances carry the rounding of |x|^2 + |c|^2 - 2 x.c: up to a few ulps of |x|^2.
+    let sq = x.iter().map(|v| v * v).sum::<f32>() / (x.len() / d) as f32;
+    let close = |a: &[f32], b: &[f32], floor: f32, what: &str| {
+        for (i, (u, v)) in a.iter().zip(b).enumerate() {
+            let tol = 1e-4 * u.abs() + floor;
+            assert!((u - v).abs() <= tol, "{label}: {what} {i}: {u} vs {v}");
+        }
+    };
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(w.0, g.0, "{label}: counts");
+        close(&w.1, &g.1, 1e-4, "mean value");
+        close(&w.2, &g.2, 1e-5 * sq, "spread");
+    }
+}
+
 /// `assignment_parity` on ragged shapes (sizes off any power of two, d below a warp and
 /// above it, one centroid, more centroids than rows), each with and without a bias.
 pub fn ragged_assignment_parity(dev: &Context) {

@@ -3,7 +3,7 @@
 //! products run there, and the rows whose winner the fp16 products cannot prove go through
 //! the fp32 kernel again. The answers are the fp32 kernel's.
 
-use super::{fold, Assign, Params, WgpuBackend};
+use super::{fold, Assign, Params, Rec, WgpuBackend};
 use crate::error::Result;
 
 /// Anchors per chunk of `assign_mma` (`CH` in mma.wgsl).
@@ -166,9 +166,11 @@ impl WgpuBackend {
     }
 
     /// Records the fp16 halves of `rows` rows of `x` (`d` values each) into `into`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn halves(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        enc: &mut Rec,
+        keep: Option<&super::Binds>,
         mma: &Mma,
         x: &wgpu::Buffer,
         rows: usize,
@@ -178,20 +180,20 @@ impl WgpuBackend {
         let (gx, gy) = fold(rows.div_ceil(self.wg as usize));
         let p = Params::new(&[rows as u32, 0, d as u32, 0, 0, gx, into.dp as u32]);
         let bufs = [(13, x), (14, &into.h), (15, &into.s)];
-        self.dispatch(enc, &mma.halves, p, &bufs, (gx, gy, 1));
+        self.dispatch_kept(enc, keep, &mma.halves, p, &bufs, (gx, gy, 1));
     }
 
     /// Records `assign_mma` over the points' and anchors' halves, then the fp32 assignment
     /// of the rows it left (listed in `listed`: a count and up to `a.rows` rows).
     pub(super) fn assign_mma(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        enc: &mut Rec,
         mma: &Mma,
         a: &Assign<'_>,
         (xh, ch, listed): (&Halves, &Halves, &wgpu::Buffer),
         trace: &mut super::Trace,
     ) {
-        enc.clear_buffer(listed, 0, Some(4));
+        enc.enc().clear_buffer(listed, 0, Some(4));
         let (gx, gy) = fold(a.rows.div_ceil(mma.rows));
         let p = a.params(gx, xh.dp as u32);
         let bufs = [
@@ -208,7 +210,7 @@ impl WgpuBackend {
             (11, a.dist),
             (12, listed),
         ];
-        self.dispatch(enc, &mma.assign, p, &bufs, (gx, gy, 1));
+        self.dispatch_kept(enc, a.keep, &mma.assign, p, &bufs, (gx, gy, 1));
         trace.mark(self, enc, "assign fp16");
         if trace.recording() {
             let left = self

@@ -14,6 +14,8 @@ mod session;
 
 use super::{Backend, BackendKind, KmeansSession, Transfers};
 use crate::error::{Error, Result};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
@@ -151,6 +153,7 @@ struct Pipelines {
     assign: wgpu::ComputePipeline,
     row_norms: wgpu::ComputePipeline,
     offsets: wgpu::ComputePipeline,
+    group_starts: wgpu::ComputePipeline,
     count_energy: wgpu::ComputePipeline,
     scatter: wgpu::ComputePipeline,
     update_cut: wgpu::ComputePipeline,
@@ -180,7 +183,7 @@ pub struct WgpuBackend {
     /// The first error the device reported outside a scope (or its loss), not yet returned.
     fault: Arc<Mutex<Option<Error>>>,
     /// Parameter blocks by content: iterations repeat the same few, so each is made once.
-    uniforms: Mutex<std::collections::HashMap<[u32; 12], wgpu::Buffer>>,
+    uniforms: Mutex<HashMap<[u32; 12], wgpu::Buffer>>,
     h2d: AtomicU64,
     d2h: AtomicU64,
     lists: Mutex<super::Resident<search::DeviceLists>>,
@@ -288,6 +291,7 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         assign: pipe(&dots, "assign")?,
         row_norms: pipe(&kmeans, "row_norms")?,
         offsets: pipe(&kmeans, "offsets")?,
+        group_starts: pipe(&kmeans, "group_starts")?,
         count_energy: pipe(&kmeans, "count_energy")?,
         scatter: pipe(&kmeans, "scatter")?,
         update_cut: pipe(&kmeans, "update_cut")?,
@@ -425,7 +429,7 @@ impl Trace {
         self.0.recording()
     }
     /// Ends a step: when recording, submits what `enc` holds, waits, and starts a new encoder.
-    pub fn mark(&mut self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, step: &'static str) {
+    pub fn mark(&mut self, b: &WgpuBackend, enc: &mut Rec, step: &'static str) {
         self.0.mark(step, || {
             let done = std::mem::replace(enc, b.encoder());
             let _ = b.finish(done);
@@ -433,10 +437,13 @@ impl Trace {
     }
 }
 
-/// Results on their way back from the device (`WgpuBackend::start_read`).
+/// Results on their way back from the device (`WgpuBackend::start_read`): the parts lie one
+/// after another (offset, bytes) in one staging buffer.
 struct PendingRead {
-    stage: Vec<(wgpu::Buffer, usize)>,
-    done: Arc<Mutex<Vec<Result<()>>>>,
+    stage: wgpu::Buffer,
+    parts: Vec<(usize, usize)>,
+    end: u64,
+    done: Arc<Mutex<Option<Result<()>>>>,
     index: wgpu::SubmissionIndex,
 }
 
@@ -450,26 +457,94 @@ impl PendingRead {
             })
             .map_err(|e| Error::Device(format!("WGPU: {e}")))?;
         b.check()?;
-        for r in self
-            .done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            r?;
-        }
-        let mut out = Vec::with_capacity(self.stage.len());
-        for (s, bytes) in &self.stage {
-            let view = s
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| Error::Device(format!("WGPU: reading back: {e}")))?;
-            out.push(view[..*bytes].to_vec());
-            drop(view);
-            s.unmap();
-            b.d2h.fetch_add(*bytes as u64, Ordering::Relaxed);
-        }
+        let mapped = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        mapped.unwrap_or_else(|| Err(Error::Device("WGPU: a read-back was not mapped".into())))?;
+        let view = self
+            .stage
+            .slice(..self.end)
+            .get_mapped_range()
+            .map_err(|e| Error::Device(format!("WGPU: reading back: {e}")))?;
+        let out = self
+            .parts
+            .iter()
+            .map(|&(at, bytes)| view[at..at + bytes].to_vec())
+            .collect();
+        drop(view);
+        self.stage.unmap();
+        let total: usize = self.parts.iter().map(|p| p.1).sum();
+        b.d2h.fetch_add(total as u64, Ordering::Relaxed);
         Ok(out)
+    }
+}
+
+/// A command encoder whose dispatches share one compute pass until a copy, a clear or the
+/// end needs the encoder itself: closing a pass took the host longer than recording the
+/// dispatch in it.
+pub(crate) struct Rec {
+    /// Declared first: dropped (so ended) before the encoder.
+    pass: Option<wgpu::ComputePass<'static>>,
+    enc: wgpu::CommandEncoder,
+}
+
+impl Rec {
+    /// The open compute pass, begun if none is.
+    fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+        self.pass.get_or_insert_with(|| {
+            self.enc
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                })
+                .forget_lifetime()
+        })
+    }
+
+    /// The encoder, for a copy or a clear: ends the open pass first.
+    fn enc(&mut self) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
+        &mut self.enc
+    }
+
+    fn finish(mut self) -> wgpu::CommandBuffer {
+        self.pass = None;
+        self.enc.finish()
+    }
+}
+
+/// Bind groups a k-means session keeps: its iterations bind the same buffers with the same
+/// parameters again and again, and making a bind group took more of the host's time than
+/// recording its dispatch. Kept until the session drops them (the buffers with them).
+#[derive(Default)]
+pub(crate) struct Binds(RefCell<HashMap<BindKey, wgpu::BindGroup>>);
+
+type BindKey = (wgpu::ComputePipeline, [u32; 12], Vec<(u32, wgpu::Buffer)>);
+
+impl Binds {
+    /// Most groups kept: parameters that change every iteration (the trim) make new ones.
+    const MAX: usize = 256;
+
+    fn get(
+        &self,
+        pipe: &wgpu::ComputePipeline,
+        params: &Params,
+        bufs: &[(u32, &wgpu::Buffer)],
+        make: impl FnOnce() -> wgpu::BindGroup,
+    ) -> wgpu::BindGroup {
+        let key = (
+            pipe.clone(),
+            params.0,
+            bufs.iter().map(|&(i, b)| (i, b.clone())).collect(),
+        );
+        let mut map = self.0.borrow_mut();
+        if map.len() >= Self::MAX {
+            map.clear();
+        }
+        map.entry(key).or_insert_with(make).clone()
+    }
+
+    /// Forgets every group (their buffers are about to be replaced).
+    pub fn clear(&self) {
+        self.0.borrow_mut().clear();
     }
 }
 
@@ -503,6 +578,8 @@ pub(crate) struct Assign<'a> {
     /// For cooperative matrices: the points' and anchors' halves, and room for the rows
     /// they leave to fp32 (a count, then up to `rows` rows).
     halves: Option<(&'a mma::Halves, &'a mma::Halves, &'a wgpu::Buffer)>,
+    /// Where a session keeps the bind groups.
+    keep: Option<&'a Binds>,
 }
 
 impl Assign<'_> {
@@ -651,7 +728,8 @@ impl WgpuBackend {
                     }
                 };
                 let mut enc = self.encoder();
-                enc.copy_buffer_to_buffer(&src, 0, &b, at as u64, padded as u64);
+                enc.enc()
+                    .copy_buffer_to_buffer(&src, 0, &b, at as u64, padded as u64);
                 self.queue.submit([enc.finish()]);
                 if let (Some(hb), Some(pool)) = (lent, host.as_deref_mut()) {
                     pool.give(&self.queue, hb);
@@ -669,20 +747,53 @@ impl WgpuBackend {
         self.h2d.fetch_add(bytes.len() as u64, Ordering::Relaxed);
     }
 
-    fn encoder(&self) -> wgpu::CommandEncoder {
-        self.device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+    fn encoder(&self) -> Rec {
+        Rec {
+            pass: None,
+            enc: self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }),
+        }
     }
 
     /// Records one dispatch of `pipe` with `params` at binding 0 and `bufs` at their bindings.
     fn dispatch(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        enc: &mut Rec,
         pipe: &wgpu::ComputePipeline,
         params: Params,
         bufs: &[(u32, &wgpu::Buffer)],
         groups: (u32, u32, u32),
     ) {
+        self.dispatch_kept(enc, None, pipe, params, bufs, groups);
+    }
+
+    /// As `dispatch`, taking the bind group from `keep` (made there once) where given.
+    fn dispatch_kept(
+        &self,
+        enc: &mut Rec,
+        keep: Option<&Binds>,
+        pipe: &wgpu::ComputePipeline,
+        params: Params,
+        bufs: &[(u32, &wgpu::Buffer)],
+        groups: (u32, u32, u32),
+    ) {
+        let bg = match keep {
+            Some(k) => k.get(pipe, &params, bufs, || self.bind_group(pipe, &params, bufs)),
+            None => self.bind_group(pipe, &params, bufs),
+        };
+        let pass = enc.pass();
+        pass.set_pipeline(pipe);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+    }
+
+    fn bind_group(
+        &self,
+        pipe: &wgpu::ComputePipeline,
+        params: &Params,
+        bufs: &[(u32, &wgpu::Buffer)],
+    ) -> wgpu::BindGroup {
         let ub = {
             let mut cache = self.uniforms.lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= 4096 {
@@ -708,22 +819,15 @@ impl WgpuBackend {
             binding: *i,
             resource: b.as_entire_binding(),
         }));
-        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipe.get_bind_group_layout(0),
             entries: &entries,
-        });
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(pipe);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        })
     }
 
     /// Submits `enc` and waits for it.
-    fn finish(&self, enc: wgpu::CommandEncoder) -> Result<()> {
+    fn finish(&self, enc: Rec) -> Result<()> {
         self.queue.submit([enc.finish()]);
         self.wait()
     }
@@ -737,39 +841,55 @@ impl WgpuBackend {
 
     /// Submits `enc` with copies of `parts` (buffer, bytes) appended, waits, and returns their
     /// bytes: one round trip for several small results.
-    fn read(
-        &self,
-        enc: wgpu::CommandEncoder,
-        parts: &[(&wgpu::Buffer, usize)],
-    ) -> Result<Vec<Vec<u8>>> {
-        self.start_read(enc, parts)?.finish(self)
+    fn read(&self, enc: Rec, parts: &[(&wgpu::Buffer, usize)]) -> Result<Vec<Vec<u8>>> {
+        self.start_read(enc, parts, None)?.finish(self)
     }
 
-    /// As `read`, without waiting: the device runs `enc` while the host goes on.
+    /// As `read`, without waiting: the device runs `enc` while the host goes on. The parts
+    /// come back through `into` where it is large enough (a caller that reads every
+    /// iteration keeps one), else through a new buffer.
     fn start_read(
         &self,
-        mut enc: wgpu::CommandEncoder,
+        mut enc: Rec,
         parts: &[(&wgpu::Buffer, usize)],
+        into: Option<&wgpu::Buffer>,
     ) -> Result<PendingRead> {
-        let mut stage = Vec::with_capacity(parts.len());
-        for (b, bytes) in parts {
+        let mut at = Vec::with_capacity(parts.len());
+        let mut end = 0;
+        for (_, bytes) in parts {
+            at.push((end, *bytes));
+            end += bytes.max(&4).next_multiple_of(4);
+        }
+        let stage = match into {
+            Some(s) if s.size() >= end as u64 => s.clone(),
+            _ => self.buffer("readback", end, Self::READ_BACK, false)?,
+        };
+        for ((b, bytes), &(o, _)) in parts.iter().zip(&at) {
             let size = bytes.max(&4).next_multiple_of(4);
-            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-            let s = self.buffer("readback", size, usage, false)?;
-            enc.copy_buffer_to_buffer(b, 0, &s, 0, size as u64);
-            stage.push((s, *bytes));
+            enc.enc()
+                .copy_buffer_to_buffer(b, 0, &stage, o as u64, size as u64);
         }
         let index = self.queue.submit([enc.finish()]);
-        let done: Arc<Mutex<Vec<Result<()>>>> = Arc::new(Mutex::new(Vec::new()));
-        for (s, _) in &stage {
-            let d = done.clone();
-            s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        let done = Arc::new(Mutex::new(None));
+        let d = done.clone();
+        stage
+            .slice(..end as u64)
+            .map_async(wgpu::MapMode::Read, move |r| {
                 let r = r.map_err(|e| Error::Device(format!("WGPU: reading back: {e}")));
-                d.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+                *d.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
             });
-        }
-        Ok(PendingRead { stage, done, index })
+        Ok(PendingRead {
+            stage,
+            parts: at,
+            end: end as u64,
+            done,
+            index,
+        })
     }
+
+    /// Usage of read-back buffers.
+    const READ_BACK: wgpu::BufferUsages =
+        wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 
     /// Workgroups (folded into two dimensions) for `items` threads of a 1-D kernel.
     fn groups_for(&self, items: usize) -> (u32, u32, u32) {
@@ -780,7 +900,7 @@ impl WgpuBackend {
     /// `out (rows x n) = a (rows x k) . b (n x k)^T`.
     fn dots(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        enc: &mut Rec,
         a: &wgpu::Buffer,
         rows: usize,
         b: &wgpu::Buffer,
@@ -807,7 +927,7 @@ impl WgpuBackend {
 
     /// Records an assignment: on cooperative matrices where the backend has them and the
     /// caller gave halves, else in fp32. The same answers either way.
-    fn assign_rows(&self, enc: &mut wgpu::CommandEncoder, a: &Assign<'_>, trace: &mut Trace) {
+    fn assign_rows(&self, enc: &mut Rec, a: &Assign<'_>, trace: &mut Trace) {
         match (self.mma(), a.halves) {
             (Some(mma), Some(h)) => self.assign_mma(enc, mma, a, h, trace),
             _ => self.assign_exact(enc, a, None),
@@ -816,16 +936,12 @@ impl WgpuBackend {
 
     /// The fp32 assignment (dots.wgsl) of every row of the block, or of the rows `listed`
     /// names (a count, then rows within the block).
-    fn assign_exact(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        a: &Assign<'_>,
-        listed: Option<&wgpu::Buffer>,
-    ) {
+    fn assign_exact(&self, enc: &mut Rec, a: &Assign<'_>, listed: Option<&wgpu::Buffer>) {
         let (gx, gy) = fold(a.rows.div_ceil(TILE));
         let p = a.params(gx, listed.is_some() as u32);
-        self.dispatch(
+        self.dispatch_kept(
             enc,
+            a.keep,
             &self.k.assign,
             p,
             &[
@@ -843,9 +959,11 @@ impl WgpuBackend {
     }
 
     /// Squared norms of `rows` rows of `x` into `out[row0..]`.
+    #[allow(clippy::too_many_arguments)]
     fn row_norms(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        enc: &mut Rec,
+        keep: Option<&Binds>,
         x: &wgpu::Buffer,
         rows: usize,
         d: usize,
@@ -854,7 +972,8 @@ impl WgpuBackend {
     ) {
         let g = self.groups_for(rows);
         let p = Params::new(&[0, d as u32, 0, row0 as u32, rows as u32, 0, 0, g.0]);
-        self.dispatch(enc, &self.k.row_norms, p, &[(1, x), (2, out)], g);
+        let bufs = [(1, x), (2, out)];
+        self.dispatch_kept(enc, keep, &self.k.row_norms, p, &bufs, g);
     }
 
     /// Rows per block so that a block of `width` floats per row fits one binding.
@@ -867,7 +986,7 @@ impl WgpuBackend {
     #[allow(clippy::too_many_arguments)]
     fn pq_on_device(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        enc: &mut Rec,
         y: &wgpu::Buffer,
         rows: usize,
         nsub: usize,

@@ -1,7 +1,7 @@
 //! Encoding and index search on the WGPU device. The codebook of the last call and the lists
 //! of the last searched index stay resident (re-uploaded when they change).
 
-use super::{Params, Trace, WgpuBackend, MAX_GROUPS, TILE};
+use super::{Params, Rec, Trace, WgpuBackend, MAX_GROUPS, TILE};
 use crate::error::Result;
 use crate::quant::Codebook;
 use std::sync::Arc;
@@ -87,7 +87,7 @@ impl DeviceCodebook {
             Some(m) => {
                 let h = super::mma::Halves::new(b, m, cb.anchors(), cb.d, "anchors (fp16)")?;
                 let mut enc = b.encoder();
-                b.halves(&mut enc, m, &anchors, cb.anchors(), cb.d, &h);
+                b.halves(&mut enc, None, m, &anchors, cb.anchors(), cb.d, &h);
                 // Not waited for: the queue keeps the order, and each block's read-back
                 // waits for it.
                 b.queue.submit([enc.finish()]);
@@ -112,7 +112,7 @@ impl DeviceCodebook {
 /// `y` (rows x dp, on the device) rotated by the codebook's rotation, if it has one.
 fn rotated(
     b: &WgpuBackend,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Rec,
     dc: &DeviceCodebook,
     y: wgpu::Buffer,
     rows: usize,
@@ -129,7 +129,7 @@ fn rotated(
 #[allow(clippy::too_many_arguments)]
 fn residuals(
     b: &WgpuBackend,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Rec,
     x: &wgpu::Buffer,
     rows: usize,
     cb: &Codebook,
@@ -212,9 +212,9 @@ pub(super) fn encode_residuals(
         let xn = b.zeros(rows * 4, "vector norms")?;
         let assigned = b.zeros(rows * 4, "anchor ids")?;
         let dist = b.zeros(rows * 4, "anchor distances")?;
-        b.row_norms(&mut enc, &xd, rows, d, 0, &xn);
+        b.row_norms(&mut enc, None, &xd, rows, d, 0, &xn);
         if let Some((mm, xh, _, _)) = &halves {
-            b.halves(&mut enc, mm, &xd, rows, d, xh);
+            b.halves(&mut enc, None, mm, &xd, rows, d, xh);
         }
         let a = super::Assign {
             x: &xd,
@@ -229,6 +229,7 @@ pub(super) fn encode_residuals(
             assigned: &assigned,
             dist: &dist,
             halves: halves.as_ref().map(|(_, xh, l, ch)| (xh, *ch, l)),
+            keep: None,
         };
         b.assign_rows(&mut enc, &a, &mut trace);
         trace.mark(b, &mut enc, "anchors");
@@ -237,7 +238,7 @@ pub(super) fn encode_residuals(
         trace.mark(b, &mut enc, "residuals");
         let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.pq.ksub())?;
         trace.mark(b, &mut enc, "pq");
-        let next = b.start_read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)])?;
+        let next = b.start_read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)], None)?;
         // The previous block comes back while this one runs.
         collect(pending.replace(next))?;
     }

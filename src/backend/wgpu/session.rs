@@ -1,9 +1,13 @@
 //! k-means on the WGPU device: the training set is uploaded once (in blocks of rows that each
-//! fit one storage binding) and every iteration runs there. Per iteration the bias and the
-//! group offsets go up and the counts, energy partials and spreads come down: O(k) values.
+//! fit one storage binding) and every iteration runs there. Per iteration the bias goes up
+//! and the counts and energy partials come down (the spreads too, when maintenance asks):
+//! O(k) values. The group offsets of the update are made on the device from its counts.
+//!
+//! A warm iteration makes no buffers and no bind groups: the session keeps both, since at
+//! small sizes the host's time per iteration is what bounds training.
 
 use super::mma::Halves;
-use super::{fold, u32_of, Assign, Params, Trace, WgpuBackend};
+use super::{fold, u32_of, Assign, Binds, Params, Rec, Trace, WgpuBackend};
 use crate::backend::{AssignStats, KmeansSession};
 use crate::error::{Error, Result};
 
@@ -26,6 +30,8 @@ struct Centroids {
     kept: wgpu::Buffer,
     spread: wgpu::Buffer,
     sums: wgpu::Buffer,
+    /// Where the counts and energy partials come back, every assignment.
+    back: wgpu::Buffer,
     /// fp16 halves for cooperative matrices, remade with the norms whenever the centroids
     /// change.
     halves: Option<Halves>,
@@ -34,10 +40,10 @@ struct Centroids {
 impl Centroids {
     /// Records what the assignment reads besides the centroids, once they have changed:
     /// their norms, and their fp16 halves where cooperative matrices are used.
-    fn derive(&self, b: &WgpuBackend, enc: &mut wgpu::CommandEncoder, d: usize) {
-        b.row_norms(enc, &self.c, self.k, d, 0, &self.cn);
+    fn derive(&self, b: &WgpuBackend, enc: &mut Rec, keep: &Binds, d: usize) {
+        b.row_norms(enc, Some(keep), &self.c, self.k, d, 0, &self.cn);
         if let (Some(m), Some(h)) = (b.mma(), &self.halves) {
-            b.halves(enc, m, &self.c, self.k, d, h);
+            b.halves(enc, Some(keep), m, &self.c, self.k, d, h);
         }
     }
 }
@@ -57,11 +63,14 @@ pub struct WgpuSession<'a> {
     dist: wgpu::Buffer,
     order: wgpu::Buffer,
     partial: wgpu::Buffer,
+    /// The update's trim fraction, and the value it holds (written when it changes).
+    trim: (wgpu::Buffer, Option<f32>),
     c: Option<Centroids>,
     /// Counts of the last assignment (the update's group offsets come from them).
     counts: Vec<u32>,
     /// Whether the centroid buffers hold an update's spread.
     updated: bool,
+    keep: Binds,
     trace: std::cell::RefCell<Trace>,
 }
 
@@ -85,10 +94,10 @@ impl<'a> WgpuSession<'a> {
         let mut enc = b.encoder();
         let mut halves = Vec::new();
         for (row0, rows, buf) in &blocks {
-            b.row_norms(&mut enc, buf, *rows, d, *row0, &xn);
+            b.row_norms(&mut enc, None, buf, *rows, d, *row0, &xn);
             if let Some(m) = b.mma() {
                 let h = Halves::new(b, m, *rows, d, "training points (fp16)")?;
-                b.halves(&mut enc, m, buf, *rows, d, &h);
+                b.halves(&mut enc, None, m, buf, *rows, d, &h);
                 halves.push(h);
             }
         }
@@ -109,9 +118,11 @@ impl<'a> WgpuSession<'a> {
             dist: b.zeros(n * 4, "distances")?,
             order: b.zeros(n * 4, "members")?,
             partial: b.zeros(ENERGY_GROUPS * 4, "energy partials")?,
+            trim: (b.zeros(4, "trim")?, None),
             c: None,
             counts: Vec::new(),
             updated: false,
+            keep: Binds::default(),
             trace: std::cell::RefCell::new(Trace::new()),
         })
     }
@@ -138,6 +149,7 @@ impl KmeansSession for WgpuSession<'_> {
             b.write(&self.c.as_ref().expect("checked").c, centroids);
         } else {
             self.c = None; // free the old buffers first
+            self.keep.clear();
             self.updated = false;
             let z = |bytes: usize, what: &str| b.zeros(bytes, what);
             self.c = Some(Centroids {
@@ -153,6 +165,12 @@ impl KmeansSession for WgpuSession<'_> {
                 kept: z(k * 4, "kept counts")?,
                 spread: z(k * 4, "spreads")?,
                 sums: z(k * d * 4, "centroid sums")?,
+                back: b.buffer(
+                    "counts read-back",
+                    (k + ENERGY_GROUPS) * 4,
+                    WgpuBackend::READ_BACK,
+                    false,
+                )?,
                 halves: match b.mma() {
                     Some(m) => Some(Halves::new(b, m, k, d, "centroids (fp16)")?),
                     None => None,
@@ -161,7 +179,7 @@ impl KmeansSession for WgpuSession<'_> {
         }
         let c = self.centroids_ref()?;
         let mut enc = b.encoder();
-        c.derive(b, &mut enc, d);
+        c.derive(b, &mut enc, &self.keep, d);
         // Not waited for: the queue keeps the order, and the next read-back waits for it.
         b.queue.submit([enc.finish()]);
         Ok(())
@@ -180,13 +198,12 @@ impl KmeansSession for WgpuSession<'_> {
             }
             b.write(&c.bias, v);
         }
+        let keep = Some(&self.keep);
         let mut enc = b.encoder();
-        enc.copy_buffer_to_buffer(&c.cn, 0, &c.off, 0, (k * 4) as u64);
-        if bias.is_some() {
-            let g = b.groups_for(k);
-            let p = Params::new(&[0, 0, k as u32, 0, 0, 0, 1, g.0]);
-            b.dispatch(&mut enc, &b.k.offsets, p, &[(2, &c.off), (15, &c.bias)], g);
-        }
+        let g = b.groups_for(k);
+        let p = Params::new(&[0, 0, k as u32, 0, 0, 0, bias.is_some() as u32, g.0]);
+        let bufs = [(2, &c.off), (5, &c.counts), (15, &c.bias), (16, &c.cn)];
+        b.dispatch_kept(&mut enc, keep, &b.k.offsets, p, &bufs, g);
         for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
             let halves = match (self.halves.get(i), &c.halves, &self.listed) {
                 (Some(xh), Some(ch), Some(l)) => Some((xh, ch, l)),
@@ -205,16 +222,17 @@ impl KmeansSession for WgpuSession<'_> {
                 assigned: &self.assigned,
                 dist: &self.dist,
                 halves,
+                keep,
             };
             b.assign_rows(&mut enc, &a, &mut self.trace.borrow_mut());
         }
         self.trace.borrow_mut().mark(b, &mut enc, "assign");
-        enc.clear_buffer(&c.counts, 0, None);
         // A grid set by n alone, so the energy's order of sums repeats.
         let groups = n.div_ceil(b.wg as usize).min(ENERGY_GROUPS);
         let p = Params::new(&[n as u32, d as u32, k as u32]);
-        b.dispatch(
+        b.dispatch_kept(
             &mut enc,
+            keep,
             &b.k.count_energy,
             p,
             &[
@@ -225,7 +243,8 @@ impl KmeansSession for WgpuSession<'_> {
             ],
             (groups as u32, 1, 1),
         );
-        let mut r = b.read(enc, &[(&c.counts, k * 4), (&self.partial, groups * 4)])?;
+        let parts = [(&c.counts, k * 4), (&self.partial, groups * 4)];
+        let mut r = b.start_read(enc, &parts, Some(&c.back))?.finish(b)?;
         let partial: Vec<f32> = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
         self.counts = bytemuck::pod_collect_to_vec(&r.pop().expect("two parts"));
         let energy = partial.iter().map(|&v| v as f64).sum();
@@ -237,6 +256,10 @@ impl KmeansSession for WgpuSession<'_> {
 
     fn update(&mut self, trim: f32) -> Result<()> {
         let (b, d, n) = (self.b, self.d, self.n);
+        if self.trim.1 != Some(trim) {
+            b.write(&self.trim.0, &[trim]);
+            self.trim.1 = Some(trim);
+        }
         let c = self.centroids_ref()?;
         let k = c.k;
         if self.counts.len() != k {
@@ -244,18 +267,16 @@ impl KmeansSession for WgpuSession<'_> {
                 "update needs an assignment to the current centroids".into(),
             ));
         }
-        let mut start = Vec::with_capacity(k + 1);
-        start.push(0u32);
-        for &v in &self.counts {
-            start.push(start.last().expect("not empty") + v);
-        }
-        b.write(&c.start, &start);
+        let keep = Some(&self.keep);
         let mut enc = b.encoder();
-        enc.copy_buffer_to_buffer(&c.start, 0, &c.cursor, 0, (k * 4) as u64);
+        let p = Params::new(&[n as u32, d as u32, k as u32]);
+        let bufs = [(5, &c.counts), (7, &c.cursor), (17, &c.start)];
+        b.dispatch_kept(&mut enc, keep, &b.k.group_starts, p, &bufs, (1, 1, 1));
         let g = b.groups_for(n);
         let p = Params::new(&[n as u32, d as u32, k as u32, 0, 0, 0, 0, g.0]);
-        b.dispatch(
+        b.dispatch_kept(
             &mut enc,
+            keep,
             &b.k.scatter,
             p,
             &[(3, &self.assigned), (7, &c.cursor), (8, &self.order)],
@@ -263,9 +284,10 @@ impl KmeansSession for WgpuSession<'_> {
         );
         self.trace.borrow_mut().mark(b, &mut enc, "scatter");
         let (gx, gy) = fold(k);
-        let p = Params::new(&[n as u32, d as u32, k as u32, 0, 0, 0, 0, gx, trim.to_bits()]);
-        b.dispatch(
+        let p = Params::new(&[n as u32, d as u32, k as u32, 0, 0, 0, 0, gx]);
+        b.dispatch_kept(
             &mut enc,
+            keep,
             &b.k.update_cut,
             p,
             &[
@@ -275,6 +297,7 @@ impl KmeansSession for WgpuSession<'_> {
                 (10, &c.cut),
                 (11, &c.kept),
                 (12, &c.spread),
+                (18, &self.trim.0),
             ],
             (gx, gy, 1),
         );
@@ -290,8 +313,9 @@ impl KmeansSession for WgpuSession<'_> {
                 0,
                 gx,
             ]);
-            b.dispatch(
+            b.dispatch_kept(
                 &mut enc,
+                keep,
                 &b.k.update_sums,
                 p,
                 &[
@@ -308,14 +332,15 @@ impl KmeansSession for WgpuSession<'_> {
         self.trace.borrow_mut().mark(b, &mut enc, "sums");
         let g = b.groups_for(k * d);
         let p = Params::new(&[0, d as u32, k as u32, 0, 0, 0, 0, g.0]);
-        b.dispatch(
+        b.dispatch_kept(
             &mut enc,
+            keep,
             &b.k.finalize,
             p,
             &[(11, &c.kept), (13, &c.sums), (14, &c.c)],
             g,
         );
-        c.derive(b, &mut enc, d);
+        c.derive(b, &mut enc, &self.keep, d);
         // Not waited for: the next assignment's read-back waits for both.
         b.queue.submit([enc.finish()]);
         self.trace.borrow_mut().mark(b, &mut b.encoder(), "means");
