@@ -304,11 +304,7 @@ fn assignment_matches_the_cpu_on_ragged_shapes() {
 #[test]
 fn updates_match_the_cpu_with_many_anchors() {
     let Some(g) = gpu() else { return };
-    let (n, d, k) = (12_000, 16, 700);
-    let x = common::clustered(n, d, 40, 7);
-    for trim in [0.0, 0.1] {
-        common::update_parity(&g, &x, d, &x[..k * d], trim, &format!("k={k} trim={trim}"));
-    }
+    common::many_anchor_update_parity(&g);
 }
 
 #[test]

@@ -233,10 +233,19 @@ pub fn assignment_parity(
     }
 }
 
+/// `update_parity` with 700 centroids (above a workgroup of threads, not a multiple of one),
+/// untrimmed and trimmed: how the device places each group's members.
+pub fn many_anchor_update_parity(dev: &Context) {
+    let (n, d, k) = (12_000, 16, 700);
+    let x = clustered(n, d, 40, 7);
+    for trim in [0.0, 0.1] {
+        update_parity(dev, &x, d, &x[..k * d], trim, &format!("k={k} trim={trim}"));
+    }
+}
+
 /// One assignment and trimmed update of `x` (n x d) from the centroids `c` on `dev` and on the
 /// CPU, twice (the second reuses what the first made): the same counts, and means and spreads
-/// equal up to the order of float sums. Many centroids (above a workgroup, not a multiple of
-/// one) test how the device places each group's members.
+/// equal up to the order of float sums.
 pub fn update_parity(dev: &Context, x: &[f32], d: usize, c: &[f32], trim: f32, label: &str) {
     let step = |ctx: &Context| {
         let mut s = ctx
