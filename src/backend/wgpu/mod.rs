@@ -448,32 +448,38 @@ struct PendingRead {
 }
 
 impl PendingRead {
-    /// Waits for the submission and returns the bytes of every part.
+    /// Waits for the submission and returns the bytes of every part. The buffer is unmapped
+    /// whenever its mapping came through, so that a kept one serves the next read even
+    /// after an error.
     fn finish(self, b: &WgpuBackend) -> Result<Vec<Vec<u8>>> {
-        b.device
+        let waited = b
+            .device
             .poll(wgpu::PollType::Wait {
                 submission_index: Some(self.index),
                 timeout: None,
             })
-            .map_err(|e| Error::Device(format!("WGPU: {e}")))?;
-        b.check()?;
+            .map_err(|e| Error::Device(format!("WGPU: {e}")));
         let mapped = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
-        mapped.unwrap_or_else(|| Err(Error::Device("WGPU: a read-back was not mapped".into())))?;
-        let view = self
-            .stage
-            .slice(..self.end)
-            .get_mapped_range()
-            .map_err(|e| Error::Device(format!("WGPU: reading back: {e}")))?;
-        let out = self
-            .parts
-            .iter()
-            .map(|&(at, bytes)| view[at..at + bytes].to_vec())
-            .collect();
-        drop(view);
-        self.stage.unmap();
+        let out = match mapped {
+            Some(Ok(())) => {
+                let view = self.stage.slice(..self.end).get_mapped_range();
+                let out = view.map(|v| {
+                    let parts = self.parts.iter();
+                    parts
+                        .map(|&(at, bytes)| v[at..at + bytes].to_vec())
+                        .collect()
+                });
+                self.stage.unmap();
+                out.map_err(|e| Error::Device(format!("WGPU: reading back: {e}")))
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(Error::Device("WGPU: a read-back was not mapped".into())),
+        };
+        waited?;
+        b.check()?;
         let total: usize = self.parts.iter().map(|p| p.1).sum();
         b.d2h.fetch_add(total as u64, Ordering::Relaxed);
-        Ok(out)
+        out
     }
 }
 
