@@ -7,11 +7,27 @@ mod common;
 use std::sync::Arc;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
-    vecio, AnchorParams, BackendKind, Context, Error, Init, Metric, NoProgress, Precision, Rotation,
+    vecio, AnchorParams, BackendKind, Compressor, Context, Error, Init, Metric, NoProgress,
+    Precision, Rotation, SearchParams,
 };
 
+/// A WGPU context opened with the variables `vars` set (the backend reads them as it opens).
+/// Tests run in parallel: contexts open one at a time, so no other test's sees the variables.
+fn open_with(vars: &[(&str, &str)]) -> Result<Context, Error> {
+    static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+    for (var, value) in vars {
+        std::env::set_var(var, value);
+    }
+    let g = Context::new(BackendKind::Wgpu, 0, 0);
+    for (var, _) in vars {
+        std::env::remove_var(var);
+    }
+    g
+}
+
 fn gpu() -> Option<Arc<Context>> {
-    match Context::new(BackendKind::Wgpu, 0, 0) {
+    match open_with(&[]) {
         Ok(c) => Some(Arc::new(c)),
         Err(e)
             if std::env::var_os("CI").is_some()
@@ -29,10 +45,7 @@ fn gpu() -> Option<Arc<Context>> {
 /// `gpu()` opened with the variable `var` set (which the backend reads when it opens), and
 /// describing itself with `says`.
 fn gpu_with((var, value): (&str, &str), says: &str) -> Option<Arc<Context>> {
-    std::env::set_var(var, value);
-    let g = Context::new(BackendKind::Wgpu, 0, 0);
-    std::env::remove_var(var);
-    let g = g.ok().map(Arc::new).or_else(gpu)?;
+    let g = open_with(&[(var, value)]).ok().map(Arc::new).or_else(gpu)?;
     let what = g.backend().describe();
     assert!(what.contains(says), "{var}={value}: {what}");
     Some(g)
@@ -150,10 +163,7 @@ fn split_bindings_give_the_same_steps() {
     };
     let whole = step(&g);
     // 64 KB bindings: the 600 KB training set goes up in ten blocks.
-    std::env::set_var("VLCC_WGPU_MAX_BINDING", "65536");
-    let split = Context::new(BackendKind::Wgpu, 0, 0);
-    std::env::remove_var("VLCC_WGPU_MAX_BINDING");
-    let split = split.unwrap();
+    let split = open_with(&[("VLCC_WGPU_MAX_BINDING", "65536")]).unwrap();
     let parts = step(&split);
     assert_eq!(whole.0.counts, parts.0.counts);
     assert!((whole.0.energy - parts.0.energy).abs() <= 1e-6 * whole.0.energy);
@@ -230,6 +240,56 @@ fn device_search_matches_the_host() {
         // The results came from the device, not from the host fallback.
         assert!(d2h > 0, "{what}: searched on the host");
     });
+}
+
+#[test]
+fn a_lost_device_answers_every_call_with_an_error() {
+    let Some(g) = gpu() else { return };
+    let d = 16;
+    let x = common::clustered(4000, d, 20, 9);
+    let ids: Vec<u64> = (0..4000).collect();
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 8,
+        rerank: 0,
+    };
+    // Train, encode, build an index, search: every step on the device.
+    let run = |ctx: &Arc<Context>| -> Result<usize, Error> {
+        let mut c = Compressor::new(ctx.clone(), common::small_params(32, 8));
+        c.train(&x, d)?;
+        let cb = c.codebook()?.clone();
+        let codes = ctx.run(|b| cb.encode(b, x[..].into()))?;
+        let mut ix = c.new_index()?;
+        ctx.run(|b| ix.add(b, x[..].into(), &ids))?;
+        let found = ctx.run(|b| ix.search_with(b, &x[..100 * d], &sp, None))?;
+        Ok(codes.len() + found.ids.len())
+    };
+    let whole = run(&g).unwrap();
+    // The device is lost after its nth submission, n along a growing sequence, until the
+    // whole run fits before the loss.
+    let (mut n, mut next, mut lost) = (1, 2, 0);
+    loop {
+        let ctx = Arc::new(open_with(&[("VLCC_WGPU_LOSE_AFTER", &n.to_string())]).unwrap());
+        match run(&ctx) {
+            Ok(got) => {
+                assert_eq!(got, whole);
+                break;
+            }
+            Err(Error::Device(m)) if m.contains("device was lost") => {
+                // And so is every later call, at once.
+                let again = run(&ctx).unwrap_err();
+                assert!(
+                    matches!(&again, Error::Device(m) if m.contains("lost")),
+                    "{again:?}"
+                );
+                lost += 1;
+            }
+            Err(e) => panic!("lost after submission {n}: {e:?}"),
+        }
+        (n, next) = (next, n + next);
+    }
+    eprintln!("lost at {lost} points of a run; the whole run took under {n} submissions");
+    assert!(lost >= 8, "only {lost} losses were tried");
 }
 
 #[test]

@@ -17,8 +17,7 @@ use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use wgpu::util::DeviceExt;
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use session::WgpuSession;
 
@@ -180,8 +179,12 @@ pub struct WgpuBackend {
     search: Mutex<search::PipeCache>,
     /// PQ assignment pipelines by sub-vector width.
     pq: Mutex<Vec<(usize, Arc<wgpu::ComputePipeline>)>>,
-    /// The first error the device reported outside a scope (or its loss), not yet returned.
+    /// The first error the device reported outside a scope, not yet returned.
     fault: Arc<Mutex<Option<Error>>>,
+    /// Why the device was lost, once it is: every later call answers with it.
+    lost: Arc<OnceLock<String>>,
+    /// Submissions left before the test hook destroys the device (0: never).
+    lose_after: AtomicU64,
     /// Parameter blocks by content: iterations repeat the same few, so each is made once.
     uniforms: Mutex<HashMap<[u32; 12], wgpu::Buffer>>,
     h2d: AtomicU64,
@@ -263,12 +266,16 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert(mine);
     }));
-    let f = fault.clone();
+    // Nothing here destroys the device but the test hook below, so every loss is reported.
+    let lost: Arc<OnceLock<String>> = Arc::default();
+    let l = lost.clone();
     device.set_device_lost_callback(move |reason, msg| {
-        if reason != wgpu::DeviceLostReason::Destroyed {
-            let e = Error::Device(format!("WGPU: the device was lost ({reason:?}): {msg}"));
-            f.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-        }
+        let why = format!("WGPU: the device was lost ({reason:?})");
+        let _ = l.set(if msg.is_empty() {
+            why
+        } else {
+            format!("{why}: {msg}")
+        });
     });
     let wg = workgroup_size(&limits);
     // A smaller binding cap makes tests split arrays into blocks on any adapter.
@@ -315,6 +322,15 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         search: Mutex::new(Vec::new()),
         pq: Mutex::new(Vec::new()),
         fault,
+        lost,
+        // A test hook: `VLCC_WGPU_LOSE_AFTER=N` destroys the device after its Nth submission,
+        // so tests can check that each step of a run answers a lost device with an error.
+        lose_after: AtomicU64::new(
+            std::env::var("VLCC_WGPU_LOSE_AFTER")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        ),
         uniforms: Mutex::new(Default::default()),
         h2d: AtomicU64::new(0),
         d2h: AtomicU64::new(0),
@@ -475,11 +491,12 @@ impl PendingRead {
             Some(Err(e)) => Err(e),
             None => Err(Error::Device("WGPU: a read-back was not mapped".into())),
         };
-        waited?;
         b.check()?;
+        waited.map_err(|e| b.explain(e))?;
+        let out = out.map_err(|e| b.explain(e))?;
         let total: usize = self.parts.iter().map(|p| p.1).sum();
         b.d2h.fetch_add(total as u64, Ordering::Relaxed);
-        out
+        Ok(out)
     }
 }
 
@@ -613,8 +630,20 @@ impl WgpuBackend {
         self.cpu_adapter
     }
 
-    /// The error the device reported since the last check, if any.
+    /// `e`, or where the device is lost and `e` is a device's failure, the loss: the root of
+    /// whatever failed after it.
+    fn explain(&self, e: Error) -> Error {
+        match (self.lost.get(), e) {
+            (Some(why), Error::Device(_) | Error::OutOfMemory(_)) => Error::Device(why.clone()),
+            (_, e) => e,
+        }
+    }
+
+    /// The error the device reported since the last check (its loss first), if any.
     fn check(&self) -> Result<()> {
+        if let Some(why) = self.lost.get() {
+            return Err(Error::Device(why.clone()));
+        }
         match self.fault.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -658,6 +687,7 @@ impl WgpuBackend {
                 mapped_at_creation: mapped,
             })
         })
+        .map_err(|e| self.explain(e))
     }
 
     /// A zeroed storage buffer of `bytes` (at least 4).
@@ -706,7 +736,7 @@ impl WgpuBackend {
         let b = self.buffer(what, size, Self::USAGE, mapped)?;
         let mut clean = true;
         if mapped {
-            clean = fill_mapped(&b, len, what, fill)?;
+            clean = fill_mapped(&b, len, what, fill).map_err(|e| self.explain(e))?;
             b.unmap();
         } else {
             // In pieces, each copied up while the host fills the next: filling and the copy
@@ -719,7 +749,7 @@ impl WgpuBackend {
                 // The source, and the pool's buffer behind it (back to the pool once sent).
                 let (src, lent) = match host.as_deref_mut() {
                     Some(pool) => {
-                        let mut hb = pool.take(&self.device)?;
+                        let mut hb = pool.take(&self.device).map_err(|e| self.explain(e))?;
                         let mem = &mut hb.bytes()[..padded];
                         mem[piece..].fill(0);
                         clean &= fill_host(&mut mem[..piece], &shifted);
@@ -728,7 +758,8 @@ impl WgpuBackend {
                     None => {
                         let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
                         let stage = self.buffer("upload staging", padded, usage, true)?;
-                        clean &= fill_mapped(&stage, piece, what, &shifted)?;
+                        clean &= fill_mapped(&stage, piece, what, &shifted)
+                            .map_err(|e| self.explain(e))?;
                         stage.unmap();
                         (stage, None)
                     }
@@ -736,7 +767,7 @@ impl WgpuBackend {
                 let mut enc = self.encoder();
                 enc.enc()
                     .copy_buffer_to_buffer(&src, 0, &b, at as u64, padded as u64);
-                self.queue.submit([enc.finish()]);
+                self.submit(enc);
                 if let (Some(hb), Some(pool)) = (lent, host.as_deref_mut()) {
                     pool.give(&self.queue, hb);
                 }
@@ -808,12 +839,17 @@ impl WgpuBackend {
             cache
                 .entry(params.0)
                 .or_insert_with(|| {
-                    self.device
-                        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                            label: None,
-                            contents: bytemuck::cast_slice(&params.0),
-                            usage: wgpu::BufferUsages::UNIFORM,
-                        })
+                    // Written, not mapped at creation: a lost device fails the write with an
+                    // error where wgpu's mapped initialisation panics.
+                    let ub = self.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: None,
+                        size: std::mem::size_of_val(&params.0) as u64,
+                        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    });
+                    self.queue
+                        .write_buffer(&ub, 0, bytemuck::cast_slice(&params.0));
+                    ub
                 })
                 .clone()
         };
@@ -832,17 +868,32 @@ impl WgpuBackend {
         })
     }
 
+    /// Submits what `enc` recorded.
+    fn submit(&self, enc: Rec) -> wgpu::SubmissionIndex {
+        let index = self.queue.submit([enc.finish()]);
+        let left = self.lose_after.load(Ordering::Relaxed);
+        if left > 0 && self.lose_after.fetch_sub(1, Ordering::Relaxed) == 1 {
+            // A driver's loss is known at once (wgpu calls back from the failing call);
+            // destroying reports only once the queue drains, so the hook records it here.
+            self.device.destroy();
+            let _ = self
+                .lost
+                .set("WGPU: the device was lost (VLCC_WGPU_LOSE_AFTER)".into());
+        }
+        index
+    }
+
     /// Submits `enc` and waits for it.
     fn finish(&self, enc: Rec) -> Result<()> {
-        self.queue.submit([enc.finish()]);
+        self.submit(enc);
         self.wait()
     }
 
     fn wait(&self) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Device(format!("WGPU: {e}")))?;
-        self.check()
+        let waited = self.device.poll(wgpu::PollType::wait_indefinitely());
+        self.check()?;
+        waited.map_err(|e| Error::Device(format!("WGPU: {e}")))?;
+        Ok(())
     }
 
     /// Submits `enc` with copies of `parts` (buffer, bytes) appended, waits, and returns their
@@ -875,7 +926,7 @@ impl WgpuBackend {
             enc.enc()
                 .copy_buffer_to_buffer(b, 0, &stage, o as u64, size as u64);
         }
-        let index = self.queue.submit([enc.finish()]);
+        let index = self.submit(enc);
         let done = Arc::new(Mutex::new(None));
         let d = done.clone();
         stage

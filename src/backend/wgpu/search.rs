@@ -90,7 +90,7 @@ impl DeviceCodebook {
                 b.halves(&mut enc, None, m, &anchors, cb.anchors(), cb.d, &h);
                 // Not waited for: the queue keeps the order, and each block's read-back
                 // waits for it.
-                b.queue.submit([enc.finish()]);
+                b.submit(enc);
                 Some(h)
             }
             None => None,

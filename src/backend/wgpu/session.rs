@@ -181,7 +181,7 @@ impl KmeansSession for WgpuSession<'_> {
         let mut enc = b.encoder();
         c.derive(b, &mut enc, &self.keep, d);
         // Not waited for: the queue keeps the order, and the next read-back waits for it.
-        b.queue.submit([enc.finish()]);
+        b.submit(enc);
         Ok(())
     }
 
@@ -342,7 +342,7 @@ impl KmeansSession for WgpuSession<'_> {
         );
         c.derive(b, &mut enc, &self.keep, d);
         // Not waited for: the next assignment's read-back waits for both.
-        b.queue.submit([enc.finish()]);
+        b.submit(enc);
         self.trace.borrow_mut().mark(b, &mut b.encoder(), "means");
         self.updated = true;
         Ok(())
