@@ -319,6 +319,18 @@ impl CudaBackend {
         self.dev.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Makes the context current on this thread. Calls that may free device buffers before
+    /// any other CUDA call (a resident codebook or index replaced) start here: the free needs
+    /// the context current, and on a thread without it the driver's error surfaced at the
+    /// next upload instead.
+    fn bind(&self) -> Result<()> {
+        let dev = self.lock();
+        dev.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| dev_err("bind context", e))
+    }
+
     fn up<T: DeviceRepr>(&self, s: &Arc<CudaStream>, v: &[T]) -> Result<CudaSlice<T>> {
         self.h2d
             .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
@@ -498,6 +510,7 @@ impl Backend for CudaBackend {
         if !fits {
             return Ok(None);
         }
+        self.bind()?;
         let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
         let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
         let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
@@ -577,6 +590,7 @@ fn free_bytes(ctx: &CudaContext) -> usize {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        let _ = self.bind();
         // Our buffers go first, then what the pool kept of them goes back to the device.
         *self.lists.get_mut().unwrap_or_else(|e| e.into_inner()) = Resident::new();
         *self.codebook.get_mut().unwrap_or_else(|e| e.into_inner()) = Resident::new();
@@ -954,6 +968,7 @@ impl CudaBackend {
         if !(pq_kernel_fits(cb.pq.dsub, cb.pq.ksub()) && cb.pq.dim() >= cb.d) {
             return Ok(None);
         }
+        self.bind()?;
         let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
         let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
         let mut dev = self.lock();
@@ -1777,6 +1792,13 @@ impl<'a> CudaSession<'a> {
             cursor: z32(k)?,
             spread: zf(k)?,
         })
+    }
+}
+
+impl Drop for CudaSession<'_> {
+    fn drop(&mut self) {
+        // The buffers are freed on the dropping thread, which may not have the context.
+        let _ = self.b.bind();
     }
 }
 
