@@ -347,6 +347,23 @@ pub unsafe extern "C" fn vlcc_compressor_train_report(
     }
 }
 
+/// Writes the codes `encode` makes of `n` vectors into `out`, which is checked first to hold
+/// them (`encode` sees it, to check its input against it); nothing is written on error.
+unsafe fn codes_into(
+    c: *const vlcc_compressor,
+    n: usize,
+    out: *mut u8,
+    out_len: usize,
+    encode: impl FnOnce(&Compressor, &[u8]) -> FfiResult<Vec<u8>>,
+) -> FfiResult {
+    let c = compressor_ref(c)?;
+    let need = count(n, c.codebook()?.codec_size(), "codes")?;
+    let dst = out_buf(out, out_len, need, "out")?;
+    let codes = encode(c, dst)?;
+    dst.copy_from_slice(&codes);
+    Ok(())
+}
+
 unsafe fn encode_into(
     c: *const vlcc_compressor,
     x: Vectors<'_>,
@@ -354,18 +371,14 @@ unsafe fn encode_into(
     out: *mut u8,
     out_len: usize,
 ) -> FfiResult {
-    let c = compressor_ref(c)?;
-    let cb = c.codebook()?;
-    let need = count(n, cb.codec_size(), "codes")?;
-    let dst = out_buf(out, out_len, need, "out")?;
-    let src: &[u8] = match x {
-        Vectors::F32(v) => bytemuck::cast_slice(v),
-        Vectors::F16(v) => bytemuck::cast_slice(v),
-    };
-    no_overlap(src, dst, "input vectors and output codes")?;
-    let codes = c.encode(x)?;
-    dst.copy_from_slice(&codes);
-    Ok(())
+    codes_into(c, n, out, out_len, |c, dst| {
+        let src: &[u8] = match x {
+            Vectors::F32(v) => bytemuck::cast_slice(v),
+            Vectors::F16(v) => bytemuck::cast_slice(v),
+        };
+        no_overlap(src, dst, "input vectors and output codes")?;
+        Ok(c.encode(x)?)
+    })
 }
 
 /// Encodes `n` vectors (`x`: n*d floats, d = the codebook's dimension) into `out`, which must hold
@@ -419,19 +432,16 @@ pub unsafe extern "C" fn vlcc_compressor_encode_device(
     out_len: usize,
 ) -> vlcc_status {
     ffi_boundary! {
-        let c = compressor_ref(c)?;
-        let cb = c.codebook()?;
-        let len = count(n, cb.dim(), "vectors")?;
-        let dst = out_buf(out, out_len, count(n, cb.codec_size(), "codes")?, "out")?;
-        if n == 0 {
-            return Ok(());
-        }
-        check_ptr(x, len, "x")?;
-        // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the backend
-        // checks the range before reading it.
-        let codes = unsafe { c.encode_device(x as u64, n) }?;
-        dst.copy_from_slice(&codes);
-        Ok(())
+        let len = count(n, compressor_ref(c)?.codebook()?.dim(), "vectors")?;
+        codes_into(c, n, out, out_len, |c, _| {
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            check_ptr(x, len, "x")?;
+            // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the
+            // backend checks the range before reading it.
+            Ok(unsafe { c.encode_device(x as u64, n) }?)
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use super::boundary::{
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
 use super::status::vlcc_status;
-use crate::{format, Context, DenseRaw, Index, RawVectors, SearchParams, Vectors};
+use crate::{format, Backend, Context, DenseRaw, Index, RawVectors, SearchParams, Vectors};
 use std::ffi::c_char;
 use std::sync::Arc;
 
@@ -104,17 +104,20 @@ pub unsafe extern "C" fn vlcc_index_free(ix: *mut vlcc_index) {
     }
 }
 
-unsafe fn add(
+/// Adds `n` vectors with their `ids` (n values): `input` checks the vectors, given the index's
+/// dimension, before the ids are read; `put` adds them on the index's backend.
+unsafe fn add<X: Send>(
     ix: *mut vlcc_index,
-    x: impl FnOnce(usize) -> FfiResult<Vectors<'static>>,
     n: usize,
     ids: *const u64,
+    input: impl FnOnce(usize) -> FfiResult<X>,
+    put: impl FnOnce(&mut Index, &dyn Backend, X, &[u64]) -> crate::Result<()> + Send,
 ) -> FfiResult {
     let h = index_mut(ix)?;
-    let x = x(h.index.codebook().dim())?;
+    let x = input(h.index.codebook().dim())?;
     let ids = slice(ids, n, "ids")?;
     let IndexHandle { ctx, index } = h;
-    ctx.run(|b| index.add(b, x, ids))?;
+    ctx.run(|b| put(index, b, x, ids))?;
     Ok(())
 }
 
@@ -129,7 +132,8 @@ pub unsafe extern "C" fn vlcc_index_add(
     ids: *const u64,
 ) -> vlcc_status {
     ffi_boundary! {
-        add(ix, |d| Ok(Vectors::F32(slice(x, count(n, d, "vectors")?, "x")?)), n, ids)
+        let input = |d| Ok(Vectors::F32(slice(x, count(n, d, "vectors")?, "x")?));
+        add(ix, n, ids, input, |ix, b, x, ids| ix.add(b, x, ids))
     }
 }
 
@@ -142,7 +146,8 @@ pub unsafe extern "C" fn vlcc_index_add_f16(
     ids: *const u64,
 ) -> vlcc_status {
     ffi_boundary! {
-        add(ix, |d| Ok(Vectors::F16(bytemuck::cast_slice(slice(x, count(n, d, "vectors")?, "x")?))), n, ids)
+        let input = |d| Ok(Vectors::F16(bytemuck::cast_slice(slice(x, count(n, d, "vectors")?, "x")?)));
+        add(ix, n, ids, input, |ix, b, x, ids| ix.add(b, x, ids))
     }
 }
 
@@ -158,18 +163,19 @@ pub unsafe extern "C" fn vlcc_index_add_device(
     ids: *const u64,
 ) -> vlcc_status {
     ffi_boundary! {
-        let h = index_mut(ix)?;
-        let len = count(n, h.index.codebook().dim(), "vectors")?;
-        let ids = slice(ids, n, "ids")?;
-        if n == 0 {
-            return Ok(());
-        }
-        check_ptr(x, len, "x")?;
-        let (IndexHandle { ctx, index }, at) = (h, x as u64);
-        // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the backend
-        // checks the range before reading it.
-        ctx.run(|b| unsafe { index.add_device(b, at, ids) })?;
-        Ok(())
+        let input = |d| {
+            let len = count(n, d, "vectors")?;
+            if n > 0 {
+                check_ptr(x, len, "x")?;
+            }
+            Ok(x as u64)
+        };
+        add(ix, n, ids, input, |ix, b, at, ids| match ids {
+            [] => Ok(()),
+            // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the
+            // backend checks the range before reading it.
+            _ => unsafe { ix.add_device(b, at, ids) },
+        })
     }
 }
 
