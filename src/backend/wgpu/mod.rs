@@ -491,9 +491,10 @@ impl PendingRead {
             Some(Err(e)) => Err(e),
             None => Err(Error::Device("WGPU: a read-back was not mapped".into())),
         };
+        // A loss comes first, from `check`, whatever the wait and the mapping said.
         b.check()?;
-        waited.map_err(|e| b.explain(e))?;
-        let out = out.map_err(|e| b.explain(e))?;
+        waited?;
+        let out = out?;
         let total: usize = self.parts.iter().map(|p| p.1).sum();
         b.d2h.fetch_add(total as u64, Ordering::Relaxed);
         Ok(out)
