@@ -141,6 +141,12 @@ fn pinned_pair<T: DeviceRepr>(
 }
 
 impl Device {
+    /// Makes the context current on this thread (`CudaBackend::bind` says when that matters).
+    fn bind(&self) -> Result<()> {
+        let ctx = self.stream.context();
+        ctx.bind_to_thread().map_err(|e| dev_err("bind context", e))
+    }
+
     /// The staging buffers, made on first use; `None` where page-locked memory cannot be had.
     fn staging(&mut self) -> Option<&mut Staging> {
         if self.staging.is_none() {
@@ -324,11 +330,7 @@ impl CudaBackend {
     /// the context current, and on a thread without it the driver's error surfaced at the
     /// next upload instead.
     fn bind(&self) -> Result<()> {
-        let dev = self.lock();
-        dev.stream
-            .context()
-            .bind_to_thread()
-            .map_err(|e| dev_err("bind context", e))
+        self.lock().bind()
     }
 
     fn up<T: DeviceRepr>(&self, s: &Arc<CudaStream>, v: &[T]) -> Result<CudaSlice<T>> {
@@ -485,9 +487,7 @@ impl Backend for CudaBackend {
         let mut x = crate::error::try_vec(n * cb.d, 0f32, "vectors")?;
         {
             let dev = self.lock();
-            let ctx = dev.stream.context();
-            ctx.bind_to_thread()
-                .map_err(|e| dev_err("bind context", e))?;
+            dev.bind()?;
             // SAFETY: `device_range` accepted the `bytes` bytes at `at`.
             unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut x, at) }
                 .map_err(|e| dev_err("download", e))?;
@@ -1170,9 +1170,8 @@ impl CudaBackend {
     fn device_range(&self, at: u64, bytes: usize) -> Result<()> {
         use cudarc::driver::sys::{self, CUmemorytype, CUpointer_attribute as A};
         let dev = self.lock();
+        dev.bind()?;
         let ctx = dev.stream.context();
-        ctx.bind_to_thread()
-            .map_err(|e| dev_err("bind context", e))?;
         let bad = |why: String| {
             Err(Error::InvalidArgument(format!(
                 "device vectors at {at:#x}: {why}"
