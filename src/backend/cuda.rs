@@ -122,6 +122,9 @@ const STAGE: usize = 8 << 20;
 /// Pageable uploads run at about a third of the bus speed.
 struct Staging {
     bufs: [PinnedHostSlice<f32>; 2],
+    /// The copies out of `bufs`: each must end before the host refills its buffer.
+    sent: [Option<CudaEvent>; 2],
+    /// The copies into `back` (encoding), with the kernels before them.
     done: [Option<CudaEvent>; 2],
     /// Page-locked buffers for what comes back per block (encoding), grown on demand: copies
     /// into pageable memory fault its pages in one by one, at a fraction of the bus speed.
@@ -161,6 +164,7 @@ impl Staging {
     fn new(ctx: &Arc<CudaContext>) -> Option<Staging> {
         Some(Staging {
             bufs: pinned_pair(ctx, STAGE).ok()?,
+            sent: [None, None],
             done: [None, None],
             back: None,
         })
@@ -183,7 +187,7 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         // Copies still reading the buffers must end before the memory is released.
-        for e in self.done.iter().flatten() {
+        for e in self.sent.iter().chain(&self.done).flatten() {
             let _ = e.synchronize();
         }
     }
@@ -352,7 +356,7 @@ impl CudaBackend {
         let mut out = unsafe { CudaBackend::filled_later::<f32>(&s, v.len())? };
         for (i, chunk) in v.chunks(STAGE).enumerate() {
             let b = i % 2;
-            if let Some(e) = st.done[b].take() {
+            if let Some(e) = st.sent[b].take() {
                 e.synchronize().map_err(|e| dev_err("upload", e))?;
             }
             let host = st.bufs[b]
@@ -368,7 +372,7 @@ impl CudaBackend {
             // buffer may be refilled.
             s.memcpy_htod(&*host, &mut dst)
                 .map_err(|e| dev_err("upload", e))?;
-            st.done[b] = Some(s.record_event(None).map_err(|e| dev_err("upload", e))?);
+            st.sent[b] = Some(s.record_event(None).map_err(|e| dev_err("upload", e))?);
         }
         self.h2d
             .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
@@ -983,9 +987,10 @@ impl CudaBackend {
     }
 
     /// Encodes the rows of `src` a block at a time. From host memory, while block j is
-    /// encoded, block j + 1 crosses the bus on the copy stream and the host fills the other
-    /// staging buffer with it, checking every value on the way; from device memory each block
-    /// is a device copy and a check kernel. Each block's anchor ids and PQ indices come back
+    /// encoded, block j + 1 crosses the bus on the copy stream, and the host refills each
+    /// staging buffer as soon as its copy ends (checking every value on the way), not when
+    /// its block's kernels do; from device memory each block is a device copy and a check
+    /// kernel. Each block's anchor ids and PQ indices come back
     /// into page-locked memory behind it.
     fn encode_pipelined(
         &self,
@@ -1004,7 +1009,12 @@ impl CudaBackend {
         let mut sc = EncodeScratch::new(s, (STAGE / d).clamp(1, n), d, cb.anchors())?;
         let block = sc.block;
         // Copies a failed call left in flight may still use the buffers.
-        for e in st.done.iter_mut().filter_map(Option::take) {
+        for e in st
+            .sent
+            .iter_mut()
+            .chain(&mut st.done)
+            .filter_map(Option::take)
+        {
             e.synchronize().map_err(|e| dev_err("encode", e))?;
         }
         // SAFETY: each block's argmin and PQ kernel write the rows its download reads.
@@ -1037,14 +1047,14 @@ impl CudaBackend {
         for j in 0..n.div_ceil(block) {
             let (b, r0) = (j % 2, j * block);
             let rows = block.min(n - r0);
-            // Block j - 2, which used these buffers, is done: its results go out first.
-            if flight.len() == 2 {
-                let (ob, orows) = flight.pop_front().expect("two in flight");
-                take_back(st, ob, orows)?;
-            }
             match src {
                 Source::Host(x) => {
                     let blk = &x[r0 * d..(r0 + rows) * d];
+                    // Only the copy of block j - 2 out of this buffer must be done; its
+                    // kernels may still run while the host fills the buffer again.
+                    if let Some(e) = st.sent[b].take() {
+                        e.synchronize().map_err(|e| dev_err("upload", e))?;
+                    }
                     let host = st.bufs[b]
                         .as_mut_slice()
                         .map_err(|e| dev_err("upload", e))?;
@@ -1054,13 +1064,20 @@ impl CudaBackend {
                         return Err(crate::error::non_finite_in(x, "vectors"));
                     }
                     trace.mark(s, "fill");
+                    // Block j - 2's kernels read the device buffer this copy writes.
+                    if let Some(e) = &st.done[b] {
+                        dev.copy.wait(e).map_err(|e| dev_err("upload", e))?;
+                    }
                     let mut xv = sc.x[b].slice_mut(..blk.len());
                     dev.copy
                         .memcpy_htod(&*host, &mut xv)
                         .map_err(|e| dev_err("upload", e))?;
-                    let up = dev.copy.record_event(None);
-                    s.wait(&up.map_err(|e| dev_err("upload", e))?)
+                    let up = dev
+                        .copy
+                        .record_event(None)
                         .map_err(|e| dev_err("upload", e))?;
+                    s.wait(&up).map_err(|e| dev_err("upload", e))?;
+                    st.sent[b] = Some(up);
                     self.h2d
                         .fetch_add(std::mem::size_of_val(blk) as u64, Ordering::Relaxed);
                     trace.mark(s, "upload");
@@ -1070,6 +1087,11 @@ impl CudaBackend {
                     self.device_block(dev, cb, at, (r0, rows), &mut sc.x[b], first)?;
                     trace.mark(s, "device copy");
                 }
+            }
+            // Block j - 2, which used these buffers, is done: its results go out first.
+            if flight.len() == 2 {
+                let (ob, orows) = flight.pop_front().expect("two in flight");
+                take_back(st, ob, orows)?;
             }
             let (mut iv, mut xv) = (ids_d.slice_mut(..rows), idx_d.slice_mut(..rows * nsub));
             self.encode_block(dev, dc, cb, &mut sc, b, rows, &mut iv, &mut xv, &mut trace)?;
