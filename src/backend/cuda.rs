@@ -990,8 +990,8 @@ impl CudaBackend {
     /// encoded, block j + 1 crosses the bus on the copy stream, and the host refills each
     /// staging buffer as soon as its copy ends (checking every value on the way), not when
     /// its block's kernels do; from device memory each block is a device copy and a check
-    /// kernel. Each block's anchor ids and PQ indices come back
-    /// into page-locked memory behind it.
+    /// kernel. Each block's anchor ids and PQ indices come back into page-locked memory
+    /// behind it.
     fn encode_pipelined(
         &self,
         dev: &Device,
