@@ -170,6 +170,20 @@ impl Staging {
         })
     }
 
+    /// `src` copied into buffer `b` once the buffer's last copy out has ended, every value
+    /// checked on the way (the caller's input needs no pass of its own): the filled part, or
+    /// `None` where a value is NaN or infinite.
+    fn fill(&mut self, b: usize, src: &[f32]) -> Result<Option<&[f32]>> {
+        if let Some(e) = self.sent[b].take() {
+            e.synchronize().map_err(|e| dev_err("upload", e))?;
+        }
+        let host = self.bufs[b]
+            .as_mut_slice()
+            .map_err(|e| dev_err("upload", e))?;
+        let host = &mut host[..src.len()];
+        Ok(crate::stage::stage(host, src).then_some(&*host))
+    }
+
     /// The two return buffers, at least `len` bytes each. Callers wait on `done` first.
     fn back(
         &mut self,
@@ -356,21 +370,13 @@ impl CudaBackend {
         let mut out = unsafe { CudaBackend::filled_later::<f32>(&s, v.len())? };
         for (i, chunk) in v.chunks(STAGE).enumerate() {
             let b = i % 2;
-            if let Some(e) = st.sent[b].take() {
-                e.synchronize().map_err(|e| dev_err("upload", e))?;
-            }
-            let host = st.bufs[b]
-                .as_mut_slice()
-                .map_err(|e| dev_err("upload", e))?;
-            let host = &mut host[..chunk.len()];
-            // The copy checks the values: the caller's input needs no pass of its own.
-            if !crate::stage::stage(host, chunk) {
+            let Some(host) = st.fill(b, chunk)? else {
                 return Err(crate::error::non_finite_in(v, "training vectors"));
-            }
+            };
             let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
             // From page-locked memory the copy is asynchronous: the event says when the
             // buffer may be refilled.
-            s.memcpy_htod(&*host, &mut dst)
+            s.memcpy_htod(host, &mut dst)
                 .map_err(|e| dev_err("upload", e))?;
             st.sent[b] = Some(s.record_event(None).map_err(|e| dev_err("upload", e))?);
         }
@@ -1050,27 +1056,21 @@ impl CudaBackend {
             match src {
                 Source::Host(x) => {
                     let blk = &x[r0 * d..(r0 + rows) * d];
-                    // Only the copy of block j - 2 out of this buffer must be done; its
-                    // kernels may still run while the host fills the buffer again.
-                    if let Some(e) = st.sent[b].take() {
-                        e.synchronize().map_err(|e| dev_err("upload", e))?;
-                    }
-                    let host = st.bufs[b]
-                        .as_mut_slice()
-                        .map_err(|e| dev_err("upload", e))?;
-                    let host = &mut host[..blk.len()];
-                    if !crate::stage::stage(host, blk) {
-                        s.synchronize().map_err(|e| dev_err("encode", e))?;
-                        return Err(crate::error::non_finite_in(x, "vectors"));
-                    }
-                    trace.mark(s, "fill");
-                    // Block j - 2's kernels read the device buffer this copy writes.
+                    // Block j - 2's kernels read the device buffer the copy below writes:
+                    // the copy stream waits for them, the host does not.
                     if let Some(e) = &st.done[b] {
                         dev.copy.wait(e).map_err(|e| dev_err("upload", e))?;
                     }
+                    // Only the copy of block j - 2 out of this buffer must be done; its
+                    // kernels may still run while the host fills the buffer again.
+                    let Some(host) = st.fill(b, blk)? else {
+                        s.synchronize().map_err(|e| dev_err("encode", e))?;
+                        return Err(crate::error::non_finite_in(x, "vectors"));
+                    };
+                    trace.mark(s, "fill");
                     let mut xv = sc.x[b].slice_mut(..blk.len());
                     dev.copy
-                        .memcpy_htod(&*host, &mut xv)
+                        .memcpy_htod(host, &mut xv)
                         .map_err(|e| dev_err("upload", e))?;
                     let up = dev
                         .copy
