@@ -75,10 +75,13 @@ fn codes_and_recall_match_the_cpu() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();
     let cpu_ctx = common::ctx(0);
-    // One codebook, two backends: the codes must agree for nearly every vector. 1 byte is a
-    // 50-d sub-vector: wider than the PQ kernel takes, so it runs through `nearest`.
+    // One codebook, two backends: the codes must agree for nearly every vector. 16 and 7
+    // bytes are 4- and 8-d sub-vectors (PQ kernels built for their width), 2 bytes 25-d (a
+    // padded kernel); 1 byte is a 50-d sub-vector: wider than the PQ kernel takes, so it runs
+    // through `nearest`.
     let cases = [
         (16, 8, Rotation::None),
+        (7, 8, Rotation::None),
         (16, 8, Rotation::Random),
         (2, 8, Rotation::None),
         (1, 8, Rotation::None),

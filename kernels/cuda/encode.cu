@@ -3,77 +3,124 @@
 
 // Nearest codeword of each (row, subspace). Grid (row tiles, nsub); each thread takes R rows.
 // The block's sub-codebook (ksub x dsub) and its squared norms sit in shared memory; the rows'
-// sub-vectors sit in registers, in a kernel built for the next width up (8, 16 or 32), so one
-// shared-memory read of a codeword value feeds R multiply-adds. Score |c|^2 - 2 y.c, first
-// minimum on ties.
+// sub-vectors sit in registers, so one shared-memory read of a codeword value feeds R
+// multiply-adds. Score |c|^2 - 2 y.c, first minimum on ties.
+//
+// EXACT kernels are built for one width (dsub == W): no padded columns, and each codeword is
+// read from shared memory four floats at a time where W allows (a quarter of the load
+// instructions, which bounded the padded kernels). The others are built for the next width up
+// (8, 16 or 32) and skip the columns past dsub. Both sum the products in column order, so they
+// give the same scores.
 //
 // The sub-vectors are read in the padded layout of `residuals` below, from rows of `ld` floats:
 // either padded rows already (rem = nsub, no anchors), or raw rows (ld = d, rem = d % nsub,
 // q = d / nsub) minus their anchors (anchors[assign[i]]), so that encoding without a rotation
 // needs no residual pass of its own.
-#define PQ_ASSIGN(NAME, W, R)                                                                 \
-extern "C" __global__ void NAME(const float* __restrict__ y, int n, int ld, int dsub,       \
-                                int ksub, const float* __restrict__ books,                   \
-                                unsigned char* __restrict__ out, int nsub,                   \
-                                const float* __restrict__ anchors,                           \
-                                const unsigned* __restrict__ assign, int rem, int q) {       \
-    extern __shared__ float sh[];                                                            \
-    float* cb = sh;               /* ksub * dsub */                                          \
-    float* cn = sh + ksub * dsub; /* ksub */                                                 \
-    const int j = blockIdx.y;                                                                \
-    const float* src = books + (size_t)j * ksub * dsub;                                      \
-    for (int t = threadIdx.x; t < ksub * dsub; t += blockDim.x) cb[t] = src[t];              \
-    __syncthreads();                                                                         \
-    for (int c = threadIdx.x; c < ksub; c += blockDim.x) {                                   \
-        float s = 0.f;                                                                       \
-        for (int t = 0; t < dsub; t++) s += cb[c * dsub + t] * cb[c * dsub + t];             \
-        cn[c] = s;                                                                           \
-    }                                                                                        \
-    __syncthreads();                                                                         \
-    /* Rows i0, i0 + blockDim.x, ...: neighbouring threads read neighbouring rows. */        \
-    const int i0 = blockIdx.x * blockDim.x * R + threadIdx.x;                                \
-    float v[R][W];                                                                           \
-    _Pragma("unroll") for (int r = 0; r < R; r++) {                                          \
-        const int i = i0 + r * blockDim.x, ii = i < n ? i : 0;                               \
-        const float* row = y + (size_t)ii * ld;                                              \
-        const float* a = anchors ? anchors + (size_t)assign[ii] * ld : 0;                    \
-        _Pragma("unroll") for (int t = 0; t < W; t++) {                                      \
-            const int col = j < rem ? j * dsub + t                                           \
-                                    : (t < q ? rem * dsub + (j - rem) * q + t : -1);         \
-            v[r][t] = t < dsub && col >= 0 ? row[col] - (a ? a[col] : 0.f) : 0.f;            \
-        }                                                                                    \
-    }                                                                                        \
-    float best[R];                                                                           \
-    int at[R];                                                                               \
-    _Pragma("unroll") for (int r = 0; r < R; r++) {                                          \
-        best[r] = __int_as_float(0x7f800000);                                                \
-        at[r] = 0;                                                                           \
-    }                                                                                        \
-    for (int c = 0; c < ksub; c++) {                                                         \
-        const float* w = cb + c * dsub;                                                      \
-        float dot[R];                                                                        \
-        _Pragma("unroll") for (int r = 0; r < R; r++) dot[r] = 0.f;                          \
-        _Pragma("unroll") for (int t = 0; t < W; t++) {                                      \
-            if (t < dsub) {                                                                  \
-                const float wt = w[t];                                                       \
-                _Pragma("unroll") for (int r = 0; r < R; r++) dot[r] += v[r][t] * wt;        \
-            }                                                                                \
-        }                                                                                    \
-        _Pragma("unroll") for (int r = 0; r < R; r++) {                                      \
-            const float s = cn[c] - 2.f * dot[r];                                            \
-            if (s < best[r]) { best[r] = s; at[r] = c; }                                     \
-        }                                                                                    \
-    }                                                                                        \
-    _Pragma("unroll") for (int r = 0; r < R; r++) {                                          \
-        const int i = i0 + r * blockDim.x;                                                   \
-        if (i < n) out[(size_t)i * nsub + j] = (unsigned char)at[r];                         \
-    }                                                                                        \
+template <int W, int R, bool EXACT>
+__device__ __forceinline__ void pq_assign_rows(const float* __restrict__ y, int n, int ld,
+                                               int dsub, int ksub,
+                                               const float* __restrict__ books,
+                                               unsigned char* __restrict__ out, int nsub,
+                                               const float* __restrict__ anchors,
+                                               const unsigned* __restrict__ assign, int rem,
+                                               int q) {
+    extern __shared__ float4 sh4[];  // float4: 16-byte aligned for the wide reads
+    float* cb = (float*)sh4;          // ksub * dsub
+    float* cn = cb + ksub * dsub;     // ksub
+    const int j = blockIdx.y;
+    const float* src = books + (size_t)j * ksub * dsub;
+    for (int t = threadIdx.x; t < ksub * dsub; t += blockDim.x) cb[t] = src[t];
+    __syncthreads();
+    for (int c = threadIdx.x; c < ksub; c += blockDim.x) {
+        float s = 0.f;
+        for (int t = 0; t < dsub; t++) s += cb[c * dsub + t] * cb[c * dsub + t];
+        cn[c] = s;
+    }
+    __syncthreads();
+    /* Rows i0, i0 + blockDim.x, ...: neighbouring threads read neighbouring rows. */
+    const int i0 = blockIdx.x * blockDim.x * R + threadIdx.x;
+    float v[R][W];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int i = i0 + r * blockDim.x, ii = i < n ? i : 0;
+        const float* row = y + (size_t)ii * ld;
+        const float* a = anchors ? anchors + (size_t)assign[ii] * ld : 0;
+#pragma unroll
+        for (int t = 0; t < W; t++) {
+            const int col = j < rem ? j * dsub + t : (t < q ? rem * dsub + (j - rem) * q + t : -1);
+            v[r][t] = (EXACT || t < dsub) && col >= 0 ? row[col] - (a ? a[col] : 0.f) : 0.f;
+        }
+    }
+    float best[R];
+    int at[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        best[r] = __int_as_float(0x7f800000);
+        at[r] = 0;
+    }
+    for (int c = 0; c < ksub; c++) {
+        float w[W];
+        if (EXACT && W % 4 == 0) {
+            const float4* w4 = (const float4*)(cb + c * W);
+#pragma unroll
+            for (int t = 0; t < W / 4; t++) {
+                const float4 f = w4[t];
+                w[4 * t] = f.x;
+                w[4 * t + 1] = f.y;
+                w[4 * t + 2] = f.z;
+                w[4 * t + 3] = f.w;
+            }
+        } else {
+#pragma unroll
+            for (int t = 0; t < W; t++) w[t] = EXACT || t < dsub ? cb[c * dsub + t] : 0.f;
+        }
+        float dot[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) dot[r] = 0.f;
+#pragma unroll
+        for (int t = 0; t < W; t++) {
+            if (EXACT || t < dsub) {
+#pragma unroll
+                for (int r = 0; r < R; r++) dot[r] += v[r][t] * w[t];
+            }
+        }
+        const float norm = cn[c];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = norm - 2.f * dot[r];
+            if (s < best[r]) {
+                best[r] = s;
+                at[r] = c;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int i = i0 + r * blockDim.x;
+        if (i < n) out[(size_t)i * nsub + j] = (unsigned char)at[r];
+    }
 }
 
+#define PQ_ASSIGN(NAME, W, R, EXACT)                                                          \
+    extern "C" __global__ void NAME(const float* __restrict__ y, int n, int ld, int dsub,     \
+                                    int ksub, const float* __restrict__ books,               \
+                                    unsigned char* __restrict__ out, int nsub,               \
+                                    const float* __restrict__ anchors,                       \
+                                    const unsigned* __restrict__ assign, int rem, int q) {   \
+        pq_assign_rows<W, R, EXACT>(y, n, ld, dsub, ksub, books, out, nsub, anchors, assign, \
+                                    rem, q);                                                 \
+    }
+
 /* Rows per thread: as many as the registers comfortably hold. */
-PQ_ASSIGN(pq_assign_8, 8, 4)
-PQ_ASSIGN(pq_assign_16, 16, 4)
-PQ_ASSIGN(pq_assign_32, 32, 2)
+PQ_ASSIGN(pq_assign_8, 8, 4, false)
+PQ_ASSIGN(pq_assign_16, 16, 4, false)
+PQ_ASSIGN(pq_assign_32, 32, 2, false)
+PQ_ASSIGN(pq_exact_4, 4, 4, true)
+PQ_ASSIGN(pq_exact_8, 8, 4, true)
+PQ_ASSIGN(pq_exact_12, 12, 4, true)
+PQ_ASSIGN(pq_exact_16, 16, 4, true)
+PQ_ASSIGN(pq_exact_24, 24, 2, true)
+PQ_ASSIGN(pq_exact_32, 32, 2, true)
 
 // y = x - anchor[assign] in the padded layout (row-major, n x dp, dp = nsub x dsub): when d
 // is not a multiple of nsub, the first d % nsub sub-spaces hold dsub columns and the others

@@ -94,6 +94,8 @@ struct Kernels {
     update_means: CudaFunction,
     /// PQ assignment for sub-vectors of up to 8, 16 and 32 dimensions.
     pq_assign: [CudaFunction; 3],
+    /// One per width of `PQ_EXACT`.
+    pq_exact: Vec<CudaFunction>,
     residuals: CudaFunction,
     first_non_finite: CudaFunction,
     unit_rows: CudaFunction,
@@ -117,30 +119,41 @@ struct Device {
 
 /// Floats per staging buffer (32 MB).
 const STAGE: usize = 8 << 20;
+/// Blocks in flight in a staged upload or an encoding: with two, one slow fill or kernel
+/// stalled the other side (H100: 16.1-16.8 M/s encoding with three against 11.0-17.7 with
+/// two, one call).
+const BUFS: usize = 3;
 
-/// Two page-locked buffers: the host fills one while the other is copied to the device.
+/// `BUFS` page-locked buffers: the host fills one while others are copied to the device.
 /// Pageable uploads run at about a third of the bus speed.
 struct Staging {
-    bufs: [PinnedHostSlice<f32>; 2],
+    bufs: [PinnedHostSlice<f32>; BUFS],
     /// The copies out of `bufs`: each must end before the host refills its buffer.
-    sent: [Option<CudaEvent>; 2],
+    sent: [Option<CudaEvent>; BUFS],
     /// The copies into `back` (encoding), with the kernels before them.
-    done: [Option<CudaEvent>; 2],
+    done: [Option<CudaEvent>; BUFS],
     /// Page-locked buffers for what comes back per block (encoding), grown on demand: copies
     /// into pageable memory fault its pages in one by one, at a fraction of the bus speed.
-    back: Option<[PinnedHostSlice<u8>; 2]>,
+    back: Option<[PinnedHostSlice<u8>; BUFS]>,
 }
 
-/// Two page-locked buffers of `len` values.
+/// `BUFS` page-locked buffers of `len` values. `flags`: write-combined for memory the host only
+/// writes (the device reads it without snooping the host's caches); 0 (cached) for memory
+/// the host reads, which write-combined memory would serve uncached.
 fn pinned_pair<T: DeviceRepr>(
     ctx: &Arc<CudaContext>,
     len: usize,
-) -> Result<[PinnedHostSlice<T>; 2]> {
+    flags: u32,
+) -> Result<[PinnedHostSlice<T>; BUFS]> {
     let one = || {
         // SAFETY: page-locked host memory, written (by the host or a copy) before every read.
-        unsafe { ctx.alloc_pinned(len) }.map_err(|e| dev_err("allocate page-locked memory", e))
+        unsafe { ctx.alloc_pinned_with_flags(len, flags) }
+            .map_err(|e| dev_err("allocate page-locked memory", e))
     };
-    Ok([one()?, one()?])
+    let all = (0..BUFS).map(|_| one()).collect::<Result<Vec<_>>>()?;
+    Ok(all
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("BUFS buffers")))
 }
 
 impl Device {
@@ -163,9 +176,14 @@ impl Staging {
     /// `None` where page-locked memory cannot be had.
     fn new(ctx: &Arc<CudaContext>) -> Option<Staging> {
         Some(Staging {
-            bufs: pinned_pair(ctx, STAGE).ok()?,
-            sent: [None, None],
-            done: [None, None],
+            bufs: pinned_pair(
+                ctx,
+                STAGE,
+                cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED,
+            )
+            .ok()?,
+            sent: Default::default(),
+            done: Default::default(),
             back: None,
         })
     }
@@ -189,10 +207,10 @@ impl Staging {
         &mut self,
         ctx: &Arc<CudaContext>,
         len: usize,
-    ) -> Result<&mut [PinnedHostSlice<u8>; 2]> {
+    ) -> Result<&mut [PinnedHostSlice<u8>; BUFS]> {
         if self.back.as_ref().is_none_or(|b| b[0].len() < len) {
             self.back = None;
-            self.back = Some(pinned_pair(ctx, len)?);
+            self.back = Some(pinned_pair(ctx, len, 0)?);
         }
         Ok(self.back.as_mut().expect("the buffers were just made"))
     }
@@ -289,6 +307,10 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
             f(1, "pq_assign_16")?,
             f(1, "pq_assign_32")?,
         ],
+        pq_exact: PQ_EXACT
+            .iter()
+            .map(|&(w, _)| f(1, &format!("pq_exact_{w}")))
+            .collect::<Result<_>>()?,
         residuals: f(1, "residuals")?,
         first_non_finite: f(1, "first_non_finite")?,
         unit_rows: f(1, "unit_rows")?,
@@ -369,7 +391,7 @@ impl CudaBackend {
         // SAFETY: every element is written by the copies below before any kernel reads it.
         let mut out = unsafe { CudaBackend::filled_later::<f32>(&s, v.len())? };
         for (i, chunk) in v.chunks(STAGE).enumerate() {
-            let b = i % 2;
+            let b = i % BUFS;
             let Some(host) = st.fill(b, chunk)? else {
                 return Err(crate::error::non_finite_in(v, "training vectors"));
             };
@@ -927,8 +949,8 @@ const ENCODE_DOTS_BYTES: usize = 256 << 20;
 /// One encoding call's device buffers, per block of `block` rows.
 struct EncodeScratch {
     block: usize,
-    /// Blocks of points: the copy stream fills one while the other is encoded.
-    x: [CudaSlice<f32>; 2],
+    /// Blocks of points: the copy stream fills one while another is encoded.
+    x: [CudaSlice<f32>; BUFS],
     xn: CudaSlice<f32>,
     dist: CudaSlice<f32>,
     /// The block split for 3xFP16 GEMMs (`None` where there was no room: fp32 GEMMs).
@@ -946,7 +968,7 @@ impl EncodeScratch {
         let f = |len| unsafe { CudaBackend::filled_later::<f32>(s, len) };
         Ok(EncodeScratch {
             block,
-            x: [f(block * d)?, f(block * d)?],
+            x: [f(block * d)?, f(block * d)?, f(block * d)?],
             xn: f(block)?,
             dist: f(block)?,
             x3: Split::if_room(s, block, d)?,
@@ -992,12 +1014,12 @@ impl CudaBackend {
         out.map(Some)
     }
 
-    /// Encodes the rows of `src` a block at a time. From host memory, while block j is
-    /// encoded, block j + 1 crosses the bus on the copy stream, and the host refills each
-    /// staging buffer as soon as its copy ends (checking every value on the way), not when
-    /// its block's kernels do; from device memory each block is a device copy and a check
-    /// kernel. Each block's anchor ids and PQ indices come back into page-locked memory
-    /// behind it.
+    /// Encodes the rows of `src` a block at a time, up to `BUFS` blocks in flight. From host
+    /// memory, while block j is encoded, the next blocks cross the bus on the copy stream,
+    /// and the host refills each staging buffer as soon as its copy ends (checking every
+    /// value on the way), not when its block's kernels do; from device memory each block is
+    /// a device copy and a check kernel. Each block's anchor ids and PQ indices come back
+    /// into page-locked memory behind it, and from there into the output on every thread.
     fn encode_pipelined(
         &self,
         dev: &Device,
@@ -1037,36 +1059,42 @@ impl CudaBackend {
         // The copy stream writes buffers this stream allocated.
         dev.copy.join(s).map_err(|e| dev_err("upload", e))?;
         let mut trace = Trace::new();
-        let (mut ids, mut idx) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
-        // Blocks in flight, oldest first: (buffer, rows).
+        // Host time per step, without the device waits of `trace` (which would stop the
+        // pipeline): `VLCC_CUDA_HOST_TRACE`.
+        let mut host_trace = crate::trace::Trace::new("cuda host", "VLCC_CUDA_HOST_TRACE");
+        let (mut ids, mut idx) = (vec![0u32; n], vec![0u8; n * nsub]);
+        // Blocks in flight, oldest first: (buffer, first row, rows).
         let mut flight = std::collections::VecDeque::new();
-        let mut take_back = |st: &mut Staging, b: usize, rows: usize| -> Result<()> {
+        let mut take_back = |st: &mut Staging, b: usize, r0: usize, rows: usize| -> Result<()> {
             if let Some(e) = st.done[b].take() {
                 e.synchronize().map_err(|e| dev_err("encode", e))?;
             }
             let back = &st.back.as_ref().expect("made above")[b];
             let bytes = back.as_slice().map_err(|e| dev_err("download", e))?;
-            ids.extend_from_slice(bytemuck::cast_slice::<u8, u32>(&bytes[..rows * 4]));
-            idx.extend_from_slice(&bytes[rows * 4..rows * (4 + nsub)]);
+            let (bi, bx) = bytes[..rows * (4 + nsub)].split_at(rows * 4);
+            crate::stage::copy_spread(&mut ids[r0..r0 + rows], bytemuck::cast_slice::<u8, u32>(bi));
+            crate::stage::copy_spread(&mut idx[r0 * nsub..(r0 + rows) * nsub], bx);
             Ok(())
         };
         for j in 0..n.div_ceil(block) {
-            let (b, r0) = (j % 2, j * block);
+            let (b, r0) = (j % BUFS, j * block);
             let rows = block.min(n - r0);
             match src {
                 Source::Host(x) => {
                     let blk = &x[r0 * d..(r0 + rows) * d];
-                    // Block j - 2's kernels read the device buffer the copy below writes:
+                    // Block j - BUFS's kernels read the device buffer the copy below writes:
                     // the copy stream waits for them, the host does not.
                     if let Some(e) = &st.done[b] {
                         dev.copy.wait(e).map_err(|e| dev_err("upload", e))?;
                     }
-                    // Only the copy of block j - 2 out of this buffer must be done; its
+                    // Only the copy of block j - BUFS out of this buffer must be done; its
                     // kernels may still run while the host fills the buffer again.
+                    host_trace.mark("other", || ());
                     let Some(host) = st.fill(b, blk)? else {
                         s.synchronize().map_err(|e| dev_err("encode", e))?;
                         return Err(crate::error::non_finite_in(x, "vectors"));
                     };
+                    host_trace.mark("fill", || ());
                     trace.mark(s, "fill");
                     let mut xv = sc.x[b].slice_mut(..blk.len());
                     dev.copy
@@ -1088,10 +1116,12 @@ impl CudaBackend {
                     trace.mark(s, "device copy");
                 }
             }
-            // Block j - 2, which used these buffers, is done: its results go out first.
-            if flight.len() == 2 {
-                let (ob, orows) = flight.pop_front().expect("two in flight");
-                take_back(st, ob, orows)?;
+            // Block j - BUFS, which used these buffers, is done: its results go out first.
+            if flight.len() == BUFS {
+                let (ob, or0, orows) = flight.pop_front().expect("a full flight");
+                host_trace.mark("other", || ());
+                take_back(st, ob, or0, orows)?;
+                host_trace.mark("results", || ());
             }
             let (mut iv, mut xv) = (ids_d.slice_mut(..rows), idx_d.slice_mut(..rows * nsub));
             self.encode_block(dev, dc, cb, &mut sc, b, rows, &mut iv, &mut xv, &mut trace)?;
@@ -1109,12 +1139,14 @@ impl CudaBackend {
             self.d2h
                 .fetch_add((rows * (4 + nsub)) as u64, Ordering::Relaxed);
             st.done[b] = Some(s.record_event(None).map_err(|e| dev_err("encode", e))?);
-            flight.push_back((b, rows));
+            flight.push_back((b, r0, rows));
             trace.mark(s, "download");
         }
-        while let Some((b, rows)) = flight.pop_front() {
-            take_back(st, b, rows)?;
+        host_trace.mark("other", || ());
+        while let Some((b, r0, rows)) = flight.pop_front() {
+            take_back(st, b, r0, rows)?;
         }
+        host_trace.mark("results", || ());
         if let (Some(first), Source::Device { at, .. }) = (&first, src) {
             let at_pos = self.down(s, first)?[0];
             if at_pos != u64::MAX {
@@ -1354,6 +1386,9 @@ enum PqRows<'a> {
     },
 }
 
+/// Sub-space widths with a kernel of their own, and the rows each of its threads takes.
+const PQ_EXACT: [(usize, usize); 6] = [(4, 4), (8, 4), (12, 4), (16, 4), (24, 2), (32, 2)];
+
 /// PQ indices (n x nsub bytes, into `out` on the device) of `n` rows against the codebooks
 /// `books` (nsub x ksub x dsub, on the device).
 #[allow(clippy::too_many_arguments)]
@@ -1379,18 +1414,21 @@ fn pq_assign_into(
         nsub as i32,
     );
     let (remi, qi, none) = (rem as i32, q as i32, 0u64);
-    // Rows per thread, as built into each kernel width (kernels/cuda/encode.cu).
-    let (kernel, rows_per_thread) = match dsub {
-        0..=8 => (0, 4),
-        9..=16 => (1, 4),
-        _ => (2, 2),
+    // Rows per thread, as built into each kernel (kernels/cuda/encode.cu).
+    let (kernel, rows_per_thread) = match PQ_EXACT.iter().position(|&(w, _)| w == dsub) {
+        Some(i) => (&dev.k.pq_exact[i], PQ_EXACT[i].1),
+        None => match dsub {
+            0..=8 => (&dev.k.pq_assign[0], 4),
+            9..=16 => (&dev.k.pq_assign[1], 4),
+            _ => (&dev.k.pq_assign[2], 2),
+        },
     };
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(128 * rows_per_thread) as u32, nsub as u32, 1),
         block_dim: (128, 1, 1),
         shared_mem_bytes: (4 * ksub * (dsub + 1)) as u32,
     };
-    let mut lb = dev.stream.launch_builder(&dev.k.pq_assign[kernel]);
+    let mut lb = dev.stream.launch_builder(kernel);
     match rows {
         PqRows::Padded(y) => lb.arg(y),
         PqRows::Residual { x, .. } => lb.arg(x),
