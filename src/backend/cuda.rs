@@ -140,7 +140,7 @@ struct Staging {
 /// `BUFS` page-locked buffers of `len` values. `flags`: write-combined for memory the host only
 /// writes (the device reads it without snooping the host's caches); 0 (cached) for memory
 /// the host reads, which write-combined memory would serve uncached.
-fn pinned_pair<T: DeviceRepr>(
+fn pinned_bufs<T: DeviceRepr>(
     ctx: &Arc<CudaContext>,
     len: usize,
     flags: u32,
@@ -176,7 +176,7 @@ impl Staging {
     /// `None` where page-locked memory cannot be had.
     fn new(ctx: &Arc<CudaContext>) -> Option<Staging> {
         Some(Staging {
-            bufs: pinned_pair(
+            bufs: pinned_bufs(
                 ctx,
                 STAGE,
                 cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED,
@@ -210,7 +210,7 @@ impl Staging {
     ) -> Result<&mut [PinnedHostSlice<u8>; BUFS]> {
         if self.back.as_ref().is_none_or(|b| b[0].len() < len) {
             self.back = None;
-            self.back = Some(pinned_pair(ctx, len, 0)?);
+            self.back = Some(pinned_bufs(ctx, len, 0)?);
         }
         Ok(self.back.as_mut().expect("the buffers were just made"))
     }
