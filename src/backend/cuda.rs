@@ -92,7 +92,8 @@ struct Kernels {
     count_energy: CudaFunction,
     scatter: CudaFunction,
     update_means: CudaFunction,
-    /// PQ assignment for sub-vectors of up to 8, 16 and 32 dimensions.
+    /// PQ assignment for sub-vectors of up to 8, 16 and 32 dimensions (widths without a
+    /// kernel of their own in `pq_exact`).
     pq_assign: [CudaFunction; 3],
     /// One per width of `PQ_EXACT`.
     pq_exact: Vec<CudaFunction>,
@@ -202,7 +203,7 @@ impl Staging {
         Ok(crate::stage::stage(host, src).then_some(&*host))
     }
 
-    /// The two return buffers, at least `len` bytes each. Callers wait on `done` first.
+    /// The return buffers, at least `len` bytes each. Callers wait on `done` first.
     fn back(
         &mut self,
         ctx: &Arc<CudaContext>,
@@ -1072,7 +1073,8 @@ impl CudaBackend {
             let back = &st.back.as_ref().expect("made above")[b];
             let bytes = back.as_slice().map_err(|e| dev_err("download", e))?;
             let (bi, bx) = bytes[..rows * (4 + nsub)].split_at(rows * 4);
-            crate::stage::copy_spread(&mut ids[r0..r0 + rows], bytemuck::cast_slice::<u8, u32>(bi));
+            let bi = bytemuck::cast_slice::<u8, u32>(bi);
+            crate::stage::copy_spread(&mut ids[r0..r0 + rows], bi);
             crate::stage::copy_spread(&mut idx[r0 * nsub..(r0 + rows) * nsub], bx);
             Ok(())
         };

@@ -934,20 +934,21 @@ impl WgpuBackend {
         parts: &[(&wgpu::Buffer, usize)],
         into: Option<&wgpu::Buffer>,
     ) -> Result<PendingRead> {
+        // Copies move whole words, at least one.
+        let padded = |bytes: usize| bytes.max(4).next_multiple_of(4);
         let mut at = Vec::with_capacity(parts.len());
         let mut end = 0;
-        for (_, bytes) in parts {
-            at.push((end, *bytes));
-            end += bytes.max(&4).next_multiple_of(4);
+        for &(_, bytes) in parts {
+            at.push((end, bytes));
+            end += padded(bytes);
         }
         let stage = match into {
             Some(s) if s.size() >= end as u64 => s.clone(),
             _ => self.buffer("readback", end, Self::READ_BACK, false)?,
         };
-        for ((b, bytes), &(o, _)) in parts.iter().zip(&at) {
-            let size = bytes.max(&4).next_multiple_of(4);
+        for ((b, _), &(o, bytes)) in parts.iter().zip(&at) {
             enc.enc()
-                .copy_buffer_to_buffer(b, 0, &stage, o as u64, size as u64);
+                .copy_buffer_to_buffer(b, 0, &stage, o as u64, padded(bytes) as u64);
         }
         let index = self.submit(enc);
         let done = Arc::new(Mutex::new(None));
