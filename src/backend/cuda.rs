@@ -121,8 +121,7 @@ struct Device {
 /// Floats per staging buffer (32 MB).
 const STAGE: usize = 8 << 20;
 /// Blocks in flight in a staged upload or an encoding: with two, one slow fill or kernel
-/// stalled the other side (H100: 16.1-16.8 M/s encoding with three against 11.0-17.7 with
-/// two, one call).
+/// stalled the other side (docs/perf-cuda.md, encoding version 11).
 const BUFS: usize = 3;
 
 /// `BUFS` page-locked buffers: the host fills one while others are copied to the device.
