@@ -557,7 +557,8 @@ vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, cons
  * - `nprobe`: lists probed per query (>= 1; values above the list count probe every list).
  * - `rerank`: 0, or >= k: the best `rerank` candidates are re-scored exactly against `raw`,
  *   `raw_n` vectors of dimension d where the vector of id i is row i (`raw` may be NULL when
- *   `rerank` is 0). An id without a row fails with INVALID_ARGUMENT.
+ *   `rerank` is 0). An id without a row fails with INVALID_ARGUMENT, a row whose distance is
+ *   not finite with NON_FINITE.
  *
  * Thread-safe: any number of threads may search one index at once, and get exactly what
  * sequential calls return. Outputs are written only on success and must not overlap the inputs.
@@ -572,6 +573,27 @@ vlcc_status vlcc_index_search(const vlcc_index *ix,
                               size_t raw_n,
                               uint64_t *ids,
                               float *distances);
+
+/**
+ * Like `vlcc_index_search`, re-ranking against raw vectors in CUDA device memory: `raw` is a
+ * device pointer to `raw_n` x d floats on the device of the index's context (row i holds the
+ * vector of id i), read in place, where the candidates stay: only the k results per query
+ * come to the host. The context must run on CUDA, else BACKEND_UNAVAILABLE; a range that is
+ * not device memory of that device, or `rerank` above 128 (the candidates the device keeps
+ * per query), fails with INVALID_ARGUMENT. `queries` and the outputs are host memory. With
+ * `rerank` 0, `raw` is not read. Thread-safe as `vlcc_index_search`; nothing may write `raw`
+ * while the call runs.
+ */
+vlcc_status vlcc_index_search_device_raw(const vlcc_index *ix,
+                                         const float *queries,
+                                         size_t nq,
+                                         size_t k,
+                                         size_t nprobe,
+                                         size_t rerank,
+                                         const float *raw,
+                                         size_t raw_n,
+                                         uint64_t *ids,
+                                         float *distances);
 
 /**
  * Removes every vector whose id is among the `n` given; stores how many were removed in

@@ -40,7 +40,7 @@ pub(crate) mod trace;
 pub mod train;
 pub mod vecio;
 
-pub use backend::{Backend, BackendKind};
+pub use backend::{Backend, BackendKind, DeviceRerank};
 pub use error::{Error, Result};
 pub use index::{recall_at, DenseRaw, Index, IndexStats, RawVectors, SearchResults};
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};

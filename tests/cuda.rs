@@ -455,3 +455,132 @@ fn encoding_and_adding_from_device_memory_match_host_memory_and_check_the_input(
         .unwrap_err();
     assert!(matches!(on_cpu, Error::BackendUnavailable(_)), "{on_cpu}");
 }
+
+#[test]
+fn device_rerank_matches_the_host_rerank_and_checks_its_rows() {
+    use vlc_compress::{DenseRaw, RawVectors, SearchParams};
+    let Some(g) = gpu() else { return };
+    let cpu = common::ctx(0);
+    let demo = common::demo();
+    let (base, q) = (&demo.base, &demo.query.data);
+    let (n, d) = (base.rows, base.cols);
+    let cuda = cudarc::driver::CudaContext::new(0).unwrap();
+    let buf = UserBuffer::new(&cuda, &base.data);
+    let raw = DenseRaw {
+        data: &base.data,
+        d,
+    };
+    // The device scan's candidates (L2, inner product, cosine, the most it keeps), and the
+    // host scan's for 4-bit codes (the device does not scan those), re-ranked on the device.
+    for (metric, bits, rerank) in [
+        (Metric::L2, 8, 50),
+        (Metric::InnerProduct, 8, 20),
+        (Metric::Cosine, 8, 30),
+        (Metric::L2, 8, 128),
+        (Metric::L2, 4, 40),
+    ] {
+        let mut p = common::small_params(64, 16);
+        (p.metric, p.bits) = (metric, bits);
+        let ix = common::indexed(&cpu, p, base);
+        let sp = SearchParams {
+            k: 10,
+            nprobe: 4,
+            rerank,
+        };
+        let host = ix.search(q, &sp, Some(&raw as &dyn RawVectors)).unwrap();
+        let before = g.backend().transfers().d2h_bytes;
+        // SAFETY (every device search here): nothing writes the buffer meanwhile.
+        let dev = g
+            .run(|b| unsafe { ix.search_device_raw(b, q, &sp, buf.0, n) })
+            .unwrap();
+        let d2h = g.backend().transfers().d2h_bytes - before;
+        let same = host
+            .ids
+            .iter()
+            .zip(&dev.ids)
+            .filter(|(a, b)| a == b)
+            .count();
+        let frac = same as f64 / host.ids.len() as f64;
+        eprintln!("{metric:?} {bits}-bit rerank {rerank}: same ids {frac:.4}, {d2h} bytes back");
+        assert!(frac >= 0.99, "{metric:?} rerank {rerank}: {frac}");
+        for (a, b) in host.distances.iter().zip(&dev.distances) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "{a} vs {b}");
+        }
+        // Only the results (and two error words per batch) come back, not the candidates.
+        let nq = q.len() / d;
+        if bits == 8 {
+            assert!(d2h <= (nq * 10 * 12 + 64) as u64, "{d2h} bytes back");
+        }
+    }
+    let mut p = common::small_params(64, 16);
+    p.metric = Metric::L2;
+    let ix = common::indexed(&cpu, p, base);
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 4,
+        rerank: 40,
+    };
+    let search =
+        |at: u64, rows: usize| g.run(|b| unsafe { ix.search_device_raw(b, q, &sp, at, rows) });
+    // Ids without a row, as on the host.
+    let half = search(buf.0, n / 2).unwrap_err();
+    let half_host = DenseRaw {
+        data: &base.data[..n / 2 * d],
+        d,
+    };
+    let on_host = ix
+        .search(q, &sp, Some(&half_host as &dyn RawVectors))
+        .unwrap_err();
+    assert!(matches!(half, Error::InvalidArgument(_)), "{half}");
+    assert!(matches!(on_host, Error::InvalidArgument(_)), "{on_host}");
+    assert!(half.to_string().contains("no vector for id"), "{half}");
+    // A row that is not finite, once a query's candidates reach it; the host says so too.
+    let mut bad = base.data.clone();
+    let hit = dev_first_result(&ix, q, d);
+    bad[hit as usize * d + 3] = f32::NAN;
+    let bad_buf = UserBuffer::new(&cuda, &bad);
+    let e = search(bad_buf.0, n).unwrap_err();
+    assert!(matches!(e, Error::NonFinite(_)), "{e}");
+    assert!(e.to_string().contains(&format!("id {hit}")), "{e}");
+    let bad_host = DenseRaw { data: &bad, d };
+    let e = ix
+        .search(q, &sp, Some(&bad_host as &dyn RawVectors))
+        .unwrap_err();
+    assert!(matches!(e, Error::NonFinite(_)), "{e}");
+    // Ranges the device cannot read: errors before anything is read.
+    for (e, what) in [
+        (
+            search(buf.0, n + 1).unwrap_err(),
+            "one row past the allocation",
+        ),
+        (
+            search(base.data.as_ptr() as u64, n).unwrap_err(),
+            "host memory",
+        ),
+        (search(0x10, n).unwrap_err(), "no allocation"),
+    ] {
+        assert!(matches!(e, Error::InvalidArgument(_)), "{what}: {e}");
+    }
+    // More candidates than the device keeps.
+    let many = SearchParams { rerank: 200, ..sp };
+    let e = g
+        .run(|b| unsafe { ix.search_device_raw(b, q, &many, buf.0, n) })
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(search(buf.0, n).is_ok());
+    // Other backends say they cannot.
+    let e = cpu
+        .run(|b| unsafe { ix.search_device_raw(b, q, &sp, buf.0, n) })
+        .unwrap_err();
+    assert!(matches!(e, Error::BackendUnavailable(_)), "{e}");
+}
+
+/// The id the first query finds first (without re-rank).
+fn dev_first_result(ix: &vlc_compress::Index, q: &[f32], d: usize) -> u64 {
+    let sp = vlc_compress::SearchParams {
+        k: 1,
+        nprobe: 4,
+        rerank: 0,
+    };
+    ix.search(&q[..d], &sp, None).unwrap().ids[0]
+}

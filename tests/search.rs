@@ -232,6 +232,26 @@ fn remove_merge_and_bad_search_input() {
             .is_err(),
         "raw lacks ids"
     );
+    // A raw row that is not finite fails once a candidate reaches it; and device memory
+    // needs a CUDA context.
+    let first = ix
+        .search(&demo.query.data[..d], &SearchParams { k: 1, ..p }, None)
+        .unwrap()
+        .ids[0] as usize;
+    let mut bad = demo.base.data.clone();
+    bad[first * d] = f32::INFINITY;
+    let bad = DenseRaw { data: &bad, d };
+    let e = ix
+        .search(&demo.query.data[..d], &rr, Some(&bad as &dyn RawVectors))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::NonFinite(_)) && e.to_string().contains(&format!("id {first}")),
+        "{e}"
+    );
+    let at = demo.base.data.as_ptr() as u64;
+    // SAFETY: nothing is read: the CPU backend refuses device memory.
+    let e = unsafe { ix.search_device_raw(ctx.backend(), &demo.query.data[..d], &rr, at, 10) };
+    assert!(matches!(e, Err(Error::BackendUnavailable(_))), "{e:?}");
     assert!(matches!(
         ix.add(ctx.backend(), demo.base.data[..d].into(), &[1, 2]),
         Err(Error::InvalidArgument(_))

@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
     } catch (const vlcc::Error& e) {
         caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE && index.size() == n;
     }
+    try {
+        index.search_device_raw(std::span<const float>(x).subspan(0, 10 * d), 5, 8, 20, x.data(), n);
+        caught = false;
+    } catch (const vlcc::Error& e) {
+        caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE;
+    }
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.code_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

@@ -179,6 +179,16 @@ public:
                                         r.ids.data(), r.distances.data()));
         return r;
     }
+    // search, with the re-rank against raw_n rows in CUDA device memory (row i = id i), read
+    // in place: only the results come to the host.
+    Results search_device_raw(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank,
+                              const float* raw_device, size_t raw_n) const {
+        const size_t d = dim(), nq = queries.size() / d;
+        Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
+        detail::check(vlcc_index_search_device_raw(p_.get(), queries.data(), nq, k, nprobe, rerank, raw_device,
+                                                   raw_n, r.ids.data(), r.distances.data()));
+        return r;
+    }
     size_t remove(std::span<const uint64_t> ids) {
         size_t n = 0;
         detail::check(vlcc_index_remove(p_.get(), ids.data(), ids.size(), &n));

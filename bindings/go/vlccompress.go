@@ -26,6 +26,12 @@ static vlcc_status encode_device(const vlcc_compressor* c, uintptr_t x, size_t n
 static vlcc_status index_add_device(vlcc_index* ix, uintptr_t x, size_t n, const uint64_t* ids) {
 	return vlcc_index_add_device(ix, (const float*)x, n, ids);
 }
+static vlcc_status index_search_device_raw(const vlcc_index* ix, const float* q, size_t nq,
+                                           size_t k, size_t nprobe, size_t rerank, uintptr_t raw,
+                                           size_t raw_n, uint64_t* ids, float* dist) {
+	return vlcc_index_search_device_raw(ix, q, nq, k, nprobe, rerank, (const float*)raw, raw_n,
+	                                    ids, dist);
+}
 */
 import "C"
 
@@ -459,6 +465,30 @@ type SearchParams struct {
 
 // Search returns K ids and distances per query, best first (NoID where fewer are found).
 func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32, error) {
+	rawRows := 0
+	if p.Raw != nil && ix.dim > 0 {
+		rawRows = len(p.Raw) / ix.dim
+	}
+	ids, dist, err := ix.search(queries, p, func(nq int, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+		return C.vlcc_index_search(ix.p, floatPtr(queries), C.size_t(nq), C.size_t(p.K), C.size_t(p.NProbe),
+			C.size_t(p.Rerank), floatPtr(p.Raw), C.size_t(rawRows), ids, dist)
+	})
+	runtime.KeepAlive(p.Raw)
+	return ids, dist, err
+}
+
+// SearchDeviceRaw is Search with the re-rank against rows raw vectors in CUDA device memory
+// at address raw (row i = id i; p.Raw is ignored), read in place on the device: only the
+// results come to the host. The context must run on CUDA.
+func (ix *Index) SearchDeviceRaw(queries []float32, p SearchParams, raw uintptr, rows int) ([]uint64, []float32, error) {
+	return ix.search(queries, p, func(nq int, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+		return C.index_search_device_raw(ix.p, floatPtr(queries), C.size_t(nq), C.size_t(p.K), C.size_t(p.NProbe),
+			C.size_t(p.Rerank), C.uintptr_t(raw), C.size_t(rows), ids, dist)
+	})
+}
+
+// search checks the shapes, makes the result slices and runs one search call into them.
+func (ix *Index) search(queries []float32, p SearchParams, run func(nq int, ids *C.uint64_t, dist *C.float) C.vlcc_status) ([]uint64, []float32, error) {
 	if ix.dim == 0 || len(queries)%ix.dim != 0 || p.K <= 0 || p.NProbe <= 0 || p.Rerank < 0 {
 		return nil, nil, &Error{Status: StatusInvalidArgument, Message: "queries must be whole rows; K and NProbe >= 1"}
 	}
@@ -468,17 +498,10 @@ func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32,
 	if nq == 0 {
 		return ids, dist, nil
 	}
-	rawRows := 0
-	if p.Raw != nil {
-		rawRows = len(p.Raw) / ix.dim
-	}
 	err := call(func() C.vlcc_status {
-		return C.vlcc_index_search(ix.p, floatPtr(queries), C.size_t(nq), C.size_t(p.K), C.size_t(p.NProbe),
-			C.size_t(p.Rerank), floatPtr(p.Raw), C.size_t(rawRows),
-			(*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
+		return run(nq, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
 	})
 	runtime.KeepAlive(queries)
-	runtime.KeepAlive(p.Raw)
 	runtime.KeepAlive(ix)
 	if err != nil {
 		return nil, nil, err

@@ -107,6 +107,9 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := x[:50*dim]
+	if _, _, err := ix.SearchDeviceRaw(q, SearchParams{K: 5, NProbe: 8, Rerank: 20}, uintptr(unsafe.Pointer(&x[0])), 3000); !errors.As(err, &ve) || ve.Status != StatusBackendUnavailable {
+		t.Fatalf("device raw vectors on the CPU: %v", err)
+	}
 	got, dist, err := ix.Search(q, SearchParams{K: 5, NProbe: 8, Rerank: 20, Raw: x})
 	if err != nil {
 		t.Fatal(err)

@@ -63,10 +63,13 @@ extern "C" __global__ void query_tables(const float* __restrict__ y, int dp, int
     }
 }
 
-// Keeps the `want` smallest (distance, position) pairs seen, sorted, in local arrays.
-__device__ __forceinline__ void offer(float* kd, unsigned* kp, int want, float v, unsigned p) {
-    if (!(v < kd[want - 1])) return;
-    int i = want - 1;
+// Keeps the `want` smallest (distance, position) pairs seen, sorted, in local arrays; `held`
+// counts them, so an insertion walks past the pairs held only, not the whole array (a thread
+// sees a few codes of a list, and want may be 128).
+__device__ __forceinline__ void offer(float* kd, unsigned* kp, int want, int& held, float v,
+                                      unsigned p) {
+    if (!(v < (held == want ? kd[want - 1] : INF))) return;
+    int i = held < want ? held++ : want - 1;
     while (i > 0 && kd[i - 1] > v) {
         kd[i] = kd[i - 1];
         kp[i] = kp[i - 1];
@@ -78,12 +81,12 @@ __device__ __forceinline__ void offer(float* kd, unsigned* kp, int want, float v
 
 // The block's `want` best of every thread's sorted candidates: `want` rounds of a block-wide
 // argmin over the threads' heads. Thread 0 writes them to out_d / out_p.
-__device__ void block_top(const float* kd, const unsigned* kp, int want, float* sd,
+__device__ void block_top(const float* kd, const unsigned* kp, int want, int held, float* sd,
                           unsigned* sp, int* st, float* out_d, unsigned* out_p) {
     int head = 0;
     for (int r = 0; r < want; r++) {
-        float v = head < want ? kd[head] : INF;
-        unsigned p = head < want ? kp[head] : 0xffffffffu;
+        float v = head < held ? kd[head] : INF;
+        unsigned p = head < held ? kp[head] : 0xffffffffu;
         // Warp argmin, then across warps through shared memory.
         int who = threadIdx.x;
         for (int o = 16; o > 0; o >>= 1) {
@@ -139,19 +142,31 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
     __syncthreads();
     float kd[MAX_WANT];
     unsigned kp[MAX_WANT];
-    for (int r = 0; r < want; r++) { kd[r] = INF; kp[r] = 0xffffffffu; }
+    int held = 0;
     if (!repeat) {
         const float b0 = base[(size_t)qi * nprobe + p];
         const unsigned long long s0 = start[a], s1 = start[a + 1];
         for (unsigned long long i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
-            const unsigned char* c = codes + i * nsub;
             float v = b0;
-            for (int j = 0; j < nsub; j++) v += lut[j * 256 + c[j]];
-            offer(kd, kp, want, v, (unsigned)i);
+            if ((nsub & 3) == 0) {
+                // Four codes per load; the sum keeps the order of the byte loop below.
+                const unsigned* c = reinterpret_cast<const unsigned*>(codes + i * nsub);
+                for (int j = 0; j < nsub / 4; j++) {
+                    const unsigned w = c[j];
+                    v += lut[(4 * j) * 256 + (w & 255)];
+                    v += lut[(4 * j + 1) * 256 + ((w >> 8) & 255)];
+                    v += lut[(4 * j + 2) * 256 + ((w >> 16) & 255)];
+                    v += lut[(4 * j + 3) * 256 + (w >> 24)];
+                }
+            } else {
+                const unsigned char* c = codes + i * nsub;
+                for (int j = 0; j < nsub; j++) v += lut[j * 256 + c[j]];
+            }
+            offer(kd, kp, want, held, v, (unsigned)i);
         }
     }
     const size_t o = ((size_t)qi * nprobe + p) * want;
-    block_top(kd, kp, want, sd, sp, st, cand_d + o, cand_p + o);
+    block_top(kd, kp, want, held, sd, sp, st, cand_d + o, cand_p + o);
 }
 
 // One block per query: the `want` best of its nprobe x want candidates, as ids and distances.
@@ -167,17 +182,124 @@ extern "C" __global__ void merge_candidates(const float* __restrict__ cand_d,
     __shared__ float td[MAX_WANT];
     __shared__ unsigned tp[MAX_WANT];
     const int qi = blockIdx.x;
-    float kd[MAX_WANT];
-    unsigned kp[MAX_WANT];
-    for (int r = 0; r < want; r++) { kd[r] = INF; kp[r] = 0xffffffffu; }
     const float* cd = cand_d + (size_t)qi * per;
     const unsigned* cp = cand_p + (size_t)qi * per;
-    for (int e = threadIdx.x; e < per; e += blockDim.x) offer(kd, kp, want, cd[e], cp[e]);
-    block_top(kd, kp, want, sd, sp, st, td, tp);
+    if (per == want) {
+        // One probe: its candidates are already the best, in order.
+        for (int r = threadIdx.x; r < want; r += blockDim.x) {
+            out_d[(size_t)qi * want + r] = cd[r];
+            out_id[(size_t)qi * want + r] = cp[r] == 0xffffffffu ? ~0ull : ids[cp[r]];
+        }
+        return;
+    }
+    float kd[MAX_WANT];
+    unsigned kp[MAX_WANT];
+    int held = 0;
+    for (int e = threadIdx.x; e < per; e += blockDim.x) offer(kd, kp, want, held, cd[e], cp[e]);
+    block_top(kd, kp, want, held, sd, sp, st, td, tp);
     if (threadIdx.x == 0) {
         for (int r = 0; r < want; r++) {
             out_d[(size_t)qi * want + r] = td[r];
             out_id[(size_t)qi * want + r] = tp[r] == 0xffffffffu ? ~0ull : ids[tp[r]];
         }
     }
+}
+
+// Total order of floats as unsigned keys (as Rust's f32::total_cmp): ties between equal
+// distances then go to the smaller id, as the host's sort does.
+__device__ __forceinline__ unsigned order_key(float f) {
+    const unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exact re-rank, one block per query: each warp scores candidates against their raw rows
+// (row = id, `raw_n` rows of d floats; VEC4: d % 4 == 0 and 16-byte aligned rows), then every
+// candidate's rank among the query's `want` gives its slot, the first k written to out_id /
+// out_d. Scores: squared L2, or minus the inner product (with the unit row for cosine, metric
+// 2). Missing candidates (id ~0) score +inf; an id without a row and a score that is not
+// finite leave the smallest such id in bad[0] and bad[1]. Ties in (score, id) go to the
+// earlier candidate, so the ranks are 0..want-1, each once.
+template <bool VEC4>
+__device__ void rerank(const float* __restrict__ q, int d,
+                       const unsigned long long* __restrict__ cand, int want,
+                       const float* __restrict__ raw, unsigned long long raw_n, int metric,
+                       int k, unsigned long long* __restrict__ out_id,
+                       float* __restrict__ out_d, unsigned long long* bad) {
+    __shared__ float sc[MAX_WANT];
+    __shared__ unsigned long long si[MAX_WANT];
+    const int qi = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float* qq = q + (size_t)qi * d;
+    for (int c = warp; c < want; c += blockDim.x >> 5) {
+        const unsigned long long id = cand[(size_t)qi * want + c];
+        float s = INF;
+        if (id != ~0ull && id < raw_n) {
+            const float* r = raw + id * (unsigned long long)d;
+            float a = 0.f, vv = 0.f;
+            if (VEC4) {
+                const float4* r4 = reinterpret_cast<const float4*>(r);
+                const float4* q4 = reinterpret_cast<const float4*>(qq);
+                for (int t = lane; t < d / 4; t += 32) {
+                    const float4 v = __ldg(r4 + t), u = __ldg(q4 + t);
+                    if (metric == 0) {
+                        const float e0 = u.x - v.x, e1 = u.y - v.y, e2 = u.z - v.z,
+                                    e3 = u.w - v.w;
+                        a += e0 * e0 + e1 * e1 + e2 * e2 + e3 * e3;
+                    } else {
+                        a += u.x * v.x + u.y * v.y + u.z * v.z + u.w * v.w;
+                        vv += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                    }
+                }
+            } else {
+                for (int t = lane; t < d; t += 32) {
+                    const float v = __ldg(r + t), u = __ldg(qq + t);
+                    if (metric == 0) {
+                        a += (u - v) * (u - v);
+                    } else {
+                        a += u * v;
+                        vv += v * v;
+                    }
+                }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                a += __shfl_xor_sync(FULL, a, o);
+                vv += __shfl_xor_sync(FULL, vv, o);
+            }
+            if (metric == 0) s = a;
+            else if (metric == 2 && vv > 0.f) s = -(a / sqrtf(vv));
+            else s = -a;
+            if (lane == 0 && !isfinite(s)) atomicMin(bad + 1, id);
+        } else if (id != ~0ull && lane == 0) {
+            atomicMin(bad, id);
+        }
+        if (lane == 0) {
+            sc[c] = s;
+            si[c] = id;
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < want; c += blockDim.x) {
+        const unsigned kc = order_key(sc[c]);
+        const unsigned long long ic = si[c];
+        int rank = 0;
+        for (int o = 0; o < want; o++) {
+            const unsigned ko = order_key(sc[o]);
+            rank += ko < kc || (ko == kc && (si[o] < ic || (si[o] == ic && o < c)));
+        }
+        if (rank < k) {
+            out_id[(size_t)qi * k + rank] = ic;
+            out_d[(size_t)qi * k + rank] = sc[c];
+        }
+    }
+}
+
+#define RERANK_ARGS                                                                        \
+    const float *__restrict__ q, int d, const unsigned long long *__restrict__ cand,      \
+        int want, const float *__restrict__ raw, unsigned long long raw_n, int metric,    \
+        int k, unsigned long long *__restrict__ out_id, float *__restrict__ out_d,        \
+        unsigned long long *bad
+extern "C" __global__ void rerank_rows(RERANK_ARGS) {
+    rerank<false>(q, d, cand, want, raw, raw_n, metric, k, out_id, out_d, bad);
+}
+extern "C" __global__ void rerank_rows4(RERANK_ARGS) {
+    rerank<true>(q, d, cand, want, raw, raw_n, metric, k, out_id, out_d, bad);
 }

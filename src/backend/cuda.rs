@@ -6,7 +6,7 @@
 //! spreads down. Encoding runs anchor assignment, residual, rotation and PQ in one device
 //! pass per block; search keeps the last searched index's lists on the device.
 
-use super::{AssignStats, Backend, BackendKind, KmeansSession, Resident, Transfers};
+use super::{AssignStats, Backend, BackendKind, DeviceRerank, KmeansSession, Resident, Transfers};
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
@@ -104,6 +104,8 @@ struct Kernels {
     query_tables: CudaFunction,
     scan_lists: CudaFunction,
     merge_candidates: CudaFunction,
+    /// Exact re-rank: any rows, and rows of whole float4s.
+    rerank_rows: [CudaFunction; 2],
 }
 
 /// What one context owns on the device. One lock: cuBLAS handles and launches are not
@@ -318,6 +320,7 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         query_tables: f(2, "query_tables")?,
         scan_lists: f(2, "scan_lists")?,
         merge_candidates: f(2, "merge_candidates")?,
+        rerank_rows: [f(2, "rerank_rows")?, f(2, "rerank_rows4")?],
     };
     Ok(Box::new(CudaBackend {
         dev: Mutex::new(Device {
@@ -510,7 +513,7 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        self.device_range(at, bytes)?;
+        self.device_range(at, bytes, "device vectors")?;
         if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
             return Ok(r);
         }
@@ -537,27 +540,50 @@ impl Backend for CudaBackend {
         nprobe: usize,
         want: usize,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        let cb = &ix.cb;
-        let fits = ix.device_scannable() && cb.pq.nsub * 256 * 4 <= 44 << 10 && want <= MAX_WANT;
-        if !fits {
-            return Ok(None);
+        self.scan(ix, q, nprobe, want, None)
+    }
+
+    unsafe fn rerank_device(
+        &self,
+        ix: &crate::Index,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+        cands: Option<&[u64]>,
+        raw: DeviceRerank,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        let d = ix.cb.dim();
+        let bytes = raw
+            .n
+            .checked_mul(d)
+            .and_then(|v| v.checked_mul(4))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("{} raw vectors overflow the size", raw.n))
+            })?;
+        if want > MAX_WANT {
+            return Err(Error::InvalidArgument(format!(
+                "re-ranking on the device takes up to {MAX_WANT} candidates per query, not {want}"
+            )));
         }
-        self.bind()?;
-        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-        let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
-        let dev = self.lock();
-        let Some(dl) = lists.get_or_host(ix.stamp, || DeviceLists::upload(self, &dev, ix))? else {
-            return Ok(None);
+        // No rows: any candidate fails as an id without a row, and there is no range to check.
+        if raw.n > 0 {
+            self.device_range(raw.at, bytes, "raw vectors")?;
+        }
+        let Some(cands) = cands else {
+            return self.scan(ix, q, nprobe, want, Some(raw));
         };
-        let d = cb.dim();
-        let nq = q.len() / d;
-        let mut ids = Vec::with_capacity(nq * want);
-        let mut dist = Vec::with_capacity(nq * want);
-        for batch in q.chunks(QUERY_BATCH * d) {
-            let (i, s) = self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want)?;
+        self.bind()?;
+        let dev = self.lock();
+        let s = &dev.stream;
+        let (mut ids, mut dist) = (Vec::new(), Vec::new());
+        for (qb, cb) in q
+            .chunks(QUERY_BATCH * d)
+            .zip(cands.chunks(QUERY_BATCH * want))
+        {
+            let (qd, cd) = (self.up(s, qb)?, self.up(s, cb)?);
+            let (i, v) = self.rerank_batch(&dev, ix, &qd, &cd, want, raw)?;
             ids.extend(i);
-            dist.extend(s);
+            dist.extend(v);
         }
         Ok(Some((ids, dist)))
     }
@@ -1222,16 +1248,12 @@ impl CudaBackend {
     /// allocation) is an `InvalidArgument`, before anything is read. The driver knows
     /// allocations, not tensors: a range inside a larger allocation (a framework's caching
     /// pool) passes, so the row count is the caller's to get right.
-    fn device_range(&self, at: u64, bytes: usize) -> Result<()> {
+    fn device_range(&self, at: u64, bytes: usize, what: &str) -> Result<()> {
         use cudarc::driver::sys::{self, CUmemorytype, CUpointer_attribute as A};
         let dev = self.lock();
         dev.bind()?;
         let ctx = dev.stream.context();
-        let bad = |why: String| {
-            Err(Error::InvalidArgument(format!(
-                "device vectors at {at:#x}: {why}"
-            )))
-        };
+        let bad = |why: String| Err(Error::InvalidArgument(format!("{what} at {at:#x}: {why}")));
         if at % 4 != 0 {
             return bad("not 4-byte aligned".into());
         }
@@ -1241,7 +1263,9 @@ impl CudaBackend {
         };
         let (mut kind, mut managed, mut ordinal) = (0u32, 0u32, -1i32);
         if query(A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (&raw mut kind).cast()).is_err() {
-            return bad("not memory CUDA knows of (host vectors take the plain encode)".into());
+            return bad(
+                "not memory CUDA knows of (vectors in host memory take the host calls)".into(),
+            );
         }
         let known = query(
             A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
@@ -1250,7 +1274,7 @@ impl CudaBackend {
         known.map_err(|e| dev_err("pointer attributes", e))?;
         if managed == 0 {
             if kind != CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
-                return bad("host memory (host vectors take the plain encode)".into());
+                return bad("host memory (vectors in host memory take the host calls)".into());
             }
             let known = query(
                 A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
@@ -1554,6 +1578,103 @@ impl DeviceLists {
 impl CudaBackend {
     /// One batch of queries (nb x d, prepared): coarse GEMM and probe selection, the query
     /// tables, one block per (probe, query) scanning a list, and a merge per query.
+    /// `search_lists`, with the candidates re-ranked on the device against `raw` when given
+    /// (`raw.k` results per query, else `want`); `None` where the device does not scan.
+    fn scan(
+        &self,
+        ix: &crate::Index,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+        raw: Option<DeviceRerank>,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        let cb = &ix.cb;
+        let fits = ix.device_scannable() && cb.pq.nsub * 256 * 4 <= 44 << 10 && want <= MAX_WANT;
+        if !fits {
+            return Ok(None);
+        }
+        self.bind()?;
+        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+        let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(self, cb))?;
+        let dev = self.lock();
+        let Some(dl) = lists.get_or_host(ix.stamp, || DeviceLists::upload(self, &dev, ix))? else {
+            return Ok(None);
+        };
+        let s = &dev.stream;
+        let (mut ids, mut dist) = (Vec::new(), Vec::new());
+        for batch in q.chunks(cb.dim() * QUERY_BATCH) {
+            let (qd, cid, cd) = self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want)?;
+            let (i, v) = match raw {
+                None => (self.down(s, &cid)?, self.down(s, &cd)?),
+                Some(r) => self.rerank_batch(&dev, ix, &qd, &cid, want, r)?,
+            };
+            ids.extend(i);
+            dist.extend(v);
+        }
+        Ok(Some((ids, dist)))
+    }
+
+    /// The `raw.k` best per query of `cand` (`want` per query of `qd`) by their exact
+    /// scores against `raw`.
+    fn rerank_batch(
+        &self,
+        dev: &Device,
+        ix: &crate::Index,
+        qd: &CudaSlice<f32>,
+        cand: &CudaSlice<u64>,
+        want: usize,
+        raw: DeviceRerank,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        let (s, d, k) = (&dev.stream, ix.cb.dim(), raw.k);
+        let nb = cand.len() / want;
+        // SAFETY: a query's `want` candidates take the ranks 0..want once each, and k <= want.
+        let mut out_id = unsafe { CudaBackend::filled_later::<u64>(s, nb * k)? };
+        let mut out_d = unsafe { CudaBackend::filled_later::<f32>(s, nb * k)? };
+        let mut bad = self.up(s, &[u64::MAX; 2])?;
+        let metric = match ix.cb.metric {
+            crate::Metric::L2 => 0i32,
+            crate::Metric::InnerProduct => 1,
+            crate::Metric::Cosine => 2,
+        };
+        let vec4 = d % 4 == 0 && raw.at % 16 == 0;
+        let (di, wi, ki, n) = (d as i32, want as i32, k as i32, raw.n as u64);
+        // SAFETY: qd holds nb x d floats, cand nb x want ids, the outputs nb x k; the kernel
+        // reads rows only below `raw.n`, within the range `device_range` accepted.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.rerank_rows[vec4 as usize])
+                    .arg(qd)
+                    .arg(&di)
+                    .arg(cand)
+                    .arg(&wi)
+                    .arg(&raw.at)
+                    .arg(&n)
+                    .arg(&metric)
+                    .arg(&ki)
+                    .arg(&mut out_id)
+                    .arg(&mut out_d)
+                    .arg(&mut bad)
+                    .launch(LaunchConfig {
+                        grid_dim: (nb as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+            },
+            "re-rank",
+        )?;
+        let bad = self.down(s, &bad)?;
+        if bad[0] != u64::MAX {
+            return Err(crate::index::raw_missing(bad[0]));
+        }
+        if bad[1] != u64::MAX {
+            return Err(crate::index::raw_not_finite(bad[1]));
+        }
+        Ok((self.down(s, &out_id)?, self.down(s, &out_d)?))
+    }
+
+    /// One batch of queries through the device search: the queries on the device, and
+    /// their `want` candidates (ids, scores), still there.
     fn search_batch(
         &self,
         dev: &Device,
@@ -1562,7 +1683,7 @@ impl CudaBackend {
         q: &[f32],
         nprobe: usize,
         want: usize,
-    ) -> Result<(Vec<u64>, Vec<f32>)> {
+    ) -> Result<(CudaSlice<f32>, CudaSlice<u64>, CudaSlice<f32>)> {
         let s = &dev.stream;
         let (d, dp, m, nsub) = (dl.d, dl.dp, dl.m, dl.nsub);
         let nb = q.len() / d;
@@ -1680,7 +1801,7 @@ impl CudaBackend {
             },
             "merge candidates",
         )?;
-        Ok((self.down(s, &out_id)?, self.down(s, &out_d)?))
+        Ok((qd, out_id, out_d))
     }
 }
 

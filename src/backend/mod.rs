@@ -54,6 +54,15 @@ impl BackendKind {
     }
 }
 
+/// Raw vectors in CUDA device memory for [`Backend::rerank_device`]: `n` rows of the index's
+/// dimension at address `at` (row i holds the vector of id i), and the results kept per query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceRerank {
+    pub at: u64,
+    pub n: usize,
+    pub k: usize,
+}
+
 /// Bytes moved between host and device, for reports (`h2d_bytes`, `d2h_bytes`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Transfers {
@@ -181,6 +190,31 @@ pub trait Backend: Send + Sync {
         _want: usize,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         Ok(None)
+    }
+    /// Exact re-rank on the device against raw vectors in device memory: for each query of
+    /// `q` (prepared, as for `search_lists`), its `want` candidates re-scored against their
+    /// rows in `raw` and cut to the `raw.k` best, in `search_lists`'s order and form. The
+    /// candidates are `cands` (nq x want ids from a host scan, missing ones `u64::MAX`), or,
+    /// when `cands` is `None`, those of `search_lists(index, q, nprobe, want)`, which then never
+    /// leave the device; `None` says the device cannot scan these lists, and the caller scans
+    /// on the host and calls again with its candidates. Only CUDA shares device addresses;
+    /// other backends answer `BackendUnavailable`.
+    ///
+    /// # Safety
+    /// Nothing writes the rows at `raw.at` while the call runs.
+    unsafe fn rerank_device(
+        &self,
+        _index: &crate::Index,
+        _q: &[f32],
+        _nprobe: usize,
+        _want: usize,
+        _cands: Option<&[u64]>,
+        _raw: DeviceRerank,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        Err(crate::Error::BackendUnavailable(format!(
+            "re-ranking against device memory needs the CUDA backend; this context runs on {}",
+            self.kind().name()
+        )))
     }
     /// Host<->device traffic so far.
     fn transfers(&self) -> Transfers {

@@ -187,7 +187,8 @@ pub unsafe extern "C" fn vlcc_index_add_device(
 /// - `nprobe`: lists probed per query (>= 1; values above the list count probe every list).
 /// - `rerank`: 0, or >= k: the best `rerank` candidates are re-scored exactly against `raw`,
 ///   `raw_n` vectors of dimension d where the vector of id i is row i (`raw` may be NULL when
-///   `rerank` is 0). An id without a row fails with INVALID_ARGUMENT.
+///   `rerank` is 0). An id without a row fails with INVALID_ARGUMENT, a row whose distance is
+///   not finite with NON_FINITE.
 ///
 /// Thread-safe: any number of threads may search one index at once, and get exactly what
 /// sequential calls return. Outputs are written only on success and must not overlap the inputs.
@@ -205,29 +206,90 @@ pub unsafe extern "C" fn vlcc_index_search(
     distances: *mut f32,
 ) -> vlcc_status {
     ffi_boundary! {
-        let h = index_ref(ix)?;
+        let (h, q, p) = search_args(ix, queries, nq, k, nprobe, rerank)?;
         let d = h.index.codebook().dim();
-        let q = slice(queries, count(nq, d, "queries")?, "queries")?;
-        let need = count(nq, k, "results")?;
-        let out_ids = out_buf(ids, need, need, "ids")?;
-        let out_d = out_buf(distances, need, need, "distances")?;
-        no_overlap(out_ids, out_d, "ids and distances")?;
-        no_overlap(q, out_ids, "queries and ids")?;
-        no_overlap(q, out_d, "queries and distances")?;
         let raw = if rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
-        if let Some(r) = &raw {
-            no_overlap(r.data, out_ids, "raw vectors and ids")?;
-            no_overlap(r.data, out_d, "raw vectors and distances")?;
-        }
-        let p = SearchParams { k, nprobe, rerank };
-        let res = h.ctx.run(|b| {
-            h.index
-                .search_with(b, q, &p, raw.as_ref().map(|r| r as &dyn RawVectors))
-        })?;
-        out_ids.copy_from_slice(&res.ids);
-        out_d.copy_from_slice(&res.distances);
-        Ok(())
+        let inputs = [("queries", q), ("raw vectors", raw.as_ref().map_or(&[][..], |r| r.data))];
+        write_results(h, &inputs, nq, k, ids, distances, |b| {
+            h.index.search_with(b, q, &p, raw.as_ref().map(|r| r as &dyn RawVectors))
+        })
     }
+}
+
+/// Like `vlcc_index_search`, re-ranking against raw vectors in CUDA device memory: `raw` is a
+/// device pointer to `raw_n` x d floats on the device of the index's context (row i holds the
+/// vector of id i), read in place, where the candidates stay: only the k results per query
+/// come to the host. The context must run on CUDA, else BACKEND_UNAVAILABLE; a range that is
+/// not device memory of that device, or `rerank` above 128 (the candidates the device keeps
+/// per query), fails with INVALID_ARGUMENT. `queries` and the outputs are host memory. With
+/// `rerank` 0, `raw` is not read. Thread-safe as `vlcc_index_search`; nothing may write `raw`
+/// while the call runs.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_search_device_raw(
+    ix: *const vlcc_index,
+    queries: *const f32,
+    nq: usize,
+    k: usize,
+    nprobe: usize,
+    rerank: usize,
+    raw: *const f32,
+    raw_n: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+) -> vlcc_status {
+    ffi_boundary! {
+        let (h, q, p) = search_args(ix, queries, nq, k, nprobe, rerank)?;
+        let d = h.index.codebook().dim();
+        if rerank > 0 && raw_n > 0 {
+            check_ptr(raw, count(raw_n, d, "raw vectors")?, "raw")?;
+        }
+        let at = raw as u64;
+        write_results(h, &[("queries", q)], nq, k, ids, distances, |b| {
+            // SAFETY: the caller vouches that nothing writes the rows meanwhile; the backend
+            // checks the range before reading it.
+            unsafe { h.index.search_device_raw(b, q, &p, at, raw_n) }
+        })
+    }
+}
+
+/// The index, queries and parameters of a search call.
+unsafe fn search_args<'a>(
+    ix: *const vlcc_index,
+    queries: *const f32,
+    nq: usize,
+    k: usize,
+    nprobe: usize,
+    rerank: usize,
+) -> FfiResult<(&'a IndexHandle, &'a [f32], SearchParams)> {
+    let h = index_ref(ix)?;
+    let d = h.index.codebook().dim();
+    let q = slice(queries, count(nq, d, "queries")?, "queries")?;
+    Ok((h, q, SearchParams { k, nprobe, rerank }))
+}
+
+/// Runs `search` on the index's context and copies its results to the caller's `ids` and
+/// `distances` (nq*k each), which must not overlap each other or the host `inputs`.
+unsafe fn write_results(
+    h: &IndexHandle,
+    inputs: &[(&str, &[f32])],
+    nq: usize,
+    k: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+    search: impl FnOnce(&dyn Backend) -> crate::Result<crate::SearchResults> + Send,
+) -> FfiResult {
+    let need = count(nq, k, "results")?;
+    let out_ids = out_buf(ids, need, need, "ids")?;
+    let out_d = out_buf(distances, need, need, "distances")?;
+    no_overlap(out_ids, out_d, "ids and distances")?;
+    for (what, x) in inputs {
+        no_overlap(x, out_ids, &format!("{what} and ids"))?;
+        no_overlap(x, out_d, &format!("{what} and distances"))?;
+    }
+    let res = h.ctx.run(search)?;
+    out_ids.copy_from_slice(&res.ids);
+    out_d.copy_from_slice(&res.distances);
+    Ok(())
 }
 
 /// Removes every vector whose id is among the `n` given; stores how many were removed in

@@ -3,6 +3,7 @@
 
 mod search;
 
+pub(crate) use search::{raw_missing, raw_not_finite};
 pub use search::{DenseRaw, RawVectors, SearchResults};
 
 use crate::backend::Backend;

@@ -7,7 +7,7 @@
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
 use super::Index;
-use crate::backend::{Backend, CpuBackend};
+use crate::backend::{Backend, CpuBackend, DeviceRerank};
 use crate::error::{check_finite, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
@@ -98,6 +98,19 @@ impl Tables {
             cent_t,
         }
     }
+}
+
+/// A re-rank's candidate without a raw row (on the host or the device).
+pub(crate) fn raw_missing(id: u64) -> Error {
+    Error::InvalidArgument(format!("raw vectors have no vector for id {id}"))
+}
+
+/// A re-rank's candidate whose raw row gives a distance that is not finite.
+pub(crate) fn raw_not_finite(id: u64) -> Error {
+    Error::NonFinite(format!(
+        "raw vectors: the vector of id {id} has a value that is NaN or infinite, or too large \
+         for its distance to the query"
+    ))
 }
 
 /// `|c|^2 + 2 <ra_j, c>` for every sub-space j and centroid c.
@@ -197,29 +210,19 @@ impl Index {
         let k = p.k;
         let want = k.max(p.rerank);
         let (mut ids, mut dist) = self.empty_results(nq, k);
-        let done: Vec<Result<()>> = match backend.search_lists(self, &q, p.nprobe, want)? {
+        match backend.search_lists(self, &q, p.nprobe, want)? {
             // The host scan: one coarse GEMM per block of queries.
             None => q
                 .par_chunks(QUERY_BLOCK * d)
                 .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
                 .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
                 .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
-                .collect(),
-            // The device's candidates, best first, re-ranked and cut to k here.
-            Some((cid, cdist)) => ids
-                .par_chunks_mut(k)
-                .zip(dist.par_chunks_mut(k))
-                .enumerate()
-                .map(|(i, (io, dout))| {
-                    let cands = (0..want)
-                        .map(|r| Cand(cdist[i * want + r], cid[i * want + r]))
-                        .filter(|c| c.1 != u64::MAX)
-                        .collect();
-                    self.finish(&q[i * d..(i + 1) * d], cands, raw, io, dout)
-                })
-                .collect(),
-        };
-        done.into_iter().collect::<Result<()>>()?;
+                .collect::<Result<()>>()?,
+            // The device's candidates, re-ranked and cut to k here.
+            Some((cid, cdist)) => {
+                self.finish_all(&q, want, &cid, &cdist, raw, &mut ids, &mut dist)?
+            }
+        }
         Ok(SearchResults {
             k,
             ids,
@@ -227,17 +230,107 @@ impl Index {
         })
     }
 
-    /// The checks every search makes; returns the raw vectors to re-rank against, if any.
+    /// As [`Index::search_with`], with the re-rank against raw vectors in CUDA device memory:
+    /// `n` rows of the index's dimension at address `at` (row i holds the vector of id i;
+    /// the memory `Compressor::encode_device` takes), read in place on the device, where the
+    /// candidates stay (at most 128 per query: a larger `p.rerank` is an `InvalidArgument`).
+    /// The range is checked first (`InvalidArgument`), then each candidate:
+    /// an id without a row is an `InvalidArgument`, a row whose distance is not finite
+    /// `NonFinite`. With `p.rerank` 0 the rows are not read. Contexts on other backends answer
+    /// `BackendUnavailable`.
+    ///
+    /// # Safety
+    /// Nothing writes the rows at `at` while the call runs.
+    pub unsafe fn search_device_raw(
+        &self,
+        backend: &dyn Backend,
+        queries: &[f32],
+        p: &SearchParams,
+        at: u64,
+        n: usize,
+    ) -> Result<SearchResults> {
+        if p.rerank == 0 {
+            return self.search_with(backend, queries, p, None);
+        }
+        self.check_queries(queries, p)?;
+        let d = self.cb.dim();
+        let nq = queries.len() / d;
+        let q = prepare(queries, d, self.cb.metric);
+        let (k, want) = (p.k, p.k.max(p.rerank));
+        let raw = DeviceRerank { at, n, k };
+        // SAFETY (both calls): as the caller vouches.
+        let (cid, cdist) = match unsafe {
+            backend.rerank_device(self, &q, p.nprobe, want, None, raw)
+        }? {
+            Some(r) => r,
+            // Lists the device does not scan: the host's candidates, re-ranked there.
+            None => {
+                let cands = SearchParams {
+                    k: want,
+                    nprobe: p.nprobe,
+                    rerank: 0,
+                };
+                let host = self.search(queries, &cands, None)?;
+                unsafe { backend.rerank_device(self, &q, p.nprobe, want, Some(&host.ids), raw) }?
+                    .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
+            }
+        };
+        let (mut ids, mut dist) = self.empty_results(nq, k);
+        self.finish_all(&q, k, &cid, &cdist, None, &mut ids, &mut dist)?;
+        Ok(SearchResults {
+            k,
+            ids,
+            distances: dist,
+        })
+    }
+
+    /// Each query's `per` candidates (ids and scores, best first, as the device gives them)
+    /// through `finish` into its k result slots.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_all(
+        &self,
+        q: &[f32],
+        per: usize,
+        cid: &[u64],
+        cdist: &[f32],
+        raw: Option<&dyn RawVectors>,
+        ids: &mut [u64],
+        dist: &mut [f32],
+    ) -> Result<()> {
+        let (d, nq) = (self.cb.dim(), q.len() / self.cb.dim());
+        if nq == 0 {
+            return Ok(());
+        }
+        let k = ids.len() / nq;
+        ids.par_chunks_mut(k)
+            .zip(dist.par_chunks_mut(k))
+            .enumerate()
+            .map(|(i, (io, dout))| {
+                let cands = (0..per)
+                    .map(|r| Cand(cdist[i * per + r], cid[i * per + r]))
+                    .filter(|c| c.1 != u64::MAX)
+                    .collect();
+                self.finish(&q[i * d..(i + 1) * d], cands, raw, io, dout)
+            })
+            .collect()
+    }
+
+    /// The checks of the parameters and queries every search makes.
+    fn check_queries(&self, queries: &[f32], p: &SearchParams) -> Result<()> {
+        p.validate()?;
+        crate::error::whole_rows(queries.len(), self.cb.dim(), "query values")?;
+        check_finite(queries, "queries")
+    }
+
+    /// The checks every search with host raw vectors makes; returns the raw vectors to re-rank against, if any.
     fn check_search<'r>(
         &self,
         queries: &[f32],
         p: &SearchParams,
         raw: Option<&'r dyn RawVectors>,
     ) -> Result<Option<&'r dyn RawVectors>> {
-        p.validate()?;
+        self.check_queries(queries, p)?;
         let d = self.cb.dim();
-        crate::error::whole_rows(queries.len(), d, "query values")?;
-        check_finite(queries, "queries")?;
         match (p.rerank, raw) {
             (0, _) => Ok(None),
             (_, None) => Err(Error::InvalidArgument("rerank needs raw vectors".into())),
@@ -273,15 +366,16 @@ impl Index {
         let (d, l2) = (self.cb.dim(), self.cb.metric == Metric::L2);
         if let Some(raw) = raw {
             for c in cands.iter_mut() {
-                let v = raw.get(c.1).ok_or_else(|| {
-                    Error::InvalidArgument(format!("raw vectors have no vector for id {}", c.1))
-                })?;
+                let v = raw.get(c.1).ok_or_else(|| raw_missing(c.1))?;
                 let v = prepare(v, d, self.cb.metric);
                 c.0 = if l2 {
                     linalg::l2_sq(qv, &v)
                 } else {
                     -linalg::dot(qv, &v)
                 };
+                if !c.0.is_finite() {
+                    return Err(raw_not_finite(c.1));
+                }
             }
             cands.sort_unstable();
         }

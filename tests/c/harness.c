@@ -284,6 +284,11 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, (float *)out_ids), VLCC_STATUS_OVERLAP);
     /* Raw rows are by id: ids start at 1000, so a raw array of N rows lacks most of them. */
     expect_status(vlcc_index_search(ix, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    /* Raw rows in device memory: pointer checks, then this CPU context's answer. */
+    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 50, NULL, N, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 50, x, N, NULL, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 5, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
     expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
     size_t self_hits = 0;
     for (size_t i = 0; i < NQ; i++) self_hits += out_ids[i * K] == 1000 + 123 + i;

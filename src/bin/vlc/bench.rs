@@ -6,7 +6,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
 use vlc_compress::{
-    synth, train, vecio, AnchorParams, BackendKind, Compressor, NoProgress, SearchParams,
+    synth, train, vecio, AnchorParams, Compressor, DenseRaw, NoProgress, RawVectors, SearchParams,
     TrainParams,
 };
 
@@ -42,8 +42,12 @@ pub(crate) struct BenchArgs {
     stages: Vec<String>,
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Encode stage: read the vectors from CUDA device memory (uploaded once, untimed), as a
-    /// caller whose embeddings are already on the GPU does (`--backend cuda`).
+    /// Search stage: re-rank this many candidates exactly against the vectors (0 = off).
+    #[arg(long, default_value_t = 0)]
+    rerank: usize,
+    /// Read the vectors from CUDA device memory (uploaded once, untimed), as a caller whose
+    /// embeddings are already on the GPU does (`--backend cuda`): the encode stage encodes
+    /// them there, and the search stage's re-rank reads them there.
     #[arg(long)]
     from_device: bool,
     /// Training seed (anchors and codebooks).
@@ -127,23 +131,15 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
         let mut c = Compressor::new(ctx.clone(), params);
         c.train(&x, d)?;
         let cb = c.codebook()?.clone();
+        let xd = match a.from_device {
+            true => Some(a.run.device_copy(&ctx, &x, "--from-device")?),
+            false => None,
+        };
         if has("encode") {
-            let (secs, _) = if a.from_device {
-                if ctx.backend().kind() != BackendKind::Cuda {
-                    return Err(format!(
-                        "--from-device needs a CUDA context; this one runs on {}",
-                        ctx.backend().kind().name()
-                    )
-                    .into());
-                }
-                let cuda = cudarc::driver::CudaContext::new(a.run.device)?;
-                let s = cuda.default_stream();
-                let xd = s.clone_htod(&x)?;
-                let (at, _sync) = cudarc::driver::DevicePtr::device_ptr(&xd, &s);
-                s.synchronize()?;
-                // SAFETY: nothing writes `xd` while it is encoded.
+            let (secs, _) = if let Some(xd) = &xd {
+                // SAFETY: nothing writes the device copy while it is encoded.
                 best(a.repeat, || {
-                    Ok(ctx.run(|b| unsafe { cb.encode_device(b, at, n) })?)
+                    Ok(ctx.run(|b| unsafe { cb.encode_device(b, xd.at, n) })?)
                 })?
             } else {
                 best(a.repeat, || Ok(ctx.run(|b| cb.encode(b, x[..].into()))?))?
@@ -159,12 +155,19 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             let p = SearchParams {
                 k: 10,
                 nprobe: a.nprobe,
-                rerank: 0,
+                rerank: a.rerank,
             };
+            let raw = DenseRaw { data: &x, d };
+            let q = &x[..nq * d];
             let (secs, _) = best(a.repeat, || {
-                Ok(ctx.run(|b| index.search_with(b, &x[..nq * d], &p, None))?)
+                Ok(ctx.run(|b| match &xd {
+                    // SAFETY: nothing writes the device copy while it is searched.
+                    Some(xd) => unsafe { index.search_device_raw(b, q, &p, xd.at, n) },
+                    None => index.search_with(b, q, &p, Some(&raw as &dyn RawVectors)),
+                })?)
             })?;
-            rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "queries": nq, "nprobe": a.nprobe, "seconds": secs, "qps": nq as f64 / secs})));
+            let raw_at = if xd.is_some() { "device" } else { "host" };
+            rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "queries": nq, "nprobe": a.nprobe, "rerank": a.rerank, "raw": raw_at, "seconds": secs, "qps": nq as f64 / secs})));
         }
     }
     if a.run.json {

@@ -67,6 +67,32 @@ impl RunOpts {
             self.threads,
         )?))
     }
+
+    /// `x` copied to this run's CUDA device (untimed), as a caller whose vectors are already
+    /// on the GPU holds them; `flag` names the option that asked, for the error on other
+    /// backends.
+    fn device_copy(&self, ctx: &Context, x: &[f32], flag: &str) -> AnyResult<DeviceCopy> {
+        if ctx.backend().kind() != BackendKind::Cuda {
+            return Err(format!(
+                "{flag} needs a CUDA context; this one runs on {}",
+                ctx.backend().kind().name()
+            )
+            .into());
+        }
+        let s = cudarc::driver::CudaContext::new(self.device)?.default_stream();
+        let x = s.clone_htod(x)?;
+        let at = cudarc::driver::DevicePtr::device_ptr(&x, &s).0;
+        s.synchronize()?;
+        Ok(DeviceCopy { x, at })
+    }
+}
+
+/// Vectors in CUDA device memory at address `at`, freed on drop.
+pub(crate) struct DeviceCopy {
+    /// Holds the memory `at` points into.
+    #[allow(dead_code)]
+    x: cudarc::driver::CudaSlice<f32>,
+    pub(crate) at: u64,
 }
 
 /// Training parameters (defaults are the library's).
