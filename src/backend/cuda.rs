@@ -565,6 +565,12 @@ impl Backend for CudaBackend {
                 "re-ranking on the device takes up to {MAX_WANT} candidates per query, not {want}"
             )));
         }
+        if raw.k == 0 || raw.k > want {
+            return Err(Error::InvalidArgument(format!(
+                "{} results per query from {want} candidates",
+                raw.k
+            )));
+        }
         // No rows: any candidate fails as an id without a row, and there is no range to check.
         if raw.n > 0 {
             self.device_range(raw.at, bytes, "raw vectors")?;

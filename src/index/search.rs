@@ -322,7 +322,8 @@ impl Index {
         check_finite(queries, "queries")
     }
 
-    /// The checks every search with host raw vectors makes; returns the raw vectors to re-rank against, if any.
+    /// The checks every search with host raw vectors makes; returns the raw vectors to
+    /// re-rank against, if any.
     fn check_search<'r>(
         &self,
         queries: &[f32],
