@@ -194,12 +194,19 @@ impl Staging {
     /// checked on the way (the caller's input needs no pass of its own): the filled part, or
     /// `None` where a value is NaN or infinite.
     fn fill(&mut self, b: usize, src: &[f32]) -> Result<Option<&[f32]>> {
-        if let Some(e) = self.sent[b].take() {
+        Staging::fill_buf(&mut self.sent[b], &mut self.bufs[b], src)
+    }
+
+    /// `fill` on one buffer and the event of its last copy out.
+    fn fill_buf<'a>(
+        sent: &mut Option<CudaEvent>,
+        buf: &'a mut PinnedHostSlice<f32>,
+        src: &[f32],
+    ) -> Result<Option<&'a [f32]>> {
+        if let Some(e) = sent.take() {
             e.synchronize().map_err(|e| dev_err("upload", e))?;
         }
-        let host = self.bufs[b]
-            .as_mut_slice()
-            .map_err(|e| dev_err("upload", e))?;
+        let host = buf.as_mut_slice().map_err(|e| dev_err("upload", e))?;
         let host = &mut host[..src.len()];
         Ok(crate::stage::stage(host, src).then_some(&*host))
     }
@@ -1097,21 +1104,11 @@ impl CudaBackend {
         let (mut ids, mut idx) = (vec![0u32; n], vec![0u8; n * nsub]);
         // Blocks in flight, oldest first: (buffer, first row, rows).
         let mut flight = std::collections::VecDeque::new();
-        let mut take_back = |st: &mut Staging, b: usize, r0: usize, rows: usize| -> Result<()> {
-            if let Some(e) = st.done[b].take() {
-                e.synchronize().map_err(|e| dev_err("encode", e))?;
-            }
-            let back = &st.back.as_ref().expect("made above")[b];
-            let bytes = back.as_slice().map_err(|e| dev_err("download", e))?;
-            let (bi, bx) = bytes[..rows * (4 + nsub)].split_at(rows * 4);
-            let bi = bytemuck::cast_slice::<u8, u32>(bi);
-            crate::stage::copy_spread(&mut ids[r0..r0 + rows], bi);
-            crate::stage::copy_spread(&mut idx[r0 * nsub..(r0 + rows) * nsub], bx);
-            Ok(())
-        };
         for j in 0..n.div_ceil(block) {
             let (b, r0) = (j % BUFS, j * block);
             let rows = block.min(n - r0);
+            // Block j - BUFS used these buffers: its results go out first.
+            let old = (flight.len() == BUFS).then(|| flight.pop_front().expect("a full flight"));
             match src {
                 Source::Host(x) => {
                     let blk = &x[r0 * d..(r0 + rows) * d];
@@ -1120,10 +1117,32 @@ impl CudaBackend {
                     if let Some(e) = &st.done[b] {
                         dev.copy.wait(e).map_err(|e| dev_err("upload", e))?;
                     }
-                    // Only the copy of block j - BUFS out of this buffer must be done; its
-                    // kernels may still run while the host fills the buffer again.
                     host_trace.mark("other", || ());
-                    let Some(host) = st.fill(b, blk)? else {
+                    // The fill waits only for the copy of block j - BUFS out of this buffer;
+                    // that block's results go out beside it on other threads, not after it
+                    // (docs/perf-cuda.md, encoding version 13).
+                    let Staging {
+                        bufs,
+                        sent,
+                        done,
+                        back,
+                    } = &mut *st;
+                    let back = back.as_ref().expect("made above");
+                    let (filled, taken) = rayon::join(
+                        || Staging::fill_buf(&mut sent[b], &mut bufs[b], blk),
+                        || match old {
+                            Some((ob, or0, orows)) => take_back(
+                                &mut done[ob],
+                                &back[ob],
+                                (or0, orows),
+                                &mut ids,
+                                &mut idx,
+                            ),
+                            None => Ok(()),
+                        },
+                    );
+                    taken?;
+                    let Some(host) = filled? else {
                         s.synchronize().map_err(|e| dev_err("encode", e))?;
                         return Err(crate::error::non_finite_in(x, "vectors"));
                     };
@@ -1147,14 +1166,13 @@ impl CudaBackend {
                     let first = first.as_mut().expect("made for device input");
                     self.device_block(dev, cb, at, (r0, rows), &mut sc.x[b], first)?;
                     trace.mark(s, "device copy");
+                    if let Some((ob, or0, orows)) = old {
+                        host_trace.mark("other", || ());
+                        let back = &st.back.as_ref().expect("made above")[ob];
+                        take_back(&mut st.done[ob], back, (or0, orows), &mut ids, &mut idx)?;
+                        host_trace.mark("results", || ());
+                    }
                 }
-            }
-            // Block j - BUFS, which used these buffers, is done: its results go out first.
-            if flight.len() == BUFS {
-                let (ob, or0, orows) = flight.pop_front().expect("a full flight");
-                host_trace.mark("other", || ());
-                take_back(st, ob, or0, orows)?;
-                host_trace.mark("results", || ());
             }
             let (mut iv, mut xv) = (ids_d.slice_mut(..rows), idx_d.slice_mut(..rows * nsub));
             self.encode_block(dev, dc, cb, &mut sc, b, rows, &mut iv, &mut xv, &mut trace)?;
@@ -1177,7 +1195,8 @@ impl CudaBackend {
         }
         host_trace.mark("other", || ());
         while let Some((b, r0, rows)) = flight.pop_front() {
-            take_back(st, b, r0, rows)?;
+            let back = &st.back.as_ref().expect("made above")[b];
+            take_back(&mut st.done[b], back, (r0, rows), &mut ids, &mut idx)?;
         }
         host_trace.mark("results", || ());
         if let (Some(first), Source::Device { at, .. }) = (&first, src) {
@@ -1809,6 +1828,29 @@ impl CudaBackend {
         )?;
         Ok((qd, out_id, out_d))
     }
+}
+
+/// The encoding results of rows `r0..r0 + rows` (into `ids` and `idx`, whole: one id and
+/// `idx.len() / ids.len()` indices a row) out of return buffer `back` once `done` (the copy
+/// into it) has ended, laid out as `encode_pipelined` has them copied: ids (4 bytes each),
+/// then indices.
+fn take_back(
+    done: &mut Option<CudaEvent>,
+    back: &PinnedHostSlice<u8>,
+    (r0, rows): (usize, usize),
+    ids: &mut [u32],
+    idx: &mut [u8],
+) -> Result<()> {
+    if let Some(e) = done.take() {
+        e.synchronize().map_err(|e| dev_err("encode", e))?;
+    }
+    let nsub = idx.len() / ids.len().max(1);
+    let bytes = back.as_slice().map_err(|e| dev_err("download", e))?;
+    let (bi, bx) = bytes[..rows * (4 + nsub)].split_at(rows * 4);
+    let ids = &mut ids[r0..r0 + rows];
+    crate::stage::copy_spread(ids, bytemuck::cast_slice::<u8, u32>(bi));
+    crate::stage::copy_spread(&mut idx[r0 * nsub..(r0 + rows) * nsub], bx);
+    Ok(())
 }
 
 /// Step timings (`VLCC_CUDA_TRACE`): when recording, each step waits for the stream.
