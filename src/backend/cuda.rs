@@ -147,15 +147,19 @@ fn pinned_bufs<T: DeviceRepr>(
     len: usize,
     flags: u32,
 ) -> Result<[PinnedHostSlice<T>; BUFS]> {
-    let one = || {
+    per_buf(|| {
         // SAFETY: page-locked host memory, written (by the host or a copy) before every read.
         unsafe { ctx.alloc_pinned_with_flags(len, flags) }
             .map_err(|e| dev_err("allocate page-locked memory", e))
-    };
-    let all = (0..BUFS).map(|_| one()).collect::<Result<Vec<_>>>()?;
+    })
+}
+
+/// One `make()` per buffer in flight.
+fn per_buf<T>(mut make: impl FnMut() -> Result<T>) -> Result<[T; BUFS]> {
+    let all = (0..BUFS).map(|_| make()).collect::<Result<Vec<_>>>()?;
     Ok(all
         .try_into()
-        .unwrap_or_else(|_| unreachable!("BUFS buffers")))
+        .unwrap_or_else(|_| unreachable!("BUFS values")))
 }
 
 impl Device {
@@ -209,6 +213,18 @@ impl Staging {
         let host = buf.as_mut_slice().map_err(|e| dev_err("upload", e))?;
         let host = &mut host[..src.len()];
         Ok(crate::stage::stage(host, src).then_some(&*host))
+    }
+
+    /// `take_back` of return buffer `b`.
+    fn take_back(
+        &mut self,
+        b: usize,
+        span: (usize, usize),
+        ids: &mut [u32],
+        idx: &mut [u8],
+    ) -> Result<()> {
+        let back = &self.back.as_ref().expect("made before the blocks")[b];
+        take_back(&mut self.done[b], back, span, ids, idx)
     }
 
     /// The return buffers, at least `len` bytes each. Callers wait on `done` first.
@@ -513,14 +529,10 @@ impl Backend for CudaBackend {
         at: u64,
         n: usize,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
-        let bytes = n
-            .checked_mul(cb.d)
-            .and_then(|v| v.checked_mul(4))
-            .ok_or_else(|| Error::InvalidArgument(format!("{n} vectors overflow the size")))?;
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        self.device_range(at, bytes, "device vectors")?;
+        let bytes = self.device_rows(at, n, cb.d, "device vectors")?;
         if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
             return Ok(r);
         }
@@ -530,7 +542,7 @@ impl Backend for CudaBackend {
         {
             let dev = self.lock();
             dev.bind()?;
-            // SAFETY: `device_range` accepted the `bytes` bytes at `at`.
+            // SAFETY: `device_rows` accepted the `bytes` bytes at `at`.
             unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut x, at) }
                 .map_err(|e| dev_err("download", e))?;
         }
@@ -560,13 +572,6 @@ impl Backend for CudaBackend {
         raw: DeviceRerank,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         let d = ix.cb.dim();
-        let bytes = raw
-            .n
-            .checked_mul(d)
-            .and_then(|v| v.checked_mul(4))
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!("{} raw vectors overflow the size", raw.n))
-            })?;
         if want > MAX_WANT {
             return Err(Error::InvalidArgument(format!(
                 "re-ranking on the device takes up to {MAX_WANT} candidates per query, not {want}"
@@ -580,7 +585,7 @@ impl Backend for CudaBackend {
         }
         // No rows: any candidate fails as an id without a row, and there is no range to check.
         if raw.n > 0 {
-            self.device_range(raw.at, bytes, "raw vectors")?;
+            self.device_rows(raw.at, raw.n, d, "raw vectors")?;
         }
         let Some(cands) = cands else {
             return self.scan(ix, q, nprobe, want, Some(raw));
@@ -588,16 +593,18 @@ impl Backend for CudaBackend {
         self.bind()?;
         let dev = self.lock();
         let s = &dev.stream;
+        let mut bad = self.rerank_flags(s)?;
         let (mut ids, mut dist) = (Vec::new(), Vec::new());
         for (qb, cb) in q
             .chunks(QUERY_BATCH * d)
             .zip(cands.chunks(QUERY_BATCH * want))
         {
             let (qd, cd) = (self.up(s, qb)?, self.up(s, cb)?);
-            let (i, v) = self.rerank_batch(&dev, ix, &qd, &cd, want, raw)?;
+            let (i, v) = self.rerank_batch(&dev, ix, &qd, &cd, want, raw, &mut bad)?;
             ids.extend(i);
             dist.extend(v);
         }
+        self.rerank_errors(s, &bad)?;
         Ok(Some((ids, dist)))
     }
 
@@ -1007,7 +1014,7 @@ impl EncodeScratch {
         let f = |len| unsafe { CudaBackend::filled_later::<f32>(s, len) };
         Ok(EncodeScratch {
             block,
-            x: [f(block * d)?, f(block * d)?, f(block * d)?],
+            x: per_buf(|| f(block * d))?,
             xn: f(block)?,
             dist: f(block)?,
             x3: Split::if_room(s, block, d)?,
@@ -1022,7 +1029,7 @@ impl EncodeScratch {
 enum Source<'a> {
     /// Host memory (n x d), staged through page-locked memory and checked on the way up.
     Host(&'a [f32]),
-    /// `n` rows of device memory at `at` (a range `device_range` accepted), copied block by
+    /// `n` rows of device memory at `at` (a range `device_rows` accepted), copied block by
     /// block on the device and checked there.
     Device { at: u64, n: usize },
 }
@@ -1168,8 +1175,7 @@ impl CudaBackend {
                     trace.mark(s, "device copy");
                     if let Some((ob, or0, orows)) = old {
                         host_trace.mark("other", || ());
-                        let back = &st.back.as_ref().expect("made above")[ob];
-                        take_back(&mut st.done[ob], back, (or0, orows), &mut ids, &mut idx)?;
+                        st.take_back(ob, (or0, orows), &mut ids, &mut idx)?;
                         host_trace.mark("results", || ());
                     }
                 }
@@ -1195,8 +1201,7 @@ impl CudaBackend {
         }
         host_trace.mark("other", || ());
         while let Some((b, r0, rows)) = flight.pop_front() {
-            let back = &st.back.as_ref().expect("made above")[b];
-            take_back(&mut st.done[b], back, (r0, rows), &mut ids, &mut idx)?;
+            st.take_back(b, (r0, rows), &mut ids, &mut idx)?;
         }
         host_trace.mark("results", || ());
         if let (Some(first), Source::Device { at, .. }) = (&first, src) {
@@ -1224,7 +1229,7 @@ impl CudaBackend {
         {
             let (dst, _sync) = x.device_ptr_mut(s);
             // SAFETY: `x` holds at least `len` floats; the source range lies within the
-            // memory `device_range` accepted; both are read and written in stream order.
+            // memory `device_rows` accepted; both are read and written in stream order.
             ran(
                 unsafe {
                     cudarc::driver::result::memcpy_dtod_async(
@@ -1267,14 +1272,19 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Checks that the `bytes` bytes at `at` lie in one allocation this device reads: device
-    /// memory of this device, or managed memory, as the driver reports it. Anything else (host
-    /// memory, another device's, freed or never allocated, a range running past the
-    /// allocation) is an `InvalidArgument`, before anything is read. The driver knows
-    /// allocations, not tensors: a range inside a larger allocation (a framework's caching
-    /// pool) passes, so the row count is the caller's to get right.
-    fn device_range(&self, at: u64, bytes: usize, what: &str) -> Result<()> {
+    /// Checks that `n` rows of `d` floats at `at` lie in one allocation this device reads:
+    /// device memory of this device, or managed memory, as the driver reports it. Anything
+    /// else (host memory, another device's, freed or never allocated, a range running past
+    /// the allocation, a size that overflows) is an `InvalidArgument`, before anything is
+    /// read. The driver knows allocations, not tensors: a range inside a larger allocation (a
+    /// framework's caching pool) passes, so the row count is the caller's to get right.
+    /// Returns the rows' size in bytes.
+    fn device_rows(&self, at: u64, n: usize, d: usize, what: &str) -> Result<usize> {
         use cudarc::driver::sys::{self, CUmemorytype, CUpointer_attribute as A};
+        let bytes = n
+            .checked_mul(d)
+            .and_then(|v| v.checked_mul(4))
+            .ok_or_else(|| Error::InvalidArgument(format!("{n} {what} overflow the size")))?;
         let dev = self.lock();
         dev.bind()?;
         let ctx = dev.stream.context();
@@ -1326,13 +1336,13 @@ impl CudaBackend {
                 "{bytes} bytes asked for, {room} left in the allocation holding them"
             ));
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// The error the host's check gives for position `i` of the device input at `at`.
     fn non_finite_at(&self, at: u64, i: usize) -> Error {
         let mut v = [0f32];
-        // SAFETY: position i lies within the range `device_range` accepted.
+        // SAFETY: position i lies within the range `device_rows` accepted.
         match unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, at + 4 * i as u64) } {
             Ok(()) => Error::NonFinite(format!("vectors: value {} at position {i}", v[0])),
             Err(e) => dev_err("download", e),
@@ -1601,8 +1611,6 @@ impl DeviceLists {
 }
 
 impl CudaBackend {
-    /// One batch of queries (nb x d, prepared): coarse GEMM and probe selection, the query
-    /// tables, one block per (probe, query) scanning a list, and a merge per query.
     /// `search_lists`, with the candidates re-ranked on the device against `raw` when given
     /// (`raw.k` results per query, else `want`); `None` where the device does not scan.
     fn scan(
@@ -1627,21 +1635,45 @@ impl CudaBackend {
             return Ok(None);
         };
         let s = &dev.stream;
+        let mut rerank = match raw {
+            Some(r) => Some((r, self.rerank_flags(s)?)),
+            None => None,
+        };
         let (mut ids, mut dist) = (Vec::new(), Vec::new());
         for batch in q.chunks(cb.dim() * QUERY_BATCH) {
             let (qd, cid, cd) = self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want)?;
-            let (i, v) = match raw {
+            let (i, v) = match &mut rerank {
                 None => (self.down(s, &cid)?, self.down(s, &cd)?),
-                Some(r) => self.rerank_batch(&dev, ix, &qd, &cid, want, r)?,
+                Some((r, bad)) => self.rerank_batch(&dev, ix, &qd, &cid, want, *r, bad)?,
             };
             ids.extend(i);
             dist.extend(v);
         }
+        if let Some((_, bad)) = &rerank {
+            self.rerank_errors(s, bad)?;
+        }
         Ok(Some((ids, dist)))
     }
 
+    /// The re-rank's error words for one call (`bad` in search.cu), none set: the smallest
+    /// id without a row, then the smallest whose score is not finite.
+    fn rerank_flags(&self, s: &Arc<CudaStream>) -> Result<CudaSlice<u64>> {
+        self.up(s, &[u64::MAX; 2])
+    }
+
+    /// The error a call's re-rank batches left in `bad`, if any.
+    fn rerank_errors(&self, s: &Arc<CudaStream>, bad: &CudaSlice<u64>) -> Result<()> {
+        match self.down(s, bad)?[..] {
+            [id, _] if id != u64::MAX => Err(crate::index::raw_missing(id)),
+            [_, id] if id != u64::MAX => Err(crate::index::raw_not_finite(id)),
+            _ => Ok(()),
+        }
+    }
+
     /// The `raw.k` best per query of `cand` (`want` per query of `qd`) by their exact
-    /// scores against `raw`.
+    /// scores against `raw`; ids without rows and scores that are not finite go to `bad`
+    /// (`rerank_flags`).
+    #[allow(clippy::too_many_arguments)]
     fn rerank_batch(
         &self,
         dev: &Device,
@@ -1650,13 +1682,13 @@ impl CudaBackend {
         cand: &CudaSlice<u64>,
         want: usize,
         raw: DeviceRerank,
+        bad: &mut CudaSlice<u64>,
     ) -> Result<(Vec<u64>, Vec<f32>)> {
         let (s, d, k) = (&dev.stream, ix.cb.dim(), raw.k);
         let nb = cand.len() / want;
         // SAFETY: a query's `want` candidates take the ranks 0..want once each, and k <= want.
         let mut out_id = unsafe { CudaBackend::filled_later::<u64>(s, nb * k)? };
         let mut out_d = unsafe { CudaBackend::filled_later::<f32>(s, nb * k)? };
-        let mut bad = self.up(s, &[u64::MAX; 2])?;
         let metric = match ix.cb.metric {
             crate::Metric::L2 => 0i32,
             crate::Metric::InnerProduct => 1,
@@ -1665,7 +1697,7 @@ impl CudaBackend {
         let vec4 = d % 4 == 0 && raw.at % 16 == 0;
         let (di, wi, ki, n) = (d as i32, want as i32, k as i32, raw.n as u64);
         // SAFETY: qd holds nb x d floats, cand nb x want ids, the outputs nb x k; the kernel
-        // reads rows only below `raw.n`, within the range `device_range` accepted.
+        // reads rows only below `raw.n`, within the range `device_rows` accepted.
         ran(
             unsafe {
                 s.launch_builder(&dev.k.rerank_rows[vec4 as usize])
@@ -1679,7 +1711,7 @@ impl CudaBackend {
                     .arg(&ki)
                     .arg(&mut out_id)
                     .arg(&mut out_d)
-                    .arg(&mut bad)
+                    .arg(bad)
                     .launch(LaunchConfig {
                         grid_dim: (nb as u32, 1, 1),
                         block_dim: (256, 1, 1),
@@ -1688,18 +1720,13 @@ impl CudaBackend {
             },
             "re-rank",
         )?;
-        let bad = self.down(s, &bad)?;
-        if bad[0] != u64::MAX {
-            return Err(crate::index::raw_missing(bad[0]));
-        }
-        if bad[1] != u64::MAX {
-            return Err(crate::index::raw_not_finite(bad[1]));
-        }
         Ok((self.down(s, &out_id)?, self.down(s, &out_d)?))
     }
 
-    /// One batch of queries through the device search: the queries on the device, and
-    /// their `want` candidates (ids, scores), still there.
+    /// One batch of queries (nb x d, prepared) through the device search: coarse GEMM and
+    /// probe selection, the query tables, one block per (probe, query) scanning a list, and a
+    /// merge per query. Returns the queries on the device and their `want` candidates (ids,
+    /// scores), still there.
     fn search_batch(
         &self,
         dev: &Device,
