@@ -211,13 +211,7 @@ impl Index {
         let want = k.max(p.rerank);
         let (mut ids, mut dist) = self.empty_results(nq, k);
         match backend.search_lists(self, &q, p.nprobe, want)? {
-            // The host scan: one coarse GEMM per block of queries.
-            None => q
-                .par_chunks(QUERY_BLOCK * d)
-                .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
-                .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
-                .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
-                .collect::<Result<()>>()?,
+            None => self.scan_host(&q, p, raw, &mut ids, &mut dist)?,
             // The device's candidates, re-ranked and cut to k here.
             Some((cid, cdist)) => {
                 self.finish_all(&q, want, &cid, &cdist, raw, &mut ids, &mut dist)?
@@ -259,22 +253,22 @@ impl Index {
         let (k, want) = (p.k, p.k.max(p.rerank));
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.
-        let (cid, cdist) = match unsafe {
-            backend.rerank_device(self, &q, p.nprobe, want, None, raw)
-        }? {
-            Some(r) => r,
-            // Lists the device does not scan: the host's candidates, re-ranked there.
-            None => {
-                let cands = SearchParams {
-                    k: want,
-                    nprobe: p.nprobe,
-                    rerank: 0,
-                };
-                let host = self.search(queries, &cands, None)?;
-                unsafe { backend.rerank_device(self, &q, p.nprobe, want, Some(&host.ids), raw) }?
-                    .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
-            }
-        };
+        let (cid, cdist) =
+            match unsafe { backend.rerank_device(self, &q, p.nprobe, want, None, raw) }? {
+                Some(r) => r,
+                // Lists the device does not scan: the host's candidates, re-ranked there.
+                None => {
+                    let cands = SearchParams {
+                        k: want,
+                        nprobe: p.nprobe,
+                        rerank: 0,
+                    };
+                    let (mut cid, mut cdist) = self.empty_results(nq, want);
+                    self.scan_host(&q, &cands, None, &mut cid, &mut cdist)?;
+                    unsafe { backend.rerank_device(self, &q, p.nprobe, want, Some(&cid), raw) }?
+                        .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
+                }
+            };
         let (mut ids, mut dist) = self.empty_results(nq, k);
         self.finish_all(&q, k, &cid, &cdist, None, &mut ids, &mut dist)?;
         Ok(SearchResults {
@@ -282,6 +276,24 @@ impl Index {
             ids,
             distances: dist,
         })
+    }
+
+    /// The host scan of the prepared queries `q` into their `p.k` result slots, re-ranked
+    /// against `raw` where given: one coarse GEMM per block of queries.
+    fn scan_host(
+        &self,
+        q: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        ids: &mut [u64],
+        dist: &mut [f32],
+    ) -> Result<()> {
+        let (d, k) = (self.cb.dim(), p.k);
+        q.par_chunks(QUERY_BLOCK * d)
+            .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
+            .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
+            .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
+            .collect()
     }
 
     /// Each query's `per` candidates (ids and scores, best first, as the device gives them)
