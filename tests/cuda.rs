@@ -494,13 +494,7 @@ fn device_rerank_matches_the_host_rerank_and_checks_its_rows() {
             .run(|b| unsafe { ix.search_device_raw(b, q, &sp, buf.0, n) })
             .unwrap();
         let d2h = g.backend().transfers().d2h_bytes - before;
-        let same = host
-            .ids
-            .iter()
-            .zip(&dev.ids)
-            .filter(|(a, b)| a == b)
-            .count();
-        let frac = same as f64 / host.ids.len() as f64;
+        let frac = common::same_records(&host.ids, &dev.ids, 1);
         eprintln!("{metric:?} {bits}-bit rerank {rerank}: same ids {frac:.4}, {d2h} bytes back");
         assert!(frac >= 0.99, "{metric:?} rerank {rerank}: {frac}");
         for (a, b) in host.distances.iter().zip(&dev.distances) {

@@ -56,8 +56,9 @@ pub fn code_agreement(
     frac
 }
 
-/// The share of records (`size` bytes each) that are equal in `a` and `b`.
-pub fn same_records(a: &[u8], b: &[u8], size: usize) -> f64 {
+/// The share of records (`size` values each: code bytes, or one result id) that are equal in
+/// `a` and `b`.
+pub fn same_records<T: PartialEq>(a: &[T], b: &[T], size: usize) -> f64 {
     let same = a
         .chunks_exact(size)
         .zip(b.chunks_exact(size))
@@ -131,13 +132,7 @@ pub fn search_parity(
             let before = dev.backend().transfers().d2h_bytes;
             let got = dev.run(|b| ix.search_with(b, query, &sp, rawp)).unwrap();
             let d2h = dev.backend().transfers().d2h_bytes - before;
-            let same = host
-                .ids
-                .iter()
-                .zip(&got.ids)
-                .filter(|(a, b)| a == b)
-                .count();
-            let frac = same as f64 / host.ids.len() as f64;
+            let frac = same_records(&host.ids, &got.ids, 1);
             eprintln!("{what}: same ids {frac:.4}");
             assert!(frac >= 0.99, "{what}: only {frac} of result ids agree");
             for (a, b) in host.distances.iter().zip(&got.distances) {
