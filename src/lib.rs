@@ -28,6 +28,7 @@
 pub mod backend;
 pub mod error;
 pub mod ffi;
+pub(crate) mod files;
 pub mod format;
 pub mod index;
 pub(crate) mod linalg;
@@ -214,6 +215,7 @@ impl Compressor {
     /// # Safety
     /// Nothing writes the `n` vectors at `at` while the call runs.
     pub unsafe fn encode_device(&self, at: u64, n: usize) -> Result<Vec<u8>> {
+        backend::need_device_memory(self.ctx.backend(), "encoding from device memory")?;
         let cb = self.codebook()?;
         // SAFETY: as the caller vouches.
         self.ctx.run(|b| unsafe { cb.encode_device(b, at, n) })
@@ -227,6 +229,6 @@ impl Compressor {
 
     /// An empty index on this compressor's codebook.
     pub fn new_index(&self) -> Result<Index> {
-        Ok(Index::new(self.codebook()?.clone()))
+        Index::new(self.codebook()?.clone())
     }
 }

@@ -23,7 +23,7 @@ pub enum NpyData {
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))
+    crate::files::read_regular(path)
 }
 
 fn corrupt(path: &Path, msg: impl std::fmt::Display) -> Error {

@@ -3,16 +3,16 @@
 //! table checksum, header checksum), a table of sections (id, offset, length, xxh3 checksum),
 //! and the sections, each 64-byte aligned so ids and codes are used in place from a memory map.
 //! Little-endian throughout. Saving writes a temporary file, fsyncs it and renames it over the
-//! target, so a crash never leaves a half-written file under the real name.
+//! target (`crate::files`), so a crash never leaves a half-written file under the real name.
 
 mod read;
 mod write;
 
+pub use crate::files::write_atomically;
 pub(crate) use read::MappedLists;
 pub use read::{load_codebook, load_index, read_codebook_bytes, read_index_bytes};
 pub use write::{codebook_bytes, index_bytes, save_codebook, save_index};
 
-use std::fs::File;
 use std::path::Path;
 
 /// First 8 bytes of every file.
@@ -51,46 +51,4 @@ pub(crate) fn checksum(bytes: &[u8]) -> u64 {
 
 pub(crate) fn align_up(x: usize) -> usize {
     x.div_ceil(ALIGN) * ALIGN
-}
-
-/// Writes through `f` into a temporary file beside `path`, fsyncs, then renames it into place.
-/// On any error the temporary file is removed and `path` is untouched.
-pub fn write_atomically(
-    path: &Path,
-    f: impl FnOnce(&File) -> std::io::Result<()>,
-) -> crate::Result<()> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().ok_or_else(|| {
-        crate::Error::InvalidArgument(format!("{} is not a file path", path.display()))
-    })?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        name.to_string_lossy(),
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let run = || -> std::io::Result<()> {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f(&file)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
-        // Make the rename itself durable; not every platform can open a directory.
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    };
-    run().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        crate::Error::io(format!("writing {}", path.display()), e)
-    })
 }
