@@ -56,6 +56,18 @@ impl Error {
     }
 }
 
+/// A number as messages show it: whole numbers plainly, others in the shortest form that reads
+/// back (`1e300`, not 301 digits).
+pub fn num(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e16 {
+        format!("{}", v as i64)
+    } else if v.is_finite() && v != 0.0 && (v.abs() >= 1e16 || v.abs() < 1e-4) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// Shorthand for `Err(Error::InvalidArgument(format!(..)))`.
 macro_rules! invalid {
     ($($t:tt)*) => { return Err($crate::error::Error::InvalidArgument(format!($($t)*))) };
@@ -65,7 +77,7 @@ pub(crate) use invalid;
 /// How many `d`-d vectors `len` values make: an error for d = 0 or a partial vector.
 pub(crate) fn whole_rows(len: usize, d: usize, what: &str) -> Result<usize> {
     if d == 0 {
-        invalid!("dimension must be >= 1");
+        invalid!("dimension d = 0: must be >= 1");
     }
     if len % d != 0 {
         invalid!("{len} {what} are not a whole number of {d}-d vectors");
@@ -112,6 +124,41 @@ pub(crate) fn check_finite_from(x: &[f32], what: &str, base: usize) -> Result<()
             x[i],
             base + i
         ))),
+    }
+}
+
+/// The largest squared norm a row may have: any distance or inner product between two such
+/// rows (at most 4x this) still fits in f32, so no search or training sum overflows.
+pub(crate) const MAX_SQUARED_NORM: f64 = f32::MAX as f64 / 8.0;
+
+/// Fails with `NonFinite` when a row of `x` (rows of `d` values, finite) has a squared norm
+/// over [`MAX_SQUARED_NORM`]: its distances would overflow f32 to infinity or NaN.
+pub(crate) fn check_norms(x: &[f32], d: usize, what: &str) -> Result<()> {
+    check_norms_from(x, d, what, 0)
+}
+
+/// As `check_norms`, for rows that start at row `base` of the caller's input.
+pub(crate) fn check_norms_from(x: &[f32], d: usize, what: &str, base: usize) -> Result<()> {
+    use rayon::prelude::*;
+    if d == 0 {
+        return Ok(());
+    }
+    let norm = |r: &[f32]| r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
+    match x
+        .par_chunks(d)
+        .position_first(|r| norm(r) > MAX_SQUARED_NORM)
+    {
+        None => Ok(()),
+        Some(i) => {
+            let r = &x[i * d..(i + 1) * d];
+            let big = r.iter().fold(0f32, |m, v| m.max(v.abs()));
+            Err(Error::NonFinite(format!(
+                "{what}: row {} has squared norm {:.3e} (largest |value| {big:e}), over the \
+                 {MAX_SQUARED_NORM:.3e} that f32 distances can hold; scale the vectors down",
+                base + i,
+                norm(r)
+            )))
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Parameters: every one has a default and is validated before any work starts.
 
-use crate::error::{invalid, Result};
+use crate::error::{invalid, num, Result};
 
 /// How vectors are compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -184,41 +184,42 @@ impl Default for AnchorParams {
 
 impl AnchorParams {
     pub fn validate(&self) -> Result<()> {
-        if self.anchors == 0 {
-            invalid!("anchors must be >= 1");
-        }
-        if self.anchors > u32::MAX as usize {
-            invalid!("anchors must fit in 32 bits");
+        if self.anchors == 0 || self.anchors > u32::MAX as usize {
+            invalid!("anchors = {}: must be in 1..={}", self.anchors, u32::MAX);
         }
         if self.max_iters == 0 {
-            invalid!("max_iters must be >= 1");
+            invalid!("max_iters = 0: must be >= 1");
         }
         if !(self.tol >= 0.0 && self.tol.is_finite()) {
-            invalid!("tol must be finite and >= 0, got {}", self.tol);
+            invalid!("tol = {}: must be finite and >= 0", num(self.tol));
         }
+        let f = |v: f32| num(v as f64);
         if !(self.initial_temp >= 0.0 && self.initial_temp.is_finite()) {
             invalid!(
-                "initial_temp must be finite and >= 0, got {}",
-                self.initial_temp
+                "initial_temp = {}: must be finite and >= 0",
+                f(self.initial_temp)
             );
         }
         if !(self.cooling_rate > 0.0 && self.cooling_rate <= 1.0) {
-            invalid!("cooling_rate must be in (0, 1], got {}", self.cooling_rate);
+            invalid!("cooling_rate = {}: must be in (0, 1]", f(self.cooling_rate));
         }
         if !(self.trim >= 0.0 && self.trim < 0.5) {
-            invalid!("trim must be in [0, 0.5), got {}", self.trim);
+            invalid!("trim = {}: must be in [0, 0.5)", f(self.trim));
         }
         if !(self.balance >= 0.0 && self.balance.is_finite()) {
-            invalid!("balance must be finite and >= 0, got {}", self.balance);
+            invalid!("balance = {}: must be finite and >= 0", f(self.balance));
         }
         if !(self.merge_threshold >= 0.0 && self.merge_threshold.is_finite()) {
             invalid!(
-                "merge_threshold must be finite and >= 0, got {}",
-                self.merge_threshold
+                "merge_threshold = {}: must be finite and >= 0",
+                f(self.merge_threshold)
             );
         }
-        if self.split_factor.is_nan() || self.split_factor <= 1.0 {
-            invalid!("split_factor must be > 1, got {}", self.split_factor);
+        if !(self.split_factor > 1.0 && self.split_factor.is_finite()) {
+            invalid!(
+                "split_factor = {}: must be finite and > 1",
+                f(self.split_factor)
+            );
         }
         Ok(())
     }
@@ -240,6 +241,9 @@ impl AnchorParams {
         }
     }
 }
+
+/// The largest residual code training makes (and files may hold), in bytes per vector.
+pub const MAX_BYTES_PER_VECTOR: usize = 4096;
 
 /// Everything a Compressor needs to train a Codebook.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -287,16 +291,16 @@ impl TrainParams {
     pub fn validate(&self) -> Result<()> {
         self.anchor.validate()?;
         if self.bits != 8 && self.bits != 4 {
-            invalid!("bits must be 8 or 4, got {}", self.bits);
+            invalid!("bits = {}: must be 8 or 4", self.bits);
         }
-        if self.bytes_per_vector == 0 || self.bytes_per_vector > 4096 {
+        if self.bytes_per_vector == 0 || self.bytes_per_vector > MAX_BYTES_PER_VECTOR {
             invalid!(
-                "bytes_per_vector must be in 1..=4096, got {}",
+                "bytes_per_vector = {}: must be in 1..={MAX_BYTES_PER_VECTOR}",
                 self.bytes_per_vector
             );
         }
         if self.pq_iters == 0 {
-            invalid!("pq_iters must be >= 1");
+            invalid!("pq_iters = 0: must be >= 1");
         }
         Ok(())
     }
@@ -326,13 +330,13 @@ impl Default for SearchParams {
 impl SearchParams {
     pub fn validate(&self) -> Result<()> {
         if self.k == 0 {
-            invalid!("k must be >= 1");
+            invalid!("k = 0: must be >= 1");
         }
         if self.nprobe == 0 {
-            invalid!("nprobe must be >= 1");
+            invalid!("nprobe = 0: must be >= 1");
         }
         if self.rerank != 0 && self.rerank < self.k {
-            invalid!("rerank ({}) must be 0 or >= k ({})", self.rerank, self.k);
+            invalid!("rerank = {}: must be 0 or >= k = {}", self.rerank, self.k);
         }
         Ok(())
     }

@@ -60,9 +60,17 @@ fn layout(b: &[u8]) -> Result<Layout> {
         });
     }
     let kind = u32_at(b, 12);
+    if kind != Kind::Codebook as u32 && kind != Kind::Index as u32 {
+        return corrupt(format!("unknown file kind {kind} (1 codebook, 2 index)"));
+    }
     let count = u32_at(b, 16) as usize;
     if count == 0 || count > MAX_SECTIONS {
-        return corrupt(format!("bad section count {count}"));
+        return corrupt(format!(
+            "section count {count} is not in 1..={MAX_SECTIONS}"
+        ));
+    }
+    if u32_at(b, 20) != 0 || u64_at(b, 48) != 0 {
+        return corrupt("reserved header fields are not zero");
     }
     if u64_at(b, 24) != b.len() as u64 {
         return corrupt(format!(
@@ -78,32 +86,108 @@ fn layout(b: &[u8]) -> Result<Layout> {
     if checksum(&b[table.clone()]) != u64_at(b, 40) {
         return corrupt("section table checksum mismatch");
     }
+    // Sections lie in table order, each at the first 64-byte boundary after the one before,
+    // with zero padding between them and after the last (the only layout the writer makes):
+    // no overlap, no hidden bytes.
     let mut sections = Vec::with_capacity(count);
+    let mut pos = table.end;
     for e in b[table.clone()].chunks_exact(ENTRY) {
         let id = u32_at(e, 0);
         let off = u64_at(e, 8);
         let len = u64_at(e, 16);
+        if !(sec::META..=sec::CODES).contains(&id) {
+            return corrupt(format!("unknown section id {id}"));
+        }
+        if u32_at(e, 4) != 0 {
+            return corrupt(format!("section {id}: reserved field is not zero"));
+        }
+        if off != align_up(pos) as u64 {
+            return corrupt(format!(
+                "section {id} starts at {off}, expected {} (sections overlap or leave gaps)",
+                align_up(pos)
+            ));
+        }
         let end = off.checked_add(len).filter(|&x| x <= b.len() as u64);
         let Some(end) = end else {
             return corrupt(format!("section {id} runs past the end"));
         };
-        if off % ALIGN as u64 != 0 || (off as usize) < table.end {
-            return corrupt(format!("section {id} is misplaced"));
+        if sections
+            .last()
+            .is_some_and(|s: &(u32, Range<usize>)| s.0 >= id)
+        {
+            return corrupt(format!(
+                "section {id} follows section {} (sections come once each, in id order)",
+                sections.last().map_or(0, |s| s.0)
+            ));
         }
-        if sections.iter().any(|s: &(u32, Range<usize>)| s.0 == id) {
-            return corrupt(format!("section {id} appears twice"));
-        }
+        zero_padding(b, pos..off as usize)?;
         let r = off as usize..end as usize;
         if checksum(&b[r.clone()]) != u64_at(e, 24) {
             return corrupt(format!("section {id} checksum mismatch"));
         }
         sections.push((id, r));
+        pos = end as usize;
+    }
+    if align_up(pos) != b.len() {
+        return corrupt(format!(
+            "file is {} bytes, its sections end at {pos} (expected {} with padding)",
+            b.len(),
+            align_up(pos)
+        ));
+    }
+    zero_padding(b, pos..b.len())?;
+    let allowed: &[u32] = if kind == Kind::Codebook as u32 {
+        &[sec::META, sec::ANCHORS, sec::ROTATION, sec::PQ]
+    } else {
+        &[
+            sec::META,
+            sec::ANCHORS,
+            sec::ROTATION,
+            sec::PQ,
+            sec::LIST_OFFSETS,
+            sec::IDS,
+            sec::CODES,
+        ]
+    };
+    if let Some(s) = sections.iter().find(|s| !allowed.contains(&s.0)) {
+        return corrupt(format!(
+            "section {} does not belong in a codebook file",
+            s.0
+        ));
+    }
+    let required: &[u32] = if kind == Kind::Codebook as u32 {
+        &[sec::META, sec::ANCHORS, sec::PQ]
+    } else {
+        &[
+            sec::META,
+            sec::ANCHORS,
+            sec::PQ,
+            sec::LIST_OFFSETS,
+            sec::IDS,
+            sec::CODES,
+        ]
+    };
+    if let Some(id) = required
+        .iter()
+        .find(|&&id| !sections.iter().any(|s| s.0 == id))
+    {
+        return corrupt(format!("section {id} is missing"));
     }
     Ok(Layout { kind, sections })
 }
 
+fn zero_padding(b: &[u8], r: Range<usize>) -> Result<()> {
+    if b[r.clone()].iter().any(|&v| v != 0) {
+        return corrupt(format!(
+            "padding at bytes {}..{} is not zero",
+            r.start, r.end
+        ));
+    }
+    Ok(())
+}
+
 fn floats(b: &[u8], r: Range<usize>, count: usize, name: &str) -> Result<Vec<f32>> {
-    if Some(r.len()) != count.checked_mul(4) {
+    if r.len() != count.saturating_mul(4) {
         return corrupt(format!(
             "{name}: {} bytes, expected {count} floats",
             r.len()
@@ -119,27 +203,30 @@ struct Meta {
 fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
     let m = l.need(sec::META, "meta")?;
     if m.len() != META_LEN {
-        return corrupt("meta section has the wrong size");
+        return corrupt(format!(
+            "meta section is {} bytes, expected {META_LEN}",
+            m.len()
+        ));
     }
     let mb = &b[m];
     let f = |i: usize| u32_at(mb, i * 4) as usize;
     let (d, metric, nlist, nsub, bits, dsub, rotation) =
         (f(0), f(1), f(2), f(3), f(4) as u32, f(5), f(6));
+    if f(7) != 0 {
+        return corrupt("meta: reserved field is not zero");
+    }
     let ntotal = u64_at(mb, 32);
     let fingerprint = u64_at(mb, 40);
+    if l.kind == Kind::Codebook as u32 && ntotal != 0 {
+        return corrupt(format!("a codebook file says it holds {ntotal} vectors"));
+    }
     let metric = Metric::from_code(metric as u32)
         .map_or_else(|| corrupt(format!("unknown metric {metric}")), Ok)?;
     let rotation = Rotation::from_code(rotation as u32)
         .map_or_else(|| corrupt(format!("unknown rotation {rotation}")), Ok)?;
-    if d == 0 || nlist == 0 || nsub == 0 || dsub == 0 || (bits != 4 && bits != 8) {
-        return corrupt(format!(
-            "bad shape d={d} lists={nlist} M={nsub} dsub={dsub} bits={bits}"
-        ));
-    }
-    let dp = nsub.checked_mul(dsub).filter(|&v| v >= d && v <= 1 << 20);
-    let Some(dp) = dp else {
-        return corrupt("bad quantizer dimension");
-    };
+    crate::quant::check_shape(d, nlist, nsub, bits, dsub).map_err(Error::Corrupt)?;
+    let dp = nsub * dsub;
+    // Each section's size must match the shape before anything is read from it.
     let anchors = floats(
         b,
         l.need(sec::ANCHORS, "anchors")?,
@@ -147,13 +234,10 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
         "anchors",
     )?;
     let rot = match l.get(sec::ROTATION) {
-        Some(r) => floats(b, r, dp * dp, "rotation")?,
+        Some(r) => floats(b, r, dp.saturating_mul(dp), "rotation")?,
         None => Vec::new(),
     };
-    let pq_len = nsub
-        .checked_mul(1 << bits)
-        .and_then(|v| v.checked_mul(dsub))
-        .unwrap_or(usize::MAX);
+    let pq_len = nsub.saturating_mul(1 << bits).saturating_mul(dsub);
     let centroids = floats(b, l.need(sec::PQ, "quantizer")?, pq_len, "quantizer")?;
     let pq = ProductQuantizer {
         nsub,
@@ -161,7 +245,11 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
         dsub,
         centroids,
     };
-    let cb = Codebook::from_parts(d, metric, anchors, rotation, rot, pq)?;
+    // Bad values in a file whose checksums hold are still a damaged file.
+    let cb = Codebook::from_parts(d, metric, anchors, rotation, rot, pq).map_err(|e| match e {
+        Error::NonFinite(m) | Error::InvalidArgument(m) => Error::Corrupt(m),
+        e => e,
+    })?;
     if cb.fingerprint != fingerprint || u64_at(b, 32) != fingerprint {
         return corrupt("codebook fingerprint does not match its contents");
     }
@@ -193,6 +281,12 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
     let cs = cb.code_size();
     if Some(ids.len()) != n.checked_mul(8) || Some(codes.len()) != n.checked_mul(cs) {
         return corrupt("ids or codes section size does not match the vector count");
+    }
+    if let Some(i) = b[ids.clone()].chunks_exact(8).position(|v| v == [0xff; 8]) {
+        return corrupt(format!(
+            "vector {i} has id {} (UINT64_MAX), the no-result marker",
+            u64::MAX
+        ));
     }
     Ok(ListLayout {
         offsets,
@@ -242,7 +336,7 @@ fn owned_index(b: &[u8], l: &Layout, cb: Codebook, meta: &Meta) -> Result<Index>
         ids.push(ids_all[s..e].to_vec());
         codes.push(codes_all[s * ll.code_size..e * ll.code_size].to_vec());
     }
-    Ok(Index::with_lists(Arc::new(cb), Lists::Owned { ids, codes }))
+    Index::with_lists(Arc::new(cb), Lists::Owned { ids, codes })
 }
 
 /// Parses a codebook from bytes (a codebook or an index file).
@@ -260,7 +354,7 @@ pub fn read_index_bytes(b: &[u8]) -> Result<Index> {
 }
 
 fn open_map(path: &Path) -> Result<memmap2::Mmap> {
-    let file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    let file = crate::files::open_regular(path)?;
     // SAFETY: the map is read-only. Like every memory-mapped reader, we rely on the file not
     // being truncated or rewritten in place while mapped; the library itself only ever replaces
     // files by rename, which leaves existing maps intact.
@@ -294,5 +388,5 @@ pub fn load_index(path: &Path, mmap: bool) -> Result<Index> {
         codes: ll.codes,
         code_size: ll.code_size,
     };
-    Ok(Index::with_lists(Arc::new(cb), Lists::Mapped(mapped)))
+    Index::with_lists(Arc::new(cb), Lists::Mapped(mapped))
 }

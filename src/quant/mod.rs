@@ -8,7 +8,7 @@ pub(crate) mod rotation;
 pub use pq::ProductQuantizer;
 
 use crate::backend::Backend;
-use crate::error::{check_finite, Error, Result};
+use crate::error::{check_finite, check_norms, Error, Result};
 use crate::params::{Metric, Rotation, TrainParams};
 use crate::rng::Rng;
 use crate::train::{self, Progress};
@@ -107,6 +107,7 @@ impl Codebook {
             return Err(Error::NotEnoughData("no training vectors".into()));
         }
         check_finite(x, "training vectors")?;
+        check_norms(x, d, "training vectors")?;
         let x = prepare(x, d, p.metric);
         let n = x.len() / d;
         let t0 = Instant::now();
@@ -214,11 +215,8 @@ impl Codebook {
                 anchors.len()
             ));
         }
-        if pq.nsub == 0 || pq.dsub == 0 || dp < d || (pq.bits != 8 && pq.bits != 4) {
-            return bad(format!(
-                "bad quantizer shape M={} dsub={} bits={} for d={d}",
-                pq.nsub, pq.dsub, pq.bits
-            ));
+        if let Err(m) = check_shape(d, anchors.len() / d, pq.nsub, pq.bits, pq.dsub) {
+            return bad(m);
         }
         if pq.centroids.len() != pq.nsub * pq.ksub() * pq.dsub {
             return bad("quantizer centroid count".into());
@@ -231,6 +229,12 @@ impl Codebook {
         check_finite(&anchors, "anchors")?;
         check_finite(&rot, "rotation")?;
         check_finite(&pq.centroids, "quantizer centroids")?;
+        check_norms(&anchors, d, "anchors")?;
+        check_norms(&pq.centroids, pq.dsub, "quantizer centroids")?;
+        // An orthogonal matrix has no entry above 1 in magnitude.
+        if let Some(v) = rot.iter().find(|v| v.abs() > 1.0 + 1e-3) {
+            return bad(format!("rotation holds {v:e}, not an orthogonal matrix"));
+        }
         let rot_t = if rot.is_empty() {
             Vec::new()
         } else {
@@ -328,6 +332,7 @@ impl Codebook {
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, ENCODE_BLOCK.min(n - start), d);
             crate::error::check_finite_from(&block, "vectors", start * d)?;
+            crate::error::check_norms_from(&block, d, "vectors", start)?;
             Ok(prepare(block, d, self.metric))
         };
         let mut start = 0;
@@ -458,6 +463,38 @@ impl Codebook {
             codes.extend_from_slice(&rec[ab..]);
         }
         self.decode_parts(&ids, &codes)
+    }
+}
+
+/// The shapes training can produce: d >= 1, 1..=2^32-1 anchors, 8-bit codes with 1..=4096
+/// sub-quantizers or 4-bit codes with an even 2..=8192 (`bytes_per_vector` in 1..=4096),
+/// and dsub = ceil(d / M). Anything else is refused before a table is sized from it.
+pub(crate) fn check_shape(
+    d: usize,
+    anchors: usize,
+    nsub: usize,
+    bits: u32,
+    dsub: usize,
+) -> std::result::Result<(), String> {
+    let max_nsub = crate::params::MAX_BYTES_PER_VECTOR * 8 / bits.max(1) as usize;
+    if d == 0 || d > u32::MAX as usize {
+        Err(format!("dimension d = {d} is not in 1..={}", u32::MAX))
+    } else if anchors == 0 || anchors > u32::MAX as usize {
+        Err(format!("{anchors} anchors is not in 1..={}", u32::MAX))
+    } else if bits != 8 && bits != 4 {
+        Err(format!("bits = {bits}, expected 8 or 4"))
+    } else if nsub == 0 || nsub > max_nsub || (nsub * bits as usize) % 8 != 0 {
+        Err(format!(
+            "M = {nsub} sub-quantizers of {bits} bits is not a whole number of bytes in 1..={}",
+            crate::params::MAX_BYTES_PER_VECTOR
+        ))
+    } else if dsub != d.div_ceil(nsub) {
+        Err(format!(
+            "sub-space width {dsub} is not ceil(d / M) = {} for d = {d}, M = {nsub}",
+            d.div_ceil(nsub)
+        ))
+    } else {
+        Ok(())
     }
 }
 

@@ -1,6 +1,8 @@
 //! Shared test data: the real GloVe demo subset and small seeded synthetic sets.
 #![allow(dead_code)]
 
+pub mod craft;
+
 use std::sync::Arc;
 use vlc_compress::{vecio, BackendKind, Compressor, Context, Index, TrainParams};
 
