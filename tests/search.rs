@@ -170,14 +170,14 @@ fn remove_merge_and_bad_search_input() {
     assert!(r.ids.iter().all(|&i| i >= 1000));
 
     // Merging an index built on the same codebook adds its vectors back.
-    let mut other = Index::new(ix.codebook().clone());
+    let mut other = Index::new(ix.codebook().clone()).unwrap();
     ctx.run(|b| other.add(b, demo.base.data[..1000 * d].into(), &gone))
         .unwrap();
     ix.merge_from(&other).unwrap();
     assert_eq!(ix.len(), n);
 
     // k larger than the index: missing slots are marked.
-    let mut tiny = Index::new(ix.codebook().clone());
+    let mut tiny = Index::new(ix.codebook().clone()).unwrap();
     ctx.run(|b| tiny.add(b, demo.base.data[..3 * d].into(), &[7, 8, 9]))
         .unwrap();
     let r = tiny

@@ -26,6 +26,17 @@ pub fn recall_at(ids: &[u64], k: usize, gt: &[i32], gt_cols: usize, at: usize) -
     hit as f64 / (nq * at).max(1) as f64
 }
 
+/// `u64::MAX` marks a missing result, so no vector may carry it.
+fn check_ids(ids: &[u64]) -> Result<()> {
+    match ids.iter().position(|&i| i == u64::MAX) {
+        Some(i) => Err(Error::InvalidArgument(format!(
+            "ids[{i}] is {} (UINT64_MAX), the marker of a missing result; use another id",
+            u64::MAX
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Inverted lists, either owned or used in place from a memory-mapped file.
 #[derive(Debug)]
 pub(crate) enum Lists {
@@ -73,30 +84,31 @@ fn next_stamp() -> u64 {
     STAMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Precomputed L2 tables above this size are skipped (tables are then built per probed list).
+/// Precomputed tables above this size are skipped (they are then built per probed list).
 const MAX_TERM_BYTES: usize = 512 << 20;
 
 impl Index {
-    /// An empty index on a trained codebook.
-    pub fn new(cb: Arc<Codebook>) -> Index {
+    /// An empty index on a trained codebook. Its search tables are allocated here: a machine
+    /// without the memory for them gives `OutOfMemory`.
+    pub fn new(cb: Arc<Codebook>) -> Result<Index> {
         let m = cb.anchors();
         Index::with_lists(
             cb,
             Lists::Owned {
-                ids: vec![Vec::new(); m],
-                codes: vec![Vec::new(); m],
+                ids: crate::error::try_vec(m, Vec::new(), "index lists")?,
+                codes: crate::error::try_vec(m, Vec::new(), "index lists")?,
             },
         )
     }
 
-    pub(crate) fn with_lists(cb: Arc<Codebook>, lists: Lists) -> Index {
-        let tables = search::Tables::new(&cb, MAX_TERM_BYTES);
-        Index {
+    pub(crate) fn with_lists(cb: Arc<Codebook>, lists: Lists) -> Result<Index> {
+        let tables = search::Tables::new(&cb, MAX_TERM_BYTES)?;
+        Ok(Index {
             cb,
             lists,
             tables,
             stamp: next_stamp(),
-        }
+        })
     }
 
     pub fn codebook(&self) -> &Arc<Codebook> {
@@ -203,6 +215,7 @@ impl Index {
                 ids.len() * d
             )));
         }
+        check_ids(ids)?;
         let (anchor, codes) = self.cb.encode_parts(backend, x)?;
         self.append(&anchor, &codes, ids)
     }
@@ -213,6 +226,8 @@ impl Index {
     /// # Safety
     /// Nothing writes the vectors at `at` while the call runs.
     pub unsafe fn add_device(&mut self, backend: &dyn Backend, at: u64, ids: &[u64]) -> Result<()> {
+        crate::backend::need_device_memory(backend, "adding from device memory")?;
+        check_ids(ids)?;
         // SAFETY: as the caller vouches.
         let (anchor, codes) = unsafe { self.cb.encode_parts_device(backend, at, ids.len())? };
         self.append(&anchor, &codes, ids)

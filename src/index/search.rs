@@ -8,7 +8,7 @@
 
 use super::Index;
 use crate::backend::{Backend, CpuBackend, DeviceRerank};
-use crate::error::{check_finite, Error, Result};
+use crate::error::{check_finite, try_vec, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
 use crate::quant::{self, prepare, rotation, Codebook};
@@ -51,13 +51,30 @@ pub struct SearchResults {
     pub distances: Vec<f32>,
 }
 
-/// Tables derived from the codebook once per index.
+/// Search results, refused when a distance came out NaN: the inputs' checks (finite values,
+/// norms that f32 distances hold) should make that impossible, so it is reported, never
+/// returned as a result.
+fn results(k: usize, ids: Vec<u64>, distances: Vec<f32>) -> Result<SearchResults> {
+    if let Some(i) = distances.iter().position(|v| v.is_nan()) {
+        return Err(Error::NonFinite(format!(
+            "the distance of id {} to query {} came out NaN",
+            ids[i],
+            i / k.max(1)
+        )));
+    }
+    Ok(SearchResults { k, ids, distances })
+}
+
+/// Tables derived from the codebook once per index. Each is allocated fallibly and bounded by
+/// `cap_bytes` where it can grow past the codebook's own size (a file's shapes are checked,
+/// but a legal shape can still ask for more than the machine has).
 #[derive(Debug)]
 pub(crate) struct Tables {
     /// m x M x ksub: `|c|^2 + 2 <(R a)_j, c>` (None when larger than the cap).
     pub(crate) l2_terms: Option<Vec<f32>>,
-    /// m x dp: rotated, padded anchors (for tables built on the fly).
-    rot_anchors: Vec<f32>,
+    /// m x dp: rotated, padded anchors for tables built on the fly (None when larger than
+    /// the cap: then each probed list's is made when needed).
+    rot_anchors: Option<Vec<f32>>,
     /// |a|^2 per anchor, for coarse L2 distances.
     pub anchor_norms: Vec<f32>,
     /// PQ centroids transposed to M x dsub x ksub: a query's table is then a run of
@@ -66,24 +83,34 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    pub fn new(cb: &Codebook, cap_bytes: usize) -> Tables {
+    pub fn new(cb: &Codebook, cap_bytes: usize) -> Result<Tables> {
         let (d, dp, m) = (cb.d, cb.pq.dim(), cb.anchors());
-        let padded = quant::pad_rows(&cb.anchors, d, cb.pq.dsub, dp);
-        let rot_anchors = if cb.rot.is_empty() {
-            padded
+        let fits = |n: usize| n.checked_mul(4).is_some_and(|b| b <= cap_bytes);
+        let rot_anchors = if fits(m.saturating_mul(dp)) {
+            let mut t = try_vec(m * dp, 0f32, "rotated anchors")?;
+            t.par_chunks_mut(dp)
+                .zip(cb.anchors.par_chunks(d))
+                .for_each(|(out, a)| rotated_anchor(cb, a, out));
+            Some(t)
         } else {
-            rotation::apply(&cb.rot, &padded, dp)
+            None
         };
         let per = cb.pq.nsub * cb.pq.ksub();
-        let l2_terms = (cb.metric == Metric::L2 && m * per * 4 <= cap_bytes).then(|| {
-            let mut t = vec![0f32; m * per];
-            t.par_chunks_mut(per)
-                .zip(rot_anchors.par_chunks(dp))
-                .for_each(|(out, ra)| list_terms(cb, ra, out));
-            t
-        });
+        let l2_terms = match (
+            cb.metric == Metric::L2 && fits(m.saturating_mul(per)),
+            &rot_anchors,
+        ) {
+            (true, Some(ra)) => {
+                let mut t = try_vec(m * per, 0f32, "list tables")?;
+                t.par_chunks_mut(per)
+                    .zip(ra.par_chunks(dp))
+                    .for_each(|(out, ra)| list_terms(cb, ra, out));
+                Some(t)
+            }
+            _ => None,
+        };
         let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
-        let mut cent_t = vec![0f32; cb.pq.centroids.len()];
+        let mut cent_t = try_vec(cb.pq.centroids.len(), 0f32, "transposed centroids")?;
         for j in 0..cb.pq.nsub {
             for (c, v) in cb.pq.sub(j).chunks_exact(ds).enumerate() {
                 for t in 0..ds {
@@ -91,12 +118,42 @@ impl Tables {
                 }
             }
         }
-        Tables {
+        let mut anchor_norms = try_vec(m, 0f32, "anchor norms")?;
+        anchor_norms
+            .par_iter_mut()
+            .zip(cb.anchors.par_chunks(d))
+            .for_each(|(n, a)| *n = linalg::dot(a, a));
+        Ok(Tables {
             l2_terms,
             rot_anchors,
-            anchor_norms: linalg::row_norms(&cb.anchors, d),
+            anchor_norms,
             cent_t,
-        }
+        })
+    }
+
+    /// List `a`'s terms into `out` (M x ksub), from the stored rotated anchor or one made now
+    /// in `scratch` (dp values).
+    fn fly_terms(&self, cb: &Codebook, a: usize, scratch: &mut [f32], out: &mut [f32]) {
+        let dp = cb.pq.dim();
+        let ra = match &self.rot_anchors {
+            Some(t) => &t[a * dp..(a + 1) * dp],
+            None => {
+                rotated_anchor(cb, &cb.anchors[a * cb.d..(a + 1) * cb.d], scratch);
+                &*scratch
+            }
+        };
+        list_terms(cb, ra, out);
+    }
+}
+
+/// Anchor `a` (d values) padded to the sub-space layout and rotated, into `out` (dp values).
+fn rotated_anchor(cb: &Codebook, a: &[f32], out: &mut [f32]) {
+    let (d, dp) = (cb.d, cb.pq.dim());
+    let padded = quant::pad_rows(a, d, cb.pq.dsub, dp);
+    if cb.rot.is_empty() {
+        out.copy_from_slice(&padded);
+    } else {
+        out.copy_from_slice(&rotation::apply(&cb.rot, &padded, dp));
     }
 }
 
@@ -208,8 +265,8 @@ impl Index {
         let nq = queries.len() / d;
         let q = prepare(queries, d, self.cb.metric);
         let k = p.k;
-        let want = k.max(p.rerank);
-        let (mut ids, mut dist) = self.empty_results(nq, k);
+        let want = self.candidates(p);
+        let (mut ids, mut dist) = self.empty_results(nq, k)?;
         match backend.search_lists(self, &q, p.nprobe, want)? {
             None => self.scan_host(&q, p, raw, &mut ids, &mut dist)?,
             // The device's candidates, re-ranked and cut to k here.
@@ -217,11 +274,7 @@ impl Index {
                 self.finish_all(&q, want, &cid, &cdist, raw, &mut ids, &mut dist)?
             }
         }
-        Ok(SearchResults {
-            k,
-            ids,
-            distances: dist,
-        })
+        results(k, ids, dist)
     }
 
     /// As [`Index::search_with`], with the re-rank against raw vectors in CUDA device memory:
@@ -243,14 +296,15 @@ impl Index {
         at: u64,
         n: usize,
     ) -> Result<SearchResults> {
+        self.check_queries(queries, p)?;
+        crate::backend::need_device_memory(backend, "re-ranking against device memory")?;
         if p.rerank == 0 {
             return self.search_with(backend, queries, p, None);
         }
-        self.check_queries(queries, p)?;
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let q = prepare(queries, d, self.cb.metric);
-        let (k, want) = (p.k, p.k.max(p.rerank));
+        let (k, want) = (p.k, self.candidates(p));
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.
         let (cid, cdist) =
@@ -263,19 +317,21 @@ impl Index {
                         nprobe: p.nprobe,
                         rerank: 0,
                     };
-                    let (mut cid, mut cdist) = self.empty_results(nq, want);
+                    let (mut cid, mut cdist) = self.empty_results(nq, want)?;
                     self.scan_host(&q, &cands, None, &mut cid, &mut cdist)?;
                     unsafe { backend.rerank_device(self, &q, p.nprobe, want, Some(&cid), raw) }?
                         .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
                 }
             };
-        let (mut ids, mut dist) = self.empty_results(nq, k);
+        let (mut ids, mut dist) = self.empty_results(nq, k)?;
         self.finish_all(&q, k, &cid, &cdist, None, &mut ids, &mut dist)?;
-        Ok(SearchResults {
-            k,
-            ids,
-            distances: dist,
-        })
+        results(k, ids, dist)
+    }
+
+    /// Candidates kept per query: k or the re-rank depth, but never more than the index
+    /// holds (so a huge k or rerank sizes nothing by itself).
+    fn candidates(&self, p: &SearchParams) -> usize {
+        p.k.max(p.rerank).min(self.len().max(1))
     }
 
     /// The host scan of the prepared queries `q` into their `p.k` result slots, re-ranked
@@ -331,7 +387,8 @@ impl Index {
     fn check_queries(&self, queries: &[f32], p: &SearchParams) -> Result<()> {
         p.validate()?;
         crate::error::whole_rows(queries.len(), self.cb.dim(), "query values")?;
-        check_finite(queries, "queries")
+        check_finite(queries, "queries")?;
+        crate::error::check_norms(queries, self.cb.dim(), "queries")
     }
 
     /// The checks every search with host raw vectors makes; returns the raw vectors to
@@ -346,7 +403,9 @@ impl Index {
         let d = self.cb.dim();
         match (p.rerank, raw) {
             (0, _) => Ok(None),
-            (_, None) => Err(Error::InvalidArgument("rerank needs raw vectors".into())),
+            (r, None) => Err(Error::InvalidArgument(format!(
+                "rerank = {r} needs raw vectors, and none were given"
+            ))),
             (_, Some(r)) if r.dim() != d => Err(Error::InvalidArgument(format!(
                 "raw vectors have dimension {}, index {d}",
                 r.dim()
@@ -356,13 +415,22 @@ impl Index {
     }
 
     /// Result arrays with every slot missing: id `u64::MAX`, the metric's worst distance.
-    fn empty_results(&self, nq: usize, k: usize) -> (Vec<u64>, Vec<f32>) {
+    /// Allocated fallibly: `nq * k` comes from the caller.
+    fn empty_results(&self, nq: usize, k: usize) -> Result<(Vec<u64>, Vec<f32>)> {
         let missing = if self.cb.metric == Metric::L2 {
             f32::INFINITY
         } else {
             f32::NEG_INFINITY
         };
-        (vec![u64::MAX; nq * k], vec![missing; nq * k])
+        let Some(n) = nq.checked_mul(k) else {
+            return Err(Error::OutOfMemory(format!(
+                "results: {nq} queries x k = {k} overflows"
+            )));
+        };
+        Ok((
+            try_vec(n, u64::MAX, "search results")?,
+            try_vec(n, missing, "search results")?,
+        ))
     }
 
     /// One query's candidates (sorted, smaller is better) to its result slots: re-ranked
@@ -452,17 +520,17 @@ impl Index {
             rotation::apply(&cb.rot, &qpad, dp)
         };
         let l2 = cb.metric == Metric::L2;
-        let want = p.k.max(p.rerank);
+        let want = self.candidates(p);
         let mut coarse = vec![0f32; m];
         let mut probes = Vec::new();
         // The query's own table, built right before its probes so it stays in cache:
         // -2 <Rq_j, c> for L2 (added to the list's terms), -<Rq_j, c> for inner product.
         let mut qci = vec![0f32; nsub * ks];
         let mut lut = vec![0f32; nsub * ks];
-        let mut fly = if self.tables.l2_terms.is_none() && l2 {
-            vec![0f32; nsub * ks]
+        let (mut fly, mut fly_anchor) = if self.tables.l2_terms.is_none() && l2 {
+            (vec![0f32; nsub * ks], vec![0f32; dp])
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let mut pair = Vec::new();
         let scale = if l2 { -2.0 } else { -1.0 };
@@ -497,11 +565,7 @@ impl Index {
                     let terms: &[f32] = match &self.tables.l2_terms {
                         Some(t) => &t[a * nsub * ks..(a + 1) * nsub * ks],
                         None => {
-                            list_terms(
-                                cb,
-                                &self.tables.rot_anchors[a * dp..(a + 1) * dp],
-                                &mut fly,
-                            );
+                            self.tables.fly_terms(cb, a, &mut fly_anchor, &mut fly);
                             &fly
                         }
                     };
