@@ -222,6 +222,18 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// `BackendUnavailable` unless `b` reads CUDA device memory (only CUDA shares device
+/// addresses): checked first by every call that takes a device pointer, even with no work.
+pub(crate) fn need_device_memory(b: &dyn Backend, what: &str) -> Result<()> {
+    if b.kind() == BackendKind::Cuda {
+        return Ok(());
+    }
+    Err(crate::Error::BackendUnavailable(format!(
+        "{what} needs the CUDA backend; this context runs on {}",
+        b.kind().name()
+    )))
+}
+
 /// A device copy of something the host owns (a codebook, an index's lists), kept while its key
 /// (the codebook's fingerprint, the index's stamp) still names what the host holds.
 pub(crate) struct Resident<T>(Option<(u64, T)>);

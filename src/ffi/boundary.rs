@@ -2,7 +2,9 @@
 //! per-thread error message kept.
 
 use super::status::vlcc_status;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Once;
 
 /// An error on its way out: a status and the message kept for `vlcc_last_error_message`.
 pub(crate) struct FfiError {
@@ -35,10 +37,62 @@ pub(crate) fn last_error_copy() -> String {
     LAST_ERROR.with(|e| e.borrow().clone())
 }
 
+thread_local! {
+    /// Set while this thread runs a boundary call: its panics are caught and reported.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// Where the last panic caught on this thread happened.
+    static PANIC_AT: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Boundary calls running now, on any thread (for panics on the library's worker threads).
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs, once, a panic hook that keeps panics inside boundary calls off the host's
+/// stderr (they come back as `VLCC_STATUS_PANIC` with the message) and hands every other
+/// panic to the hook that was there before.
+fn quiet_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let ours = INSIDE.with(|i| i.get())
+                || (rayon::current_thread_index().is_some() && ACTIVE.load(Ordering::SeqCst) > 0);
+            if !ours {
+                return before(info);
+            }
+            if let Some(l) = info.location() {
+                PANIC_AT.with(|p| *p.borrow_mut() = format!(" at {}:{}", l.file(), l.line()));
+            }
+        }));
+    });
+}
+
+/// Marks this thread as inside a boundary call until dropped (calls may nest).
+struct Inside(bool);
+
+impl Inside {
+    fn enter() -> Inside {
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        Inside(INSIDE.with(|i| i.replace(true)))
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|i| i.set(self.0));
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Runs `f`, catching panics; records the message of a failure on this thread (and clears it on
 /// success), and returns the status.
 pub(crate) fn run(f: impl FnOnce() -> FfiResult) -> vlcc_status {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    quiet_panics();
+    let caught = {
+        let _inside = Inside::enter();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+    };
+    match caught {
         Ok(Ok(())) => {
             set_last_error("");
             vlcc_status::Ok
@@ -53,7 +107,8 @@ pub(crate) fn run(f: impl FnOnce() -> FfiResult) -> vlcc_status {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            set_last_error(&format!("internal error: {what}"));
+            let at = PANIC_AT.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            set_last_error(&format!("internal error: {what}{at}"));
             vlcc_status::Panic
         }
     }
@@ -203,4 +258,42 @@ pub(crate) unsafe fn c_path<'a>(
         message: format!("{what} is not UTF-8"),
     })?;
     Ok(std::path::Path::new(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic caught at the boundary, on the calling thread or on a worker thread of the
+    /// library's pool, comes back as a status and a message: nothing reaches stderr. Checked
+    /// in a child process, whose stderr the test reads.
+    #[test]
+    fn caught_panics_stay_off_stderr() {
+        const CHILD: &str = "VLCC_TEST_PANIC_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            assert_eq!(run(|| panic!("boom")), vlcc_status::Panic);
+            let m = last_error_copy();
+            assert!(m.contains("boom") && m.contains("boundary.rs"), "{m}");
+            let on_worker = || {
+                rayon::join(|| panic!("deep"), || ());
+                Ok(())
+            };
+            assert_eq!(run(on_worker), vlcc_status::Panic);
+            assert!(last_error_copy().contains("deep"));
+            return;
+        }
+        let name = "ffi::boundary::tests::caught_panics_stay_off_stderr";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "child failed: {err}");
+        assert!(
+            !err.contains("panicked"),
+            "a caught panic reached stderr: {err}"
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+    }
 }

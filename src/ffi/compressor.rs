@@ -7,6 +7,7 @@ use super::boundary::{
 use super::context::{context_arc, vlcc_context};
 use super::index::vlcc_buffer;
 use super::status::vlcc_status;
+use crate::error::num;
 use crate::params::{Init, Metric, Precision, Rotation, TrainParams};
 use crate::{format, Compressor, Vectors};
 use std::ffi::c_char;
@@ -100,25 +101,32 @@ fn boxed(c: Compressor) -> *mut vlcc_compressor {
     Box::into_raw(Box::new(c)) as *mut vlcc_compressor
 }
 
+/// 2^53: the largest whole number every double below it holds exactly.
+const BIG: f64 = 9_007_199_254_740_992.0;
+
 fn whole(v: f64, name: &str, max: f64) -> FfiResult<u64> {
     if !(v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= max) {
+        let range = if max == BIG {
+            "0..=2^53".to_string()
+        } else {
+            format!("0..={}", num(max))
+        };
         return fail(
             vlcc_status::InvalidArgument,
-            format!("{name} must be a whole number in 0..={max}, got {v}"),
+            format!("{name} = {}: must be a whole number in {range}", num(v)),
         );
     }
     Ok(v as u64)
 }
 
 fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
-    const BIG: f64 = 9_007_199_254_740_992.0; // 2^53
     let a = &mut p.anchor;
     let usize_of = |name: &str| whole(v, name, BIG).map(|x| x as usize);
     let f32_of = |name: &str| -> FfiResult<f32> {
-        if !v.is_finite() {
+        if !(v.is_finite() && v.abs() <= f32::MAX as f64) {
             return fail(
                 vlcc_status::InvalidArgument,
-                format!("{name} must be finite"),
+                format!("{name} = {}: must be a finite 32-bit float", num(v)),
             );
         }
         Ok(v as f32)
@@ -137,7 +145,10 @@ fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
         6 => a.max_iters = usize_of("max_iters")?,
         7 => {
             if !v.is_finite() {
-                return fail(vlcc_status::InvalidArgument, "tol must be finite");
+                return fail(
+                    vlcc_status::InvalidArgument,
+                    format!("tol = {}: must be finite", num(v)),
+                );
             }
             a.tol = v
         }
@@ -161,7 +172,7 @@ fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
         _ => {
             return fail(
                 vlcc_status::InvalidArgument,
-                format!("unknown parameter {param}"),
+                format!("param = {param}: not a vlcc_param value"),
             )
         }
     }
@@ -196,7 +207,7 @@ fn get(p: &TrainParams, param: u32) -> FfiResult<f64> {
         _ => {
             return fail(
                 vlcc_status::InvalidArgument,
-                format!("unknown parameter {param}"),
+                format!("param = {param}: not a vlcc_param value"),
             )
         }
     })
@@ -435,6 +446,10 @@ pub unsafe extern "C" fn vlcc_compressor_encode_device(
         let len = count(n, compressor_ref(c)?.codebook()?.dim(), "vectors")?;
         codes_into(c, n, out, out_len, |c, _| {
             if n == 0 {
+                crate::backend::need_device_memory(
+                    c.context().backend(),
+                    "encoding from device memory",
+                )?;
                 return Ok(Vec::new());
             }
             check_ptr(x, len, "x")?;

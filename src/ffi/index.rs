@@ -171,7 +171,7 @@ pub unsafe extern "C" fn vlcc_index_add_device(
             Ok(x as u64)
         };
         add(ix, n, ids, input, |ix, b, at, ids| match ids {
-            [] => Ok(()),
+            [] => crate::backend::need_device_memory(b, "adding from device memory"),
             // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the
             // backend checks the range before reading it.
             _ => unsafe { ix.add_device(b, at, ids) },

@@ -1,0 +1,379 @@
+//! Arguments at and past their limits: huge k and re-rank depths, the no-result id, values
+//! whose distances overflow f32, device calls on a CPU context; and every status message
+//! naming the argument and its value (through the C ABI, as a C caller reads them).
+
+mod common;
+
+use std::ffi::{c_char, CString};
+use std::ptr::{null, null_mut};
+use vlc_compress::ffi::*;
+use vlc_compress::{vecio, DenseRaw, Error, Index, SearchParams, TrainParams};
+
+const D: usize = 16;
+
+fn base() -> vecio::Matrix<f32> {
+    vecio::Matrix {
+        rows: 2000,
+        cols: D,
+        data: common::clustered(2000, D, 8, 11),
+    }
+}
+
+fn small() -> (Index, vecio::Matrix<f32>) {
+    let b = base();
+    (
+        common::indexed(&common::ctx(0), common::small_params(16, 8), &b),
+        b,
+    )
+}
+
+#[test]
+fn huge_k_and_rerank_allocate_nothing_by_themselves() {
+    let (ix, b) = small();
+    let q = &b.data[..3 * D];
+    let raw = DenseRaw {
+        data: &b.data,
+        d: D,
+    };
+    // A re-rank deeper than the index holds is the whole probed lists, exactly.
+    let deep = |rerank| SearchParams {
+        k: 10,
+        nprobe: 4,
+        rerank,
+    };
+    let all = ix.search(q, &deep(b.rows), Some(&raw)).unwrap();
+    let huge = ix.search(q, &deep(1 << 40), Some(&raw)).unwrap();
+    assert_eq!(all, huge);
+    // k itself sizes the caller's results: 2^40 of them cannot be had, and say so.
+    let r = ix.search(
+        q,
+        &SearchParams {
+            k: 1 << 40,
+            nprobe: 4,
+            rerank: 0,
+        },
+        None,
+    );
+    assert!(
+        matches!(&r, Err(Error::OutOfMemory(m)) if m.contains("search results")),
+        "{r:?}"
+    );
+    let r = ix.search(
+        q,
+        &SearchParams {
+            k: usize::MAX,
+            nprobe: 4,
+            rerank: 0,
+        },
+        None,
+    );
+    assert!(
+        matches!(&r, Err(Error::OutOfMemory(m)) if m.contains("overflows")),
+        "{r:?}"
+    );
+    // k larger than the index: padded, not refused.
+    let r = ix
+        .search(
+            q,
+            &SearchParams {
+                k: 5000,
+                nprobe: 1 << 20,
+                rerank: 0,
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        r.ids[..5000].iter().filter(|&&i| i != u64::MAX).count(),
+        2000
+    );
+}
+
+#[test]
+fn the_no_result_marker_is_no_id() {
+    let (mut ix, b) = small();
+    let before = ix.len();
+    let mut ids: Vec<u64> = (0..10).collect();
+    ids[7] = u64::MAX;
+    let ctx = common::ctx(0);
+    let r = ctx.run(|be| ix.add(be, b.data[..10 * D].into(), &ids));
+    assert!(
+        matches!(&r, Err(Error::InvalidArgument(m)) if m.contains("ids[7]") && m.contains("18446744073709551615")),
+        "{r:?}"
+    );
+    assert_eq!(ix.len(), before, "nothing added");
+}
+
+#[test]
+fn values_whose_distances_overflow_are_named() {
+    let (ix, b) = small();
+    let mut q = b.data[..2 * D].to_vec();
+    q[D + 3] = 3e38;
+    let r = ix.search(&q, &SearchParams::default(), None);
+    assert!(
+        matches!(&r, Err(Error::NonFinite(m)) if m.contains("queries: row 1") && m.contains("squared norm")),
+        "{r:?}"
+    );
+    // Training on data scaled by 1e30: its squared norms overflow, and the message says so
+    // (it used to blame a NaN that the input does not hold).
+    let scaled: Vec<f32> = b.data.iter().map(|v| v * 1e30).collect();
+    let mut c = vlc_compress::Compressor::new(common::ctx(0), common::small_params(16, 8));
+    let r = c.train(&scaled, D).map(drop);
+    assert!(
+        matches!(&r, Err(Error::NonFinite(m)) if m.contains("training vectors: row 0") && m.contains("squared norm") && !m.contains("NaN")),
+        "{r:?}"
+    );
+    // Encoding such a vector, too.
+    let mut x = b.data[..4 * D].to_vec();
+    x[2 * D] = -2e19;
+    let ctx = common::ctx(0);
+    let mut ix = ix;
+    let r = ctx.run(|be| ix.add(be, x[..].into(), &[1, 2, 3, 4]));
+    assert!(
+        matches!(&r, Err(Error::NonFinite(m)) if m.contains("vectors: row 2")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn device_calls_on_a_cpu_context_say_so_even_with_no_work() {
+    let mut c = vlc_compress::Compressor::new(common::ctx(0), common::small_params(16, 8));
+    c.train(&base().data, D).unwrap();
+    // SAFETY: no memory is read: the context cannot read device memory.
+    let r = unsafe { c.encode_device(0, 0) };
+    assert!(matches!(r, Err(Error::BackendUnavailable(_))), "{r:?}");
+}
+
+/// The message of the last failed call on this thread.
+fn message() -> String {
+    let mut buf = vec![0 as c_char; 1024];
+    let mut n = 0usize;
+    // SAFETY: buf holds 1024 bytes.
+    unsafe { vlcc_last_error_message(buf.as_mut_ptr(), buf.len(), &mut n) };
+    let bytes: Vec<u8> = buf[..n.min(1023)].iter().map(|&c| c as u8).collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// Asserts a failed call's status and that its message names every one of `names`.
+fn says(what: &str, status: vlcc_status, want: vlcc_status, names: &[&str]) {
+    assert_eq!(status, want, "{what}: {}", message());
+    let m = message();
+    for n in names {
+        assert!(m.contains(n), "{what}: message {m:?} does not name {n:?}");
+    }
+    // One style: no value printed as a run of hundreds of digits.
+    assert!(m.len() < 400, "{what}: {m:?}");
+}
+
+#[test]
+fn every_status_message_names_the_argument_and_the_value() {
+    use vlcc_status::*;
+    // SAFETY (whole test): every pointer passed is valid for what it claims, or NULL on purpose.
+    unsafe {
+        let mut ctx = null_mut();
+        says(
+            "backend 9",
+            vlcc_context_new(9, 0, 0, &mut ctx),
+            InvalidArgument,
+            &["backend", "9"],
+        );
+        assert_eq!(vlcc_context_new(1, 0, 0, &mut ctx), Ok);
+        let mut c = null_mut();
+        says(
+            "compressor out",
+            vlcc_compressor_new(ctx, null_mut()),
+            NullPointer,
+            &["out", "NULL"],
+        );
+        assert_eq!(vlcc_compressor_new(ctx, &mut c), Ok);
+
+        // Setting: every integer parameter, a negative and a fractional value.
+        let names = [
+            (vlcc_param::Anchors, "anchors"),
+            (vlcc_param::BytesPerVector, "bytes_per_vector"),
+            (vlcc_param::MaxIters, "max_iters"),
+            (vlcc_param::MaintenanceInterval, "maintenance_interval"),
+            (vlcc_param::MaxPointsPerAnchor, "max_points_per_anchor"),
+            (vlcc_param::Seed, "seed"),
+            (vlcc_param::PqIters, "pq_iters"),
+            (vlcc_param::PqTrainPoints, "pq_train_points"),
+            (vlcc_param::OpqIters, "opq_iters"),
+            (vlcc_param::OpqTrainPoints, "opq_train_points"),
+        ];
+        for (p, name) in names {
+            for (v, shown) in [(-1.0, "-1"), (2.5, "2.5"), (1e300, "1e300")] {
+                says(
+                    &format!("{name} = {v}"),
+                    vlcc_compressor_set_param(c, p as u32, v),
+                    InvalidArgument,
+                    &[name, shown],
+                );
+            }
+        }
+        for (p, name, v, shown) in [
+            (vlcc_param::Bits, "bits", 9.0, "9"),
+            (vlcc_param::Metric, "metric", 3.0, "3"),
+            (vlcc_param::Rotation, "rotation", -2.0, "-2"),
+            (vlcc_param::Init, "init", 2.0, "2"),
+            (vlcc_param::Precision, "precision", 7.0, "7"),
+            (vlcc_param::Tol, "tol", f64::INFINITY, "inf"),
+            (vlcc_param::InitialTemp, "initial_temp", 1e300, "1e300"),
+            (vlcc_param::CoolingRate, "cooling_rate", f64::NAN, "NaN"),
+            (vlcc_param::Trim, "trim", -1e39, "-1e39"),
+            (vlcc_param::Balance, "balance", f64::NEG_INFINITY, "-inf"),
+            (vlcc_param::MergeThreshold, "merge_threshold", 1e40, "1e40"),
+            (vlcc_param::SplitFactor, "split_factor", f64::NAN, "NaN"),
+        ] {
+            says(
+                &format!("{name} = {v}"),
+                vlcc_compressor_set_param(c, p as u32, v),
+                InvalidArgument,
+                &[name, shown],
+            );
+        }
+        says(
+            "param 999",
+            vlcc_compressor_set_param(c, 999, 1.0),
+            InvalidArgument,
+            &["param", "999"],
+        );
+
+        // Whole, finite values out of each parameter's range.
+        let x = base().data;
+        for (p, name, v, shown) in [
+            (vlcc_param::Anchors, "anchors", 0.0, "anchors = 0"),
+            (
+                vlcc_param::BytesPerVector,
+                "bytes_per_vector",
+                5000.0,
+                "= 5000",
+            ),
+            (vlcc_param::Bits, "bits", 5.0, "bits = 5"),
+            (vlcc_param::MaxIters, "max_iters", 0.0, "max_iters = 0"),
+            (vlcc_param::PqIters, "pq_iters", 0.0, "pq_iters = 0"),
+            (vlcc_param::CoolingRate, "cooling_rate", 1.5, "= 1.5"),
+            (vlcc_param::Trim, "trim", 0.5, "= 0.5"),
+            (vlcc_param::InitialTemp, "initial_temp", -1.0, "= -1"),
+            (vlcc_param::Balance, "balance", -0.5, "= -0.5"),
+            (vlcc_param::MergeThreshold, "merge_threshold", -1.0, "= -1"),
+            (vlcc_param::SplitFactor, "split_factor", 1.0, "= 1"),
+            (vlcc_param::Tol, "tol", -1.0, "= -1"),
+        ] {
+            says(
+                &format!("{name} = {v}"),
+                vlcc_compressor_set_param(c, p as u32, v),
+                InvalidArgument,
+                &[name, shown],
+            );
+        }
+        says(
+            "train x NULL",
+            vlcc_compressor_train(c, null(), 10, D),
+            NullPointer,
+            &["x", "NULL"],
+        );
+        says(
+            "train d 0",
+            vlcc_compressor_train(c, x.as_ptr(), 10, 0),
+            InvalidArgument,
+            &["dimension", "0"],
+        );
+        for (p, v) in [
+            (vlcc_param::Anchors, 16.0),
+            (vlcc_param::BytesPerVector, 8.0),
+        ] {
+            vlcc_compressor_set_param(c, p as u32, v);
+        }
+        let mut bad = x.clone();
+        bad[5 * D + 2] = f32::NAN;
+        says(
+            "train NaN",
+            vlcc_compressor_train(c, bad.as_ptr(), 2000, D),
+            NonFinite,
+            &["training vectors", "NaN", "position 82"],
+        );
+        let mut few = null_mut();
+        assert_eq!(vlcc_compressor_new(ctx, &mut few), Ok);
+        says(
+            "more anchors than vectors",
+            vlcc_compressor_train(few, x.as_ptr(), 100, D),
+            NotEnoughData,
+            &["1024", "100"],
+        );
+        vlcc_compressor_free(few);
+        assert_eq!(vlcc_compressor_train(c, x.as_ptr(), 2000, D), Ok);
+
+        // Encoding: sizes named with their values.
+        let mut codes = vec![0u8; 2000 * 9];
+        says(
+            "encode out short",
+            vlcc_compressor_encode(c, x.as_ptr(), 10, codes.as_mut_ptr(), 5),
+            BufferTooSmall,
+            &["out", "5", "90"],
+        );
+
+        // An index and its searches.
+        let mut ix = null_mut();
+        assert_eq!(vlcc_index_new(c, &mut ix), Ok);
+        let ids: Vec<u64> = (0..2000).collect();
+        assert_eq!(vlcc_index_add(ix, x.as_ptr(), 2000, ids.as_ptr()), Ok);
+        let (mut oi, mut od) = (vec![0u64; 100], vec![0f32; 100]);
+        let search = |k, nprobe, rerank, oi: &mut Vec<u64>, od: &mut Vec<f32>| {
+            vlcc_index_search(
+                ix,
+                x.as_ptr(),
+                2,
+                k,
+                nprobe,
+                rerank,
+                x.as_ptr(),
+                2000,
+                oi.as_mut_ptr(),
+                od.as_mut_ptr(),
+            )
+        };
+        says(
+            "k 0",
+            search(0, 4, 0, &mut oi, &mut od),
+            InvalidArgument,
+            &["k = 0"],
+        );
+        says(
+            "nprobe 0",
+            search(10, 0, 0, &mut oi, &mut od),
+            InvalidArgument,
+            &["nprobe = 0"],
+        );
+        says(
+            "rerank 5 < k",
+            search(10, 4, 5, &mut oi, &mut od),
+            InvalidArgument,
+            &["rerank = 5", "k = 10"],
+        );
+        let path = CString::new("/nonexistent-dir/x.vlcc").unwrap();
+        says(
+            "save into a missing directory",
+            vlcc_index_save(ix, path.as_ptr()),
+            Io,
+            &["/nonexistent-dir/x.vlcc"],
+        );
+        let dir = std::env::temp_dir();
+        let dir_c = CString::new(dir.to_str().unwrap()).unwrap();
+        let mut loaded = null_mut();
+        says(
+            "load a directory",
+            vlcc_index_load(ctx, dir_c.as_ptr(), 1, &mut loaded),
+            InvalidArgument,
+            &[dir.to_str().unwrap(), "a directory"],
+        );
+        vlcc_index_free(ix);
+        vlcc_compressor_free(c);
+        vlcc_context_free(ctx);
+    }
+}
+
+/// The defaults train: the table above changes one parameter at a time from them.
+#[test]
+fn defaults_are_valid() {
+    TrainParams::default().validate().unwrap();
+}
