@@ -251,3 +251,161 @@ fn bench_times_small_runs_and_refuses_device_input_without_cuda() {
         "{err}"
     );
 }
+
+/// Runs `vlc` and fails the test if it has not ended in 20 s (a read that blocks would hang).
+fn vlc_in_time(args: &[&str], dir: &Path) -> (std::process::ExitStatus, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vlc"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = c.kill();
+            panic!("vlc {args:?} did not end within 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = c.wait_with_output().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn bad_paths_sizes_and_dimensions_fail_up_front_and_cleanly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = std::env::temp_dir().join(format!("vlcc-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = data("base.fvecs");
+    let (ok, _, err) = vlc(
+        &[
+            "build",
+            "--input",
+            &base,
+            "--out",
+            "ix.vlcc",
+            "--anchors",
+            "32",
+            "--bytes",
+            "8",
+            "--iters",
+            "3",
+        ],
+        &dir,
+    );
+    assert!(ok, "{err}");
+    let d = vlc_compress::vecio::read_fvecs(Path::new(&base))
+        .unwrap()
+        .cols;
+    // 20 queries of half the dimension: once answered as 10 rows of the full one.
+    let half: Vec<f32> = (0..20 * d / 2).map(|i| i as f32 * 0.01).collect();
+    vlc_compress::vecio::write_fvecs(&dir.join("half.fvecs"), &half, d / 2).unwrap();
+    let (ok, _, err) = vlc(
+        &[
+            "search",
+            "--index",
+            "ix.vlcc",
+            "--query",
+            "half.fvecs",
+            "--out",
+            "o.ivecs",
+        ],
+        &dir,
+    );
+    let both = [format!("d = {}", d / 2), format!("d = {d}")];
+    assert!(!ok && both.iter().all(|s| err.contains(s)), "{err}");
+    let (ok, _, err) = vlc(
+        &[
+            "encode",
+            "--codebook",
+            "ix.vlcc",
+            "--input",
+            "half.fvecs",
+            "--out",
+            "c.npy",
+        ],
+        &dir,
+    );
+    assert!(!ok && both.iter().all(|s| err.contains(s)), "{err}");
+    // The output's kind is checked before anything runs: the index is not even opened.
+    let (ok, _, err) = vlc(
+        &[
+            "search",
+            "--index",
+            "missing.vlcc",
+            "--query",
+            &base,
+            "--out",
+            "x.txt",
+        ],
+        &dir,
+    );
+    assert!(
+        !ok && err.contains("--out x.txt") && !err.contains("missing"),
+        "{err}"
+    );
+    // A k of 2^40 is refused with a status, never an abort.
+    let (st, err) = vlc_in_time(
+        &[
+            "search",
+            "--index",
+            "ix.vlcc",
+            "--query",
+            &base,
+            "--k",
+            "1099511627776",
+            "--out",
+            "o.ivecs",
+        ],
+        &dir,
+    );
+    assert!(
+        st.code() == Some(1) && st.signal().is_none(),
+        "{st:?}: {err}"
+    );
+    assert!(err.contains("out of memory"), "{err}");
+    // A FIFO is neither read (it would block) nor replaced.
+    let fifo = dir.join("pipe.vlcc");
+    for p in [&fifo, &dir.join("pipe.npy")] {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+    for args in [
+        &[
+            "search",
+            "--index",
+            "pipe.vlcc",
+            "--query",
+            &base,
+            "--out",
+            "o.ivecs",
+        ][..],
+        &["train", "--input", "pipe.npy", "--out", "cb.vlcc"][..],
+        &[
+            "build",
+            "--input",
+            &base,
+            "--out",
+            "pipe.vlcc",
+            "--anchors",
+            "32",
+            "--iters",
+            "2",
+        ][..],
+    ] {
+        let (st, err) = vlc_in_time(args, &dir);
+        assert!(
+            !st.success() && err.contains("a FIFO, not a regular file"),
+            "{args:?}: {err}"
+        );
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

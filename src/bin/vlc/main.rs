@@ -327,6 +327,31 @@ fn main() {
 
 pub(crate) type AnyResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// Refuses an output path whose extension is not one of `kinds`, before any work is done.
+fn output_kind(out: &Path, kinds: &[&str]) -> AnyResult {
+    match out.extension().and_then(|e| e.to_str()) {
+        Some(e) if kinds.contains(&e) => Ok(()),
+        _ => Err(format!(
+            "--out {}: must end in .{}",
+            out.display(),
+            kinds.join(" or .")
+        )
+        .into()),
+    }
+}
+
+/// Refuses vectors of another dimension than what they are used with, naming both.
+pub(crate) fn same_dim(flag: &str, path: &Path, got: usize, what: &str, want: usize) -> AnyResult {
+    if got != want {
+        return Err(format!(
+            "{flag} {}: vectors have d = {got}, {what} has d = {want}",
+            path.display()
+        )
+        .into());
+    }
+    Ok(())
+}
+
 fn train(a: TrainArgs) -> AnyResult {
     let x = vecio::read_vectors(&a.input)?;
     let ctx = a.run.context()?;
@@ -355,9 +380,17 @@ fn load_compressor(path: &Path, ctx: Arc<Context>) -> AnyResult<Compressor> {
 }
 
 fn encode(a: EncodeArgs) -> AnyResult {
+    output_kind(&a.out, &["npy"])?;
     let c = load_compressor(&a.codebook, a.run.context()?)?;
+    let d = c.codebook()?.dim();
+    let input = vecio::read_floats(&a.input)?;
+    let cols = match &input {
+        vecio::Floats::F32(m) => m.cols,
+        vecio::Floats::F16(m) => m.cols,
+    };
+    same_dim("--input", &a.input, cols, "the codebook", d)?;
     let t = std::time::Instant::now();
-    let (rows, codes) = match vecio::read_floats(&a.input)? {
+    let (rows, codes) = match input {
         vecio::Floats::F32(m) => (m.rows, c.encode(m.data[..].into())?),
         vecio::Floats::F16(m) => (m.rows, c.encode(m.data[..].into())?),
     };
@@ -370,6 +403,7 @@ fn encode(a: EncodeArgs) -> AnyResult {
 }
 
 fn decode(a: DecodeArgs) -> AnyResult {
+    output_kind(&a.out, &["fvecs", "npy"])?;
     let cb = format::load_codebook(&a.codebook)?;
     let codes = match vecio::read_npy(&a.input)? {
         vecio::NpyData::U8(m) => m,
@@ -392,7 +426,17 @@ fn build(a: BuildArgs) -> AnyResult {
     let x = vecio::read_vectors(&a.input)?;
     let ctx = a.run.context()?;
     let c = match &a.codebook {
-        Some(p) => load_compressor(p, ctx.clone())?,
+        Some(p) => {
+            let c = load_compressor(p, ctx.clone())?;
+            same_dim(
+                "--input",
+                &a.input,
+                x.cols,
+                "the codebook",
+                c.codebook()?.dim(),
+            )?;
+            c
+        }
         None => {
             let mut c = Compressor::new(ctx.clone(), a.train.params());
             let bar = eval::Bar::new(a.run.json);
@@ -410,10 +454,16 @@ fn build(a: BuildArgs) -> AnyResult {
 }
 
 fn search(a: SearchArgs) -> AnyResult {
+    output_kind(&a.out, &["ivecs", "npy"])?;
     let ctx = a.run.context()?;
     let index = format::load_index(&a.index, true)?;
+    let d = index.codebook().dim();
     let q = vecio::read_vectors(&a.query)?;
+    same_dim("--query", &a.query, q.cols, "the index", d)?;
     let raw = a.raw.as_deref().map(vecio::read_vectors).transpose()?;
+    if let (Some(r), Some(path)) = (&raw, &a.raw) {
+        same_dim("--raw", path, r.cols, "the index", d)?;
+    }
     let dense = raw.as_ref().map(|r| DenseRaw {
         data: &r.data,
         d: r.cols,
@@ -450,7 +500,7 @@ fn search(a: SearchArgs) -> AnyResult {
                 .collect();
             vecio::write_npy(&a.out, &ids, q.rows, a.k, "<i8")?
         }
-        _ => return Err("--out must end in .ivecs or .npy".into()),
+        _ => unreachable!("checked by output_kind"),
     }
     let out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs});
     eval::print_object(&out, a.run.json);
