@@ -90,6 +90,9 @@ cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$tmp/readme.c" $(pkg-config --cfla
   -o "$tmp/readme-static"
 "$tmp/readme-static"
 
+step "fuzz targets, about a minute each (long runs: scripts/fuzz.sh SECONDS --merge)"
+bash scripts/fuzz.sh 60
+
 step "cli demo"
 target/release/vlc demo
 

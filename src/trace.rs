@@ -21,7 +21,8 @@ impl Trace {
         }
     }
 
-    /// Whether this trace records.
+    /// Whether this trace records (only the WGPU backend asks).
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
     pub fn recording(&self) -> bool {
         self.last.is_some()
     }
