@@ -35,54 +35,21 @@ fn huge_k_and_rerank_allocate_nothing_by_themselves() {
         data: &b.data,
         d: D,
     };
+    let p = |k, nprobe, rerank| SearchParams { k, nprobe, rerank };
     // A re-rank deeper than the index holds is the whole probed lists, exactly.
-    let deep = |rerank| SearchParams {
-        k: 10,
-        nprobe: 4,
-        rerank,
-    };
-    let all = ix.search(q, &deep(b.rows), Some(&raw)).unwrap();
-    let huge = ix.search(q, &deep(1 << 40), Some(&raw)).unwrap();
+    let all = ix.search(q, &p(10, 4, b.rows), Some(&raw)).unwrap();
+    let huge = ix.search(q, &p(10, 4, 1 << 40), Some(&raw)).unwrap();
     assert_eq!(all, huge);
     // k itself sizes the caller's results: 2^40 of them cannot be had, and say so.
-    let r = ix.search(
-        q,
-        &SearchParams {
-            k: 1 << 40,
-            nprobe: 4,
-            rerank: 0,
-        },
-        None,
-    );
-    assert!(
-        matches!(&r, Err(Error::OutOfMemory(m)) if m.contains("search results")),
-        "{r:?}"
-    );
-    let r = ix.search(
-        q,
-        &SearchParams {
-            k: usize::MAX,
-            nprobe: 4,
-            rerank: 0,
-        },
-        None,
-    );
-    assert!(
-        matches!(&r, Err(Error::OutOfMemory(m)) if m.contains("overflows")),
-        "{r:?}"
-    );
+    for (k, says) in [(1 << 40, "search results"), (usize::MAX, "overflows")] {
+        let r = ix.search(q, &p(k, 4, 0), None);
+        assert!(
+            matches!(&r, Err(Error::OutOfMemory(m)) if m.contains(says)),
+            "{r:?}"
+        );
+    }
     // k larger than the index: padded, not refused.
-    let r = ix
-        .search(
-            q,
-            &SearchParams {
-                k: 5000,
-                nprobe: 1 << 20,
-                rerank: 0,
-            },
-            None,
-        )
-        .unwrap();
+    let r = ix.search(q, &p(5000, 1 << 20, 0), None).unwrap();
     assert_eq!(
         r.ids[..5000].iter().filter(|&&i| i != u64::MAX).count(),
         2000
