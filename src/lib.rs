@@ -131,8 +131,13 @@ impl Compressor {
 
     /// A compressor around an existing codebook (loaded from a file, say).
     pub fn with_codebook(ctx: Arc<Context>, cb: Arc<Codebook>) -> Compressor {
+        // The parameters that shaped the codebook read back as they were; the rest (how it
+        // was trained) are not stored and keep their defaults.
         let mut params = TrainParams {
             metric: cb.metric(),
+            bits: cb.quantizer().bits,
+            bytes_per_vector: cb.code_size(),
+            rotation: cb.rotation(),
             ..TrainParams::default()
         };
         params.anchor.anchors = cb.anchors();

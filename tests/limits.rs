@@ -344,3 +344,42 @@ fn every_status_message_names_the_argument_and_the_value() {
 fn defaults_are_valid() {
     TrainParams::default().validate().unwrap();
 }
+
+/// A codebook loaded from bytes reports the parameters that shaped it (it used to answer the
+/// defaults: a 4-bit, 4-byte, rotated codebook read back as 8 bits, 16 bytes, no rotation).
+#[test]
+fn a_loaded_codebook_reports_its_shape() {
+    let mut p = common::small_params(16, 4);
+    p.bits = 4;
+    p.rotation = vlc_compress::Rotation::Random;
+    p.metric = vlc_compress::Metric::InnerProduct;
+    let mut c = vlc_compress::Compressor::new(common::ctx(0), p);
+    c.train(&base().data, D).unwrap();
+    let bytes = vlc_compress::format::codebook_bytes(c.codebook().unwrap());
+    // SAFETY: valid pointers and lengths throughout.
+    unsafe {
+        let mut ctx = null_mut();
+        assert_eq!(vlcc_context_new(1, 0, 0, &mut ctx), vlcc_status::Ok);
+        let mut h = null_mut();
+        assert_eq!(
+            vlcc_compressor_deserialize_codebook(ctx, bytes.as_ptr(), bytes.len(), &mut h),
+            vlcc_status::Ok
+        );
+        for (param, want) in [
+            (vlcc_param::Bits, 4.0),
+            (vlcc_param::BytesPerVector, 4.0),
+            (vlcc_param::Rotation, 1.0),
+            (vlcc_param::Metric, 1.0),
+            (vlcc_param::Anchors, 16.0),
+        ] {
+            let mut got = 0.0;
+            assert_eq!(
+                vlcc_compressor_get_param(h, param as u32, &mut got),
+                vlcc_status::Ok
+            );
+            assert_eq!(got, want, "{param:?}");
+        }
+        vlcc_compressor_free(h);
+        vlcc_context_free(ctx);
+    }
+}
