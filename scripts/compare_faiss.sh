@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side-by-side recall/speed against FAISS on the dev datasets, one dataset at a time, FAISS and
-# `vlc eval` back to back so both see the same machine state.
+# `vlcc eval` back to back so both see the same machine state.
 #
 #   PEERS=../shared/bench/peers.py PYTHON=python3 scripts/compare_faiss.sh OUT_DIR [DATASETS_ROOT]
 #
@@ -12,8 +12,8 @@ root=${2:-$HOME/.cache/vlc-datasets}
 peers=${PEERS:?set PEERS to the peers.py benchmark script}
 py=${PYTHON:-python3}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-cargo build --release --bin vlc -q
-vlc=target/release/vlc
+cargo build --release --bin vlcc -q
+vlc=target/release/vlcc
 mkdir -p "$out"
 
 # dataset, FAISS budget, our byte budgets (the first equals FAISS's code size)

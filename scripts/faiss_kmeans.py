@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""faiss.Kmeans on the same workloads as `vlc bench --stages train`, for side-by-side numbers:
+"""faiss.Kmeans on the same workloads as `vlcc bench --stages train`, for side-by-side numbers:
 training time, energy (mean squared distance of every vector to its nearest centroid) and
 balance (largest list / mean list). Needs numpy and faiss-cpu.
 

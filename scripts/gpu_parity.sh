@@ -2,14 +2,14 @@
 # CPU, CUDA and WGPU side by side on the dev datasets, seeds 1-3, on a GPU machine: energy,
 # balance, recall@10 at nprobe 16 and 64, train seconds, one line per run, then the means.
 #
-#   VLC=target/release/vlc [SETS="glove-6b-50 ..."] scripts/gpu_parity.sh [DATASETS_ROOT]
+#   VLC=target/release/vlcc [SETS="glove-6b-50 ..."] scripts/gpu_parity.sh [DATASETS_ROOT]
 #
 # The base vectors go in as float16 .npy (exact for Fashion-MNIST's integer pixels; a dev/
 # base.npy already there is used as it is), the queries and ground truth as they are
 # (float32). PYTHON (default python3) needs numpy. SETS picks some of the three sets.
 set -euo pipefail
 root=${1:-$HOME/.cache/vlc-datasets}
-vlc=${VLC:-target/release/vlc}
+vlc=${VLC:-target/release/vlcc}
 py=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

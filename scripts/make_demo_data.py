@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cut the small dataset that `vlc demo` and the tests use out of the glove-6b-50 dev set.
+"""Cut the small dataset that `vlcc demo` and the tests use out of the glove-6b-50 dev set.
 
 Usage: python3 scripts/make_demo_data.py GLOVE_DIR [OUT_DIR]
 GLOVE_DIR holds dev/base.fvecs and dev/query.fvecs (built by the datasets scripts);

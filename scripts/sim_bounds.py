@@ -1,5 +1,5 @@
 """How many points Hamerly-style bounds would let the annealed k-means skip (docs/perf-cuda.md,
-CUDA version 15). A NumPy model of the loop: a Gaussian mixture like `vlc bench --clusters`
+CUDA version 15). A NumPy model of the loop: a Gaussian mixture like `vlcc bench --clusters`
 (centres spread 4, unit noise), sampled start, balancing bias 0.3 x heat x energy x
 (count / mean - 1) with heat 0.9^t until the last fifth, plain means. After each update every
 point keeps an exact upper bound (its distance to its own anchor) and a lower bound on the

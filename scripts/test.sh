@@ -94,7 +94,7 @@ step "fuzz targets, about a minute each (long runs: scripts/fuzz.sh SECONDS --me
 bash scripts/fuzz.sh 60
 
 step "cli demo"
-target/release/vlc demo
+target/release/vlcc demo
 
 echo
 echo "all test steps passed"

@@ -1,11 +1,11 @@
-//! The `vlc` command end to end: train -> encode (f16 .npy) -> decode -> build -> search
+//! The `vlcc` command end to end: train -> encode (f16 .npy) -> decode -> build -> search
 //! (.ivecs and .npy, with re-rank) -> eval --json, and clear failures on bad input.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn vlc(args: &[&str], dir: &Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vlc"))
+    let out = Command::new(env!("CARGO_BIN_EXE_vlcc"))
         .args(args)
         .current_dir(dir)
         .output()
@@ -254,7 +254,7 @@ fn bench_times_small_runs_and_refuses_device_input_without_cuda() {
 
 /// Runs `vlc` and fails the test if it has not ended in 20 s (a read that blocks would hang).
 fn vlc_in_time(args: &[&str], dir: &Path) -> (std::process::ExitStatus, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_vlc"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vlcc"))
         .args(args)
         .current_dir(dir)
         .stdout(std::process::Stdio::null())

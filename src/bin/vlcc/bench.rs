@@ -1,4 +1,4 @@
-//! `vlc bench`: times anchor training, encoding and search at given sizes, on synthetic or
+//! `vlcc bench`: times anchor training, encoding and search at given sizes, on synthetic or
 //! file data. Each stage is timed `--repeat` times and the best run is reported.
 
 use super::{AnnealOpts, AnyResult, RunOpts};

@@ -1,4 +1,4 @@
-//! `vlc eval` and `vlc demo`: train, build, search, and score against exact ground truth.
+//! `vlcc eval` and `vlcc demo`: train, build, search, and score against exact ground truth.
 
 use super::{AnyResult, RunOpts, TrainOpts};
 use clap::Args;
@@ -230,7 +230,7 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
     };
     if !run.json {
         println!(
-            "vlc demo: GloVe 6B word vectors (50-d), {} base, {} queries, exact L2 ground truth\n",
+            "vlcc demo: GloVe 6B word vectors (50-d), {} base, {} queries, exact L2 ground truth\n",
             data.base.rows, data.query.rows
         );
     }

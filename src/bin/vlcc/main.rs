@@ -1,4 +1,4 @@
-//! `vlc`: train, encode, decode, build, search and evaluate from the command line.
+//! `vlcc`: train, encode, decode, build, search and evaluate from the command line.
 
 mod bench;
 mod eval;
@@ -13,7 +13,7 @@ use vlc_compress::{
 
 #[derive(Parser)]
 #[command(
-    name = "vlc",
+    name = "vlcc",
     version,
     about = "Compact codes for float embeddings: train, encode, search, evaluate"
 )]
@@ -259,7 +259,7 @@ struct EncodeArgs {
 struct DecodeArgs {
     #[arg(long)]
     codebook: PathBuf,
-    /// Codes written by `vlc encode`.
+    /// Codes written by `vlcc encode`.
     #[arg(long)]
     input: PathBuf,
     /// Output .fvecs or .npy.
@@ -320,7 +320,7 @@ fn main() {
         Cmd::Bench(a) => bench::bench(&a),
     };
     if let Err(e) = res {
-        eprintln!("vlc: {e}");
+        eprintln!("vlcc: {e}");
         std::process::exit(1);
     }
 }
@@ -407,7 +407,7 @@ fn decode(a: DecodeArgs) -> AnyResult {
     let cb = format::load_codebook(&a.codebook)?;
     let codes = match vecio::read_npy(&a.input)? {
         vecio::NpyData::U8(m) => m,
-        _ => return Err("codes must be a uint8 .npy written by `vlc encode`".into()),
+        _ => return Err("codes must be a uint8 .npy written by `vlcc encode`".into()),
     };
     if codes.cols != cb.codec_size() {
         return Err(format!(
