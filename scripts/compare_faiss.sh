@@ -2,7 +2,7 @@
 # Side-by-side recall/speed against FAISS on the dev datasets, one dataset at a time, FAISS and
 # `vlcc eval` back to back so both see the same machine state.
 #
-#   PEERS=../shared/bench/peers.py PYTHON=python3 scripts/compare_faiss.sh OUT_DIR [DATASETS_ROOT]
+#   PEERS=compare/peers.py PYTHON=python3 scripts/compare_faiss.sh OUT_DIR [DATASETS_ROOT]
 #
 # PYTHON must have faiss-cpu and numpy; DATASETS_ROOT defaults to ~/.cache/vlc-datasets.
 # Writes OUT_DIR/<dataset>-faiss.{json,md} and OUT_DIR/<dataset>-vlc.jsonl.
