@@ -214,7 +214,7 @@ typedef enum {
    */
   VLCC_PARAM_SEED = 16,
   /**
-   * Lloyd iterations per PQ sub-codebook, >= 1. Default 20.
+   * Lloyd iterations per PQ sub-codebook, >= 1. Default 25.
    */
   VLCC_PARAM_PQ_ITERS = 17,
   /**

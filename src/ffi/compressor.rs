@@ -71,7 +71,7 @@ pub enum vlcc_param {
     MaxPointsPerAnchor = 15,
     /// Random seed. Default 24301.
     Seed = 16,
-    /// Lloyd iterations per PQ sub-codebook, >= 1. Default 20.
+    /// Lloyd iterations per PQ sub-codebook, >= 1. Default 25.
     PqIters = 17,
     /// Training vectors for the PQ sub-codebooks (0 = all). Default 65536.
     PqTrainPoints = 18,
