@@ -50,12 +50,16 @@ const (
 	StatusInvalidArgument    Status = C.VLCC_STATUS_INVALID_ARGUMENT
 	StatusNullPointer        Status = C.VLCC_STATUS_NULL_POINTER
 	StatusBufferTooSmall     Status = C.VLCC_STATUS_BUFFER_TOO_SMALL
+	StatusUnaligned          Status = C.VLCC_STATUS_UNALIGNED
+	StatusOverlap            Status = C.VLCC_STATUS_OVERLAP
 	StatusNonFinite          Status = C.VLCC_STATUS_NON_FINITE
 	StatusNotEnoughData      Status = C.VLCC_STATUS_NOT_ENOUGH_DATA
 	StatusInvalidState       Status = C.VLCC_STATUS_INVALID_STATE
 	StatusCorrupt            Status = C.VLCC_STATUS_CORRUPT
+	StatusUnsupportedVersion Status = C.VLCC_STATUS_UNSUPPORTED_VERSION
 	StatusCodebookMismatch   Status = C.VLCC_STATUS_CODEBOOK_MISMATCH
 	StatusBackendUnavailable Status = C.VLCC_STATUS_BACKEND_UNAVAILABLE
+	StatusDeviceError        Status = C.VLCC_STATUS_DEVICE_ERROR
 	StatusOutOfMemory        Status = C.VLCC_STATUS_OUT_OF_MEMORY
 	StatusIO                 Status = C.VLCC_STATUS_IO
 	StatusPanic              Status = C.VLCC_STATUS_PANIC
@@ -124,6 +128,14 @@ const (
 	ParamTrim                Param = C.VLCC_PARAM_TRIM
 	ParamBalance             Param = C.VLCC_PARAM_BALANCE
 	ParamMaintenanceInterval Param = C.VLCC_PARAM_MAINTENANCE_INTERVAL
+	ParamTol                 Param = C.VLCC_PARAM_TOL
+	ParamMergeThreshold      Param = C.VLCC_PARAM_MERGE_THRESHOLD
+	ParamSplitFactor         Param = C.VLCC_PARAM_SPLIT_FACTOR
+	ParamPQTrainPoints       Param = C.VLCC_PARAM_PQ_TRAIN_POINTS
+	ParamOPQIters            Param = C.VLCC_PARAM_OPQ_ITERS
+	ParamInit                Param = C.VLCC_PARAM_INIT
+	ParamOPQTrainPoints      Param = C.VLCC_PARAM_OPQ_TRAIN_POINTS
+	ParamPrecision           Param = C.VLCC_PARAM_PRECISION
 )
 
 // NoID marks result slots that no vector fills.

@@ -246,6 +246,7 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
         anneal: Default::default(),
         opq_iters: None,
         opq_points: None,
+        pq_train_points: None,
     };
     let rows = run_eval(
         &data,

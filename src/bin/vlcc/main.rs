@@ -128,6 +128,9 @@ pub(crate) struct TrainOpts {
     /// Training points for the learned rotation (0 = all of the PQ sample).
     #[arg(long)]
     opq_points: Option<usize>,
+    /// Training points for the PQ sub-codebooks (0 = all) [default: 65536].
+    #[arg(long)]
+    pq_train_points: Option<usize>,
     #[command(flatten)]
     anneal: AnnealOpts,
 }
@@ -156,6 +159,12 @@ pub(crate) struct AnnealOpts {
     /// Split anchors holding more than this times the mean load.
     #[arg(long)]
     split_factor: Option<f32>,
+    /// Merge anchors closer than this times their spread.
+    #[arg(long)]
+    merge_threshold: Option<f32>,
+    /// Stop when the relative energy change is below this.
+    #[arg(long)]
+    tol: Option<f64>,
     /// Train anchors on at most this many sampled points per anchor (0 = all points).
     #[arg(long)]
     max_points_per_anchor: Option<usize>,
@@ -188,6 +197,12 @@ impl AnnealOpts {
         if let Some(v) = self.split_factor {
             a.split_factor = v;
         }
+        if let Some(v) = self.merge_threshold {
+            a.merge_threshold = v;
+        }
+        if let Some(v) = self.tol {
+            a.tol = v;
+        }
         if let Some(v) = self.max_points_per_anchor {
             a.max_points_per_anchor = v;
         }
@@ -217,6 +232,9 @@ impl TrainOpts {
         }
         if let Some(v) = self.opq_points {
             p.opq_train_points = v;
+        }
+        if let Some(v) = self.pq_train_points {
+            p.pq_train_points = v;
         }
         p
     }
