@@ -95,7 +95,7 @@ fn codes_and_recall_match_the_cpu() {
     // Trained on each backend, searched the same way. The two runs part ways at the first
     // near-tie the GEMMs round differently, so one seed compares two training draws; the
     // mean over three seeds may fall at most one point below the CPU on these 500 queries (the dev
-    // datasets' half-point comparison is `vlcc eval`'s, in docs/perf-cuda.md).
+    // datasets' half-point comparison is `vlcc eval`'s, in notes/perf-cuda.md).
     let recall = |ctx: &Arc<Context>| {
         common::mean_recall(
             ctx,

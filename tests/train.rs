@@ -76,7 +76,7 @@ fn annealed_training_beats_plain_lloyd_on_real_data() {
 
 #[test]
 fn the_balancing_bias_does_not_empty_anchors_every_iteration() {
-    // The seed workload of docs/perf-cuda.md. A bias from the latest counts alone left 14% of
+    // The seed workload of notes/perf-cuda.md. A bias from the latest counts alone left 14% of
     // the anchors empty per iteration (each one a maintenance round trip); the smoothed,
     // capped load leaves about 5%.
     let (d, k) = (128, 256);

@@ -123,7 +123,7 @@ struct Device {
 /// Floats per staging buffer (32 MB).
 const STAGE: usize = 8 << 20;
 /// Blocks in flight in a staged upload or an encoding: with two, one slow fill or kernel
-/// stalled the other side (docs/perf-cuda.md, encoding version 11).
+/// stalled the other side (notes/perf-cuda.md, encoding version 11).
 const BUFS: usize = 3;
 
 /// `BUFS` page-locked buffers: the host fills one while others are copied to the device.
@@ -1127,7 +1127,7 @@ impl CudaBackend {
                     host_trace.mark("other", || ());
                     // The fill waits only for the copy of block j - BUFS out of this buffer;
                     // that block's results go out beside it on other threads, not after it
-                    // (docs/perf-cuda.md, encoding version 13).
+                    // (notes/perf-cuda.md, encoding version 13).
                     let Staging {
                         bufs,
                         sent,

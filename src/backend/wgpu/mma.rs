@@ -48,7 +48,7 @@ pub(super) struct Support {
 /// adapter has them and `VLCC_WGPU_MMA=1` asks for them: cooperative 16 x 16 x 16 matrices
 /// with fp16 inputs and fp32 sums, one subgroup size of 32 or 64, and the workgroup memory.
 /// Else why not. (Opt-in until a GPU run shows this version exact and faster than the fp32
-/// kernel: docs/perf-wgpu.md, version 24.) `VLCC_WGPU_MMA=emulate` builds the kernel with
+/// kernel: notes/perf-wgpu.md, version 24.) `VLCC_WGPU_MMA=emulate` builds the kernel with
 /// its products summed by every thread (`EMULATED`) where the adapter has fp16 and
 /// subgroups, so that everything around the products runs on any such adapter
 /// (tests/wgpu.rs, on lavapipe in CI).

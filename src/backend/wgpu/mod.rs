@@ -107,7 +107,7 @@ fn module_of(
 
 /// What wgpu adds to the kernels' code. By default nothing: its index clamps, loop counters
 /// and division guards cost 6-8% of training, 15% of encoding and 25% of search on an H100
-/// (docs/perf-wgpu.md, version 26), and storage buffers stay bounded by the driver where it
+/// (notes/perf-wgpu.md, version 26), and storage buffers stay bounded by the driver where it
 /// has robust buffer access. `VLCC_WGPU_CHECKS=all` restores wgpu's default; `bounds` keeps
 /// the index clamps only.
 fn runtime_checks() -> wgpu::ShaderRuntimeChecks {

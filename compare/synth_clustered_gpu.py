@@ -1,7 +1,7 @@
-"""The 1M x 384 search set of docs/perf-cuda.md: Gaussian clusters around 1024 centres whose
+"""The 1M x 384 search set of notes/perf-cuda.md: Gaussian clusters around 1024 centres whose
 points vary in an 8-d subspace per group of 16 clusters, plus small isotropic noise; 10k queries
 from the same distribution; exact L2 top-10 by brute force on the GPU (PyTorch, fp32).
-Usage: python3 scripts/synth_clustered_gpu.py OUT_DIR  (writes base.npy, query.npy, gt.ivecs)"""
+Usage: python3 compare/synth_clustered_gpu.py OUT_DIR  (writes base.npy, query.npy, gt.ivecs)"""
 import os, sys, numpy as np, torch
 out = sys.argv[1]; os.makedirs(out, exist_ok=True)
 g = torch.Generator(device="cuda").manual_seed(7)

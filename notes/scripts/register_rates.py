@@ -1,8 +1,8 @@
 """Registering pageable memory in place (cudaHostRegister) against filling page-locked buffers,
-for host-input encoding (docs/perf-cuda.md, encoding version 13): registers 1.5 GB in 32 MB
+for host-input encoding (notes/perf-cuda.md, encoding version 13): registers 1.5 GB in 32 MB
 chunks on 1-16 threads, copies each registered chunk to the device, unregisters; then a pipeline
 that registers ahead on threads while the main thread copies; then the staged way (3 page-locked
-32 MB buffers, fill then copy). Usage: python3 scripts/register_rates.py  (PyTorch with CUDA)"""
+32 MB buffers, fill then copy). Usage: python3 notes/scripts/register_rates.py  (PyTorch with CUDA)"""
 import ctypes, glob, os, time, torch
 from concurrent.futures import ThreadPoolExecutor
 

@@ -3,8 +3,8 @@
 training time, energy (mean squared distance of every vector to its nearest centroid) and
 balance (largest list / mean list). Needs numpy and faiss-cpu.
 
-  python3 scripts/faiss_kmeans.py BASE.fvecs K ITERS [SEED]    # a dataset, every vector
-  python3 scripts/faiss_kmeans.py --gaussian 10000x128 K ITERS  # the seed workload (best of 7)
+  python3 compare/faiss_kmeans.py BASE.fvecs K ITERS [SEED]    # a dataset, every vector
+  python3 compare/faiss_kmeans.py --gaussian 10000x128 K ITERS  # the seed workload (best of 7)
 """
 import sys
 import time

@@ -1,7 +1,7 @@
-"""Host-side transfer rates on a GPU machine (docs/perf-cuda.md, "Achieved rates"): pageable to
+"""Host-side transfer rates on a GPU machine (notes/perf-cuda.md, "Achieved rates"): pageable to
 page-locked memory on all threads and on one, page-locked and pageable memory to the device,
 and registering pageable memory in place. 512 MB of float32, best of a few runs.
-Usage: python3 scripts/host_rates.py  (needs PyTorch with CUDA)"""
+Usage: python3 notes/scripts/host_rates.py  (needs PyTorch with CUDA)"""
 import time, torch
 
 n = 128 << 20  # 512 MB of float32

@@ -1,4 +1,4 @@
-"""How many points Hamerly-style bounds would let the annealed k-means skip (docs/perf-cuda.md,
+"""How many points Hamerly-style bounds would let the annealed k-means skip (notes/perf-cuda.md,
 CUDA version 15). A NumPy model of the loop: a Gaussian mixture like `vlcc bench --clusters`
 (centres spread 4, unit noise), sampled start, balancing bias 0.3 x heat x energy x
 (count / mean - 1) with heat 0.9^t until the last fifth, plain means. After each update every
@@ -7,7 +7,7 @@ others (the last second-nearest distance minus the largest move among all but th
 anchors that moved most; those are scored exactly). A point may be skipped when
 upper^2 + bias[own] < lower^2 + smallest other bias. Prints the share of points that could
 not be skipped per iteration, and checks that no skipped point changed anchor.
-Usage: python3 scripts/sim_bounds.py [N D CLUSTERS ANCHORS ITERS JUMPERS]  (50000 128 64 256 25 32)"""
+Usage: python3 notes/scripts/sim_bounds.py [N D CLUSTERS ANCHORS ITERS JUMPERS]  (50000 128 64 256 25 32)"""
 import sys
 import numpy as np
 

@@ -3,7 +3,7 @@ numpy: rows and anchors scaled by powers of two and rounded to fp16 as `halves` 
 row's rounding error measured, the fp16 dot products taken exactly, and per row the test the
 kernel makes. Every row the test decides must have the winner of the exact scores.
 
-    python3 scripts/mma_bound_model.py      # needs numpy
+    python3 notes/scripts/mma_bound_model.py      # needs numpy
 """
 import numpy as np
 
