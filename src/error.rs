@@ -143,11 +143,10 @@ pub(crate) fn check_norms_from(x: &[f32], d: usize, what: &str, base: usize) -> 
     if d == 0 {
         return Ok(());
     }
+    // The f32 dot the searches use (vectorized); an overflow to infinity fails the bound too.
+    let over = |r: &[f32]| crate::linalg::dot(r, r) > MAX_SQUARED_NORM as f32;
     let norm = |r: &[f32]| r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
-    match x
-        .par_chunks(d)
-        .position_first(|r| norm(r) > MAX_SQUARED_NORM)
-    {
+    match x.par_chunks(d).position_first(over) {
         None => Ok(()),
         Some(i) => {
             let r = &x[i * d..(i + 1) * d];
