@@ -118,11 +118,8 @@ impl Tables {
                 }
             }
         }
-        let mut anchor_norms = try_vec(m, 0f32, "anchor norms")?;
-        anchor_norms
-            .par_iter_mut()
-            .zip(cb.anchors.par_chunks(d))
-            .for_each(|(n, a)| *n = linalg::dot(a, a));
+        // m values: no larger than the anchors already held.
+        let anchor_norms = linalg::row_norms(&cb.anchors, d);
         Ok(Tables {
             l2_terms,
             rot_anchors,
@@ -296,11 +293,14 @@ impl Index {
         at: u64,
         n: usize,
     ) -> Result<SearchResults> {
-        self.check_queries(queries, p)?;
+        // Bad parameters are named before the backend's answer; the queries are checked once,
+        // by whichever search runs.
+        p.validate()?;
         crate::backend::need_device_memory(backend, "re-ranking against device memory")?;
         if p.rerank == 0 {
             return self.search_with(backend, queries, p, None);
         }
+        self.check_queries(queries, p)?;
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let q = prepare(queries, d, self.cb.metric);
@@ -344,11 +344,11 @@ impl Index {
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
-        let (d, k) = (self.cb.dim(), p.k);
+        let (d, k, want) = (self.cb.dim(), p.k, self.candidates(p));
         q.par_chunks(QUERY_BLOCK * d)
             .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
             .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
-            .map(|((qb, ib), db)| self.search_block(qb, p, raw, ib, db))
+            .map(|((qb, ib), db)| self.search_block(qb, p, want, raw, ib, db))
             .collect()
     }
 
@@ -471,6 +471,7 @@ impl Index {
         &self,
         qb: &[f32],
         p: &SearchParams,
+        want: usize,
         raw: Option<&dyn RawVectors>,
         ids: &mut [u64],
         dist: &mut [f32],
@@ -478,9 +479,9 @@ impl Index {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.search_block_avx2(qb, p, raw, ids, dist) };
+            return unsafe { self.search_block_avx2(qb, p, want, raw, ids, dist) };
         }
-        self.search_block_any(qb, p, raw, ids, dist)
+        self.search_block_any(qb, p, want, raw, ids, dist)
     }
 
     /// The same code compiled for AVX2 (no FMA: results equal the baseline build's).
@@ -490,11 +491,12 @@ impl Index {
         &self,
         qb: &[f32],
         p: &SearchParams,
+        want: usize,
         raw: Option<&dyn RawVectors>,
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
-        self.search_block_any(qb, p, raw, ids, dist)
+        self.search_block_any(qb, p, want, raw, ids, dist)
     }
 
     #[inline(always)]
@@ -502,6 +504,7 @@ impl Index {
         &self,
         qb: &[f32],
         p: &SearchParams,
+        want: usize,
         raw: Option<&dyn RawVectors>,
         ids: &mut [u64],
         dist: &mut [f32],
@@ -520,7 +523,6 @@ impl Index {
             rotation::apply(&cb.rot, &qpad, dp)
         };
         let l2 = cb.metric == Metric::L2;
-        let want = self.candidates(p);
         let mut coarse = vec![0f32; m];
         let mut probes = Vec::new();
         // The query's own table, built right before its probes so it stays in cache:
