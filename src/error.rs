@@ -58,7 +58,7 @@ impl Error {
 
 /// A number as messages show it: whole numbers plainly, others in the shortest form that reads
 /// back (`1e300`, not 301 digits).
-pub fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e16 {
         format!("{}", v as i64)
     } else if v.is_finite() && v != 0.0 && (v.abs() >= 1e16 || v.abs() < 1e-4) {

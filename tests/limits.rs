@@ -190,24 +190,7 @@ fn every_status_message_names_the_argument_and_the_value() {
             (vlcc_param::Balance, "balance", f64::NEG_INFINITY, "-inf"),
             (vlcc_param::MergeThreshold, "merge_threshold", 1e40, "1e40"),
             (vlcc_param::SplitFactor, "split_factor", f64::NAN, "NaN"),
-        ] {
-            says(
-                &format!("{name} = {v}"),
-                vlcc_compressor_set_param(c, p as u32, v),
-                InvalidArgument,
-                &[name, shown],
-            );
-        }
-        says(
-            "param 999",
-            vlcc_compressor_set_param(c, 999, 1.0),
-            InvalidArgument,
-            &["param", "999"],
-        );
-
-        // Whole, finite values out of each parameter's range.
-        let x = base().data;
-        for (p, name, v, shown) in [
+            // Whole, finite values out of each parameter's range.
             (vlcc_param::Anchors, "anchors", 0.0, "anchors = 0"),
             (
                 vlcc_param::BytesPerVector,
@@ -233,6 +216,13 @@ fn every_status_message_names_the_argument_and_the_value() {
                 &[name, shown],
             );
         }
+        says(
+            "param 999",
+            vlcc_compressor_set_param(c, 999, 1.0),
+            InvalidArgument,
+            &["param", "999"],
+        );
+        let x = base().data;
         says(
             "train x NULL",
             vlcc_compressor_train(c, null(), 10, D),
