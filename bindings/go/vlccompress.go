@@ -195,14 +195,91 @@ func NewCompressor(ctx *Context) (*Compressor, error) {
 func LoadCodebook(ctx *Context, path string) (*Compressor, error) {
 	cp := C.CString(path)
 	defer C.free(unsafe.Pointer(cp))
+	return openCompressor(ctx, func(out **C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_load_codebook(ctx.p, cp, out)
+	})
+}
+
+// DeserializeCodebook makes a trained compressor from SerializeCodebook's bytes (or an index's).
+func DeserializeCodebook(ctx *Context, b []byte) (*Compressor, error) {
+	var bp *C.uint8_t
+	if len(b) > 0 {
+		bp = (*C.uint8_t)(unsafe.Pointer(&b[0]))
+	}
+	c, err := openCompressor(ctx, func(out **C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_deserialize_codebook(ctx.p, bp, C.size_t(len(b)), out)
+	})
+	runtime.KeepAlive(b)
+	return c, err
+}
+
+// openCompressor wraps the compressor that open makes on ctx.
+func openCompressor(ctx *Context, open func(out **C.vlcc_compressor) C.vlcc_status) (*Compressor, error) {
 	c := &Compressor{}
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_load_codebook(ctx.p, cp, &c.p) })
+	err := call(func() C.vlcc_status { return open(&c.p) })
 	runtime.KeepAlive(ctx)
 	if err != nil {
 		return nil, err
 	}
 	runtime.SetFinalizer(c, (*Compressor).Close)
 	return c, nil
+}
+
+// ABIVersion is the ABI version of the loaded library (VLCC_ABI_VERSION of its header).
+func ABIVersion() uint32 { return uint32(C.vlcc_abi_version()) }
+
+// Fingerprint is a hash of the codebook's contents: indexes on equal fingerprints merge.
+func (c *Compressor) Fingerprint() (uint64, error) {
+	var f C.uint64_t
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_fingerprint(c.p, &f) })
+	runtime.KeepAlive(c)
+	return uint64(f), err
+}
+
+// TrainReport is what the last training measured.
+type TrainReport struct {
+	Energy          float64 // mean squared distance of the training vectors to their anchor
+	MaxListOverMean float64 // largest anchor load over the mean load
+	Iterations      uint64  // anchor iterations run
+	Seconds         float64 // anchors and residual codebooks together
+}
+
+// TrainReport returns what the last Train measured.
+func (c *Compressor) TrainReport() (TrainReport, error) {
+	var r C.vlcc_train_report
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_train_report(c.p, &r) })
+	runtime.KeepAlive(c)
+	return TrainReport{float64(r.energy), float64(r.max_list_over_mean), uint64(r.iterations), float64(r.seconds)}, err
+}
+
+// Anchors returns the trained anchors (the lists' centroids), anchors x Dim() floats, row-major.
+func (c *Compressor) Anchors() ([]float32, error) {
+	var n C.size_t
+	if err := call(func() C.vlcc_status { return C.vlcc_compressor_anchors(c.p, nil, 0, &n) }); err != nil {
+		return nil, err
+	}
+	d, err := c.Dim()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, int(n)*d)
+	err = call(func() C.vlcc_status {
+		return C.vlcc_compressor_anchors(c.p, floatPtr(out), C.size_t(len(out)), &n)
+	})
+	runtime.KeepAlive(c)
+	return out, err
+}
+
+// SerializeCodebook returns the codebook's bytes (those of its file).
+func (c *Compressor) SerializeCodebook() ([]byte, error) {
+	var b C.vlcc_buffer
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_serialize_codebook(c.p, &b) })
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	defer C.vlcc_buffer_free(&b)
+	return C.GoBytes(unsafe.Pointer(b.data), C.int(b.len)), nil
 }
 
 // Close frees the compressor. Safe to call twice.
@@ -288,6 +365,38 @@ func (c *Compressor) Encode(x []float32) ([]byte, error) {
 	}
 	out := make([]byte, n*cs)
 	if err := c.EncodeInto(x, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// EncodeF16 returns the codes of x given as IEEE half-precision bit patterns.
+func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
+	d, err := c.Dim()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := c.CodeSize()
+	if err != nil {
+		return nil, err
+	}
+	if len(x)%d != 0 {
+		return nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", len(x), d)}
+	}
+	n := len(x) / d
+	out := make([]byte, n*cs)
+	var xp *C.uint16_t
+	var op *C.uint8_t
+	if n > 0 {
+		xp = (*C.uint16_t)(unsafe.Pointer(&x[0]))
+		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
+	}
+	err = call(func() C.vlcc_status {
+		return C.vlcc_compressor_encode_f16(c.p, xp, C.size_t(n), op, C.size_t(len(out)))
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(c)
+	if err != nil {
 		return nil, err
 	}
 	return out, nil

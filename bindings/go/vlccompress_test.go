@@ -218,3 +218,78 @@ func TestConcurrentSearches(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The codebook's bytes, fingerprint, anchors, report, f16 input and the ABI version: what a
+// service that ships codebooks between processes reads of a compressor.
+func TestCodebookAccess(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := clustered(2000, 5)
+	c := trained(t, ctx, x)
+	defer c.Close()
+	if ABIVersion() == 0 {
+		t.Fatal("ABI version 0")
+	}
+	rep, err := c.TrainReport()
+	if err != nil || rep.Iterations == 0 || !(rep.Energy > 0) || rep.MaxListOverMean < 1 {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+	anchors, err := c.Anchors()
+	if err != nil || len(anchors) != 32*dim {
+		t.Fatalf("%d anchor values, %v", len(anchors), err)
+	}
+	b, err := c.SerializeCodebook()
+	if err != nil || len(b) == 0 {
+		t.Fatalf("serialize: %d bytes, %v", len(b), err)
+	}
+	c2, err := DeserializeCodebook(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	f1, _ := c.Fingerprint()
+	f2, err := c2.Fingerprint()
+	if err != nil || f1 != f2 || f1 == 0 {
+		t.Fatalf("fingerprints %x %x, %v", f1, f2, err)
+	}
+	var e *Error
+	if _, err := DeserializeCodebook(ctx, b[:len(b)-1]); !errors.As(err, &e) || e.Status != StatusCorrupt {
+		t.Fatalf("truncated bytes: %v", err)
+	}
+	// Small whole numbers are exact in f16, so both inputs give the same codes.
+	small := make([]float32, 4*dim)
+	half := make([]uint16, 4*dim)
+	for i := range small {
+		v := float32(i%7) - 3
+		small[i] = v
+		half[i] = f16(v)
+	}
+	want, err := c.Encode(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.EncodeF16(half)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("f16 codes differ: %v", err)
+	}
+}
+
+// f16 is the binary16 bit pattern of a small whole number.
+func f16(v float32) uint16 {
+	if v == 0 {
+		return 0
+	}
+	var sign uint16
+	if v < 0 {
+		sign, v = 0x8000, -v
+	}
+	e := 0
+	for v >= 2 {
+		v /= 2
+		e++
+	}
+	return sign | uint16(e+15)<<10 | uint16((v-1)*1024)
+}
