@@ -56,6 +56,16 @@ int main(int argc, char** argv) {
     } catch (const vlcc::Error& e) {
         caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE;
     }
+    // The codebook as bytes, and what a receiving process reads of it.
+    const auto bytes = comp.serialize_codebook();
+    vlcc::Compressor copy = vlcc::Compressor::deserialize_codebook(ctx, bytes);
+    const bool same_codebook = copy.fingerprint() == comp.fingerprint() && copy.anchors() == comp.anchors() &&
+                               comp.anchors().size() == 64 * d && comp.train_report().iterations > 0 &&
+                               vlcc::abi_version() == VLCC_ABI_VERSION;
+    // Small whole numbers are exact in f16: the same codes either way (0x3c00 = 1.0).
+    const std::vector<float> ones(2 * d, 1.0f);
+    const std::vector<uint16_t> ones16(2 * d, 0x3c00);
+    caught = caught && same_codebook && comp.encode_f16(ones16) == comp.encode(ones);
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.code_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

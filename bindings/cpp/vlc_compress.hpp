@@ -18,6 +18,9 @@
 
 namespace vlcc {
 
+/// The ABI version of the loaded library (VLCC_ABI_VERSION of the header it was built with).
+inline uint32_t abi_version() noexcept { return vlcc_abi_version(); }
+
 /// A failed call: the vlcc_status and the message the library recorded for this thread.
 class Error : public std::runtime_error {
 public:
@@ -79,6 +82,40 @@ public:
         detail::check(vlcc_compressor_load_codebook(ctx.get(), path.c_str(), &p));
         return Compressor(p);
     }
+    // A trained compressor from serialize_codebook's bytes (or an index's).
+    static Compressor deserialize_codebook(const Context& ctx, std::span<const uint8_t> bytes) {
+        vlcc_compressor* p = nullptr;
+        detail::check(vlcc_compressor_deserialize_codebook(ctx.get(), bytes.data(), bytes.size(), &p));
+        return Compressor(p);
+    }
+    // The codebook's bytes (those of its file).
+    std::vector<uint8_t> serialize_codebook() const {
+        vlcc_buffer b{nullptr, 0};
+        detail::check(vlcc_compressor_serialize_codebook(p_.get(), &b));
+        std::vector<uint8_t> out(b.data, b.data + b.len);
+        vlcc_buffer_free(&b);
+        return out;
+    }
+    // A hash of the codebook's contents: indexes on equal fingerprints merge.
+    uint64_t fingerprint() const {
+        uint64_t f = 0;
+        detail::check(vlcc_compressor_fingerprint(p_.get(), &f));
+        return f;
+    }
+    // What the last training measured.
+    vlcc_train_report train_report() const {
+        vlcc_train_report r{};
+        detail::check(vlcc_compressor_train_report(p_.get(), &r));
+        return r;
+    }
+    // The trained anchors (the lists' centroids), anchors x dim() floats, row-major.
+    std::vector<float> anchors() const {
+        size_t m = 0;
+        detail::check(vlcc_compressor_anchors(p_.get(), nullptr, 0, &m));
+        std::vector<float> out(m * dim());
+        detail::check(vlcc_compressor_anchors(p_.get(), out.data(), out.size(), &m));
+        return out;
+    }
     Compressor& set(vlcc_param param, double value) {
         detail::check(vlcc_compressor_set_param(p_.get(), static_cast<uint32_t>(param), value));
         return *this;
@@ -105,6 +142,12 @@ public:
     std::vector<uint8_t> encode(std::span<const float> x) const {
         std::vector<uint8_t> out(x.size() / dim() * code_size());
         encode_into(x, out);
+        return out;
+    }
+    // x as IEEE half-precision bit patterns.
+    std::vector<uint8_t> encode_f16(std::span<const uint16_t> x) const {
+        std::vector<uint8_t> out(x.size() / dim() * code_size());
+        detail::check(vlcc_compressor_encode_f16(p_.get(), x.data(), x.size() / dim(), out.data(), out.size()));
         return out;
     }
     void encode_into(std::span<const float> x, std::span<uint8_t> out) const {
