@@ -182,3 +182,16 @@ pub(crate) fn try_vec<T: Clone>(n: usize, fill: T, what: &str) -> Result<Vec<T>>
     v.resize(n, fill);
     Ok(v)
 }
+
+/// A re-rank's candidate without a raw row (on the host or the device).
+pub(crate) fn raw_missing(id: u64) -> Error {
+    Error::InvalidArgument(format!("raw vectors have no vector for id {id}"))
+}
+
+/// A re-rank's candidate whose raw row gives a distance that is not finite.
+pub(crate) fn raw_not_finite(id: u64) -> Error {
+    Error::NonFinite(format!(
+        "raw vectors: the vector of id {id} has a value that is NaN or infinite, or too large \
+         for its distance to the query"
+    ))
+}

@@ -1,7 +1,7 @@
 //! The CPU reference: rayon over fixed row blocks, faer GEMM inside each block, so results are
 //! bit-identical whatever the thread count.
 
-use super::{AssignStats, Backend, BackendKind, KmeansSession};
+use super::{AssignStats, Backend, BackendKind, Caps, KmeansSession};
 use crate::error::{try_vec, Result};
 use crate::linalg::{self, BLOCK};
 use rayon::prelude::*;
@@ -16,6 +16,9 @@ impl Backend for CpuBackend {
     }
     fn describe(&self) -> String {
         format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+    fn caps(&self) -> Caps {
+        Caps::HOST
     }
     fn kmeans_session<'a>(
         &'a self,

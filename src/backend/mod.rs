@@ -7,12 +7,16 @@
 
 mod cpu;
 pub mod cuda;
+pub(crate) mod host;
+pub(crate) mod layout;
 #[cfg(not(feature = "wgpu"))]
 mod unavailable;
+mod view;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
 pub use cpu::CpuBackend;
+pub use view::{Caps, CodebookView, ListsView};
 
 use crate::error::Result;
 
@@ -120,6 +124,8 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Human-readable device description.
     fn describe(&self) -> String;
+    /// What this device takes; callers ask here before handing it work.
+    fn caps(&self) -> Caps;
     /// Upload `x` (n x d) once and return a session that runs k-means steps on it, computing
     /// distances at `precision` where the device offers a choice.
     fn kmeans_session<'a>(
@@ -143,25 +149,25 @@ pub trait Backend: Send + Sync {
     /// nearest of the `ksub` codewords of every subspace (`codebooks`: nsub x ksub x dsub, ksub
     /// at most 256). Returns n x nsub indices, row-major.
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, codebooks: &[f32]) -> Result<Vec<u8>> {
-        crate::quant::pq::assign_by_nearest(self, y, nsub, dsub, codebooks)
+        host::pq_assign(self, y, nsub, dsub, codebooks)
     }
     /// Residual codes of `x` (n x d, already prepared for the metric) under `cb`: each row's
     /// nearest anchor and the PQ indices (n x nsub, as `pq_assign`) of its residual, padded
     /// and rotated as the codebook says.
-    fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
-        crate::quant::encode_residuals_in_steps(self, cb, x)
+    fn encode_residuals(&self, cb: &CodebookView, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
+        host::encode_in_steps(self, cb, x)
     }
     /// `encode_residuals` for `n` rows (prepared for the metric, except for cosine's unit
     /// length, which the backend applies) read from device memory at address `at`, as CUDA
     /// addresses it. The backend checks that the range is device memory it can read, and the
-    /// values for NaN and infinities. Only CUDA shares such addresses; other backends answer
+    /// values for NaN and infinities. Backends without `Caps::device_pointers` answer
     /// `BackendUnavailable`.
     ///
     /// # Safety
     /// Nothing writes the `n` rows at `at` while the call runs.
     unsafe fn encode_device(
         &self,
-        _cb: &crate::Codebook,
+        _cb: &CodebookView,
         _at: u64,
         _n: usize,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
@@ -180,11 +186,13 @@ pub trait Backend: Send + Sync {
     }
     /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
     /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;
-    /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest lists. `None` leaves
-    /// the search to the host, which is what backends without device search answer.
+    /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest of `lists`. Called
+    /// where `Caps::scans` says yes; `None` (no room on the device, say) leaves the search to
+    /// the host, which is what backends without device search answer.
     fn search_lists(
         &self,
-        _index: &crate::Index,
+        _cb: &CodebookView,
+        _lists: &ListsView,
         _q: &[f32],
         _nprobe: usize,
         _want: usize,
@@ -195,16 +203,17 @@ pub trait Backend: Send + Sync {
     /// `q` (prepared, as for `search_lists`), its `want` candidates re-scored against their
     /// rows in `raw` and cut to the `raw.k` best, in `search_lists`'s order and form. The
     /// candidates are `cands` (nq x want ids from a host scan, missing ones `u64::MAX`), or,
-    /// when `cands` is `None`, those of `search_lists(index, q, nprobe, want)`, which then never
-    /// leave the device; `None` says the device cannot scan these lists, and the caller scans
-    /// on the host and calls again with its candidates. Only CUDA shares device addresses;
-    /// other backends answer `BackendUnavailable`.
+    /// when `cands` is `None`, those of `search_lists(cb, lists, q, nprobe, want)`, which then
+    /// never leave the device; `None` says the device cannot scan these lists, and the caller
+    /// scans on the host and calls again with its candidates. Backends without
+    /// `Caps::device_pointers` answer `BackendUnavailable`.
     ///
     /// # Safety
     /// Nothing writes the rows at `raw.at` while the call runs.
     unsafe fn rerank_device(
         &self,
-        _index: &crate::Index,
+        _cb: &CodebookView,
+        _lists: &ListsView,
         _q: &[f32],
         _nprobe: usize,
         _want: usize,
@@ -222,10 +231,10 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// `BackendUnavailable` unless `b` reads CUDA device memory (only CUDA shares device
-/// addresses): checked first by every call that takes a device pointer, even with no work.
+/// `BackendUnavailable` unless `b` reads device memory in place: checked first by every call
+/// that takes a device pointer, even with no work.
 pub(crate) fn need_device_memory(b: &dyn Backend, what: &str) -> Result<()> {
-    if b.kind() == BackendKind::Cuda {
+    if b.caps().device_pointers {
         return Ok(());
     }
     Err(crate::Error::BackendUnavailable(format!(

@@ -3,10 +3,9 @@
 
 mod search;
 
-pub(crate) use search::{raw_missing, raw_not_finite};
 pub use search::{DenseRaw, RawVectors, SearchResults};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, CodebookView, ListsView};
 use crate::error::{Error, Result};
 use crate::quant::{Codebook, Vectors};
 use std::sync::Arc;
@@ -128,28 +127,17 @@ impl Index {
         }
     }
 
-    /// What every device list scan needs of the index: 8-bit codes, the L2 list terms under
-    /// L2, and vector offsets within 32 bits.
-    pub(crate) fn device_scannable(&self) -> bool {
-        self.cb.pq.bits == 8
-            && (self.cb.metric != crate::Metric::L2 || self.tables.l2_terms.is_some())
-            && self.len() < u32::MAX as usize
-    }
-
-    /// Every list back to back, as devices hold them: list start offsets (m + 1), ids and
-    /// codes in list order.
-    pub(crate) fn flat_lists(&self) -> (Vec<u64>, Vec<u64>, Vec<u8>) {
-        let m = self.nlist();
-        let mut start = Vec::with_capacity(m + 1);
-        let (mut ids, mut codes) = (Vec::new(), Vec::new());
-        start.push(0u64);
-        for j in 0..m {
-            let (i, c) = self.list(j);
-            ids.extend_from_slice(i);
-            codes.extend_from_slice(c);
-            start.push(ids.len() as u64);
-        }
-        (start, ids, codes)
+    /// Runs `f` with this index's codebook and lists as devices read them.
+    pub(crate) fn with_views<R>(&self, f: impl FnOnce(&CodebookView, &ListsView) -> R) -> R {
+        let list = |j: usize| self.list(j);
+        let lists = ListsView {
+            key: self.stamp,
+            nlist: self.nlist(),
+            len: self.len(),
+            list: &list,
+            l2_terms: self.tables.l2_terms.as_deref(),
+        };
+        f(&self.cb.view(), &lists)
     }
 
     /// Number of vectors held.

@@ -7,11 +7,12 @@
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
 use super::Index;
+use crate::backend::layout;
 use crate::backend::{Backend, CpuBackend, DeviceRerank};
-use crate::error::{check_finite, try_vec, Error, Result};
+use crate::error::{check_finite, raw_missing, raw_not_finite, try_vec, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
-use crate::quant::{self, prepare, rotation, Codebook};
+use crate::quant::{prepare, Codebook};
 use rayon::prelude::*;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -146,25 +147,12 @@ impl Tables {
 /// Anchor `a` (d values) padded to the sub-space layout and rotated, into `out` (dp values).
 fn rotated_anchor(cb: &Codebook, a: &[f32], out: &mut [f32]) {
     let (d, dp) = (cb.d, cb.pq.dim());
-    let padded = quant::pad_rows(a, d, cb.pq.dsub, dp);
+    let padded = layout::pad_rows(a, d, cb.pq.dsub, dp);
     if cb.rot.is_empty() {
         out.copy_from_slice(&padded);
     } else {
-        out.copy_from_slice(&rotation::apply(&cb.rot, &padded, dp));
+        out.copy_from_slice(&layout::rotate(&cb.rot, &padded, dp));
     }
-}
-
-/// A re-rank's candidate without a raw row (on the host or the device).
-pub(crate) fn raw_missing(id: u64) -> Error {
-    Error::InvalidArgument(format!("raw vectors have no vector for id {id}"))
-}
-
-/// A re-rank's candidate whose raw row gives a distance that is not finite.
-pub(crate) fn raw_not_finite(id: u64) -> Error {
-    Error::NonFinite(format!(
-        "raw vectors: the vector of id {id} has a value that is NaN or infinite, or too large \
-         for its distance to the query"
-    ))
 }
 
 /// `|c|^2 + 2 <ra_j, c>` for every sub-space j and centroid c.
@@ -264,7 +252,14 @@ impl Index {
         let k = p.k;
         let want = self.candidates(p);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
-        match backend.search_lists(self, &q, p.nprobe, want)? {
+        let on_device = self.with_views(|cb, lists| {
+            if backend.caps().scans(cb, lists, want) {
+                backend.search_lists(cb, lists, &q, p.nprobe, want)
+            } else {
+                Ok(None)
+            }
+        })?;
+        match on_device {
             None => self.scan_host(&q, p, raw, &mut ids, &mut dist)?,
             // The device's candidates, re-ranked and cut to k here.
             Some((cid, cdist)) => {
@@ -307,22 +302,26 @@ impl Index {
         let (k, want) = (p.k, self.candidates(p));
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.
-        let (cid, cdist) =
-            match unsafe { backend.rerank_device(self, &q, p.nprobe, want, None, raw) }? {
-                Some(r) => r,
-                // Lists the device does not scan: the host's candidates, re-ranked there.
-                None => {
-                    let cands = SearchParams {
-                        k: want,
-                        nprobe: p.nprobe,
-                        rerank: 0,
-                    };
-                    let (mut cid, mut cdist) = self.empty_results(nq, want)?;
-                    self.scan_host(&q, &cands, None, &mut cid, &mut cdist)?;
-                    unsafe { backend.rerank_device(self, &q, p.nprobe, want, Some(&cid), raw) }?
-                        .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
-                }
-            };
+        let device = |cands: Option<&[u64]>| {
+            self.with_views(|cb, lists| unsafe {
+                backend.rerank_device(cb, lists, &q, p.nprobe, want, cands, raw)
+            })
+        };
+        let (cid, cdist) = match device(None)? {
+            Some(r) => r,
+            // Lists the device does not scan: the host's candidates, re-ranked there.
+            None => {
+                let cands = SearchParams {
+                    k: want,
+                    nprobe: p.nprobe,
+                    rerank: 0,
+                };
+                let (mut cid, mut cdist) = self.empty_results(nq, want)?;
+                self.scan_host(&q, &cands, None, &mut cid, &mut cdist)?;
+                device(Some(&cid))?
+                    .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
+            }
+        };
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         self.finish_all(&q, k, &cid, &cdist, None, &mut ids, &mut dist)?;
         results(k, ids, dist)
@@ -516,11 +515,11 @@ impl Index {
         let mut dots = vec![0f32; r * m];
         linalg::dot_block(qb, &cb.anchors, d, &mut dots);
         let anorm = &self.tables.anchor_norms;
-        let qpad = quant::pad_rows(qb, d, cb.pq.dsub, dp);
+        let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
         let qy = if cb.rot.is_empty() {
             qpad
         } else {
-            rotation::apply(&cb.rot, &qpad, dp)
+            layout::rotate(&cb.rot, &qpad, dp)
         };
         let l2 = cb.metric == Metric::L2;
         let mut coarse = vec![0f32; m];

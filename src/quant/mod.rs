@@ -1,13 +1,14 @@
 //! The Codebook: anchors, an optional rotation and the residual product quantizer.
 //! Encoding: anchor = nearest anchor; residual r = x - anchor, zero-padded to M*dsub
-//! (see [`source_column`]), rotated; then one sub-code per sub-space. Decoding inverts each step.
+//! (see `backend::layout`), rotated; then one sub-code per sub-space. Decoding inverts each step.
 
 pub mod pq;
 pub(crate) mod rotation;
 
 pub use pq::ProductQuantizer;
 
-use crate::backend::Backend;
+use crate::backend::layout::{self, residuals, source_column};
+use crate::backend::{Backend, CodebookView};
 use crate::error::{check_finite, check_norms, Error, Result};
 use crate::params::{Metric, Rotation, TrainParams};
 use crate::rng::Rng;
@@ -149,7 +150,7 @@ impl Codebook {
                 let mut r = rotation::eigen_allocation(fit, dp, nsub);
                 let mut pq: Option<ProductQuantizer> = None;
                 for _ in 0..p.opq_iters {
-                    let y = rotation::apply(&r, fit, dp);
+                    let y = layout::rotate(&r, fit, dp);
                     let q = ProductQuantizer::train(
                         backend,
                         &y,
@@ -171,7 +172,7 @@ impl Codebook {
         let y = if rot.is_empty() {
             resid
         } else {
-            rotation::apply(&rot, &resid, dp)
+            layout::rotate(&rot, &resid, dp)
         };
         let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None)?;
         let mut yhat = vec![0f32; y.len()];
@@ -298,6 +299,20 @@ impl Codebook {
     pub fn code_size(&self) -> usize {
         self.pq.code_size()
     }
+    /// This codebook as devices read it.
+    pub fn view(&self) -> CodebookView<'_> {
+        CodebookView {
+            key: self.fingerprint,
+            d: self.d,
+            metric: self.metric,
+            anchors: &self.anchors,
+            rotation: &self.rot,
+            nsub: self.pq.nsub,
+            dsub: self.pq.dsub,
+            bits: self.pq.bits,
+            books: &self.pq.centroids,
+        }
+    }
     /// Bytes of the anchor id in codec mode: 1, 2 or 4.
     pub fn anchor_id_size(&self) -> usize {
         match self.anchors() {
@@ -323,7 +338,7 @@ impl Codebook {
             (backend.checks_input(), x, self.metric == Metric::Cosine)
         {
             // Nothing to convert or normalize: the backend checks while it uploads.
-            let (ids, idx) = backend.encode_residuals(self, xs)?;
+            let (ids, idx) = backend.encode_residuals(&self.view(), xs)?;
             return Ok((ids, self.pq.pack_owned(idx)));
         }
         let mut ids = Vec::with_capacity(n);
@@ -342,7 +357,7 @@ impl Codebook {
             // backend mostly waits on the device meanwhile).
             let next = start + ENCODE_BLOCK;
             let (done, ahead) = rayon::join(
-                || backend.encode_residuals(self, &cur),
+                || backend.encode_residuals(&self.view(), &cur),
                 || (next < n).then(|| block_at(next)).transpose(),
             );
             let (a, idx) = done?;
@@ -375,7 +390,7 @@ impl Codebook {
         let r = if self.rot.is_empty() {
             y
         } else {
-            rotation::apply(&self.rot_t, &y, dp)
+            layout::rotate(&self.rot_t, &y, dp)
         };
         let mut out = vec![0f32; n * d];
         out.par_chunks_mut(d)
@@ -404,7 +419,7 @@ impl Codebook {
         n: usize,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
         // SAFETY: as the caller vouches.
-        let (ids, idx) = unsafe { backend.encode_device(self, at, n)? };
+        let (ids, idx) = unsafe { backend.encode_device(&self.view(), at, n)? };
         Ok((ids, self.pq.pack_owned(idx)))
     }
 
@@ -505,122 +520,9 @@ pub(crate) fn prepare<'a>(
     d: usize,
     metric: Metric,
 ) -> Cow<'a, [f32]> {
-    let mut x = x.into();
     if metric == Metric::Cosine {
-        x.to_mut().par_chunks_mut(d).for_each(|r| {
-            let n = crate::linalg::dot(r, r).sqrt();
-            if n > 0.0 {
-                r.iter_mut().for_each(|t| *t /= n);
-            }
-        });
-    }
-    x
-}
-
-/// [`Backend::encode_residuals`] as separate backend steps (nearest anchor, then PQ) with the
-/// residual and rotation on the host: what any backend can do.
-pub(crate) fn encode_residuals_in_steps<B: Backend + ?Sized>(
-    b: &B,
-    cb: &Codebook,
-    x: &[f32],
-) -> Result<(Vec<u32>, Vec<u8>)> {
-    let (d, dp, pq) = (cb.d, cb.pq.dim(), &cb.pq);
-    let (a, _) = b.nearest(x, d, &cb.anchors)?;
-    let r = residuals(x, d, pq.dsub, dp, &cb.anchors, &a);
-    let y = if cb.rot.is_empty() {
-        r
+        layout::unit_rows(x, d)
     } else {
-        rotation::apply(&cb.rot, &r, dp)
-    };
-    Ok((a, b.pq_assign(&y, pq.nsub, pq.dsub, &pq.centroids)?))
-}
-
-/// Which input column lands at position `p` of the padded M x dsub layout, or None for a
-/// zero. When d is not a multiple of M, the first `d % M` sub-spaces hold dsub real columns
-/// and the rest dsub - 1 and one zero each: padding all at the end would leave whole
-/// sub-spaces empty and waste their bytes. Mirrored by the residual kernels.
-#[inline]
-pub(crate) fn source_column(p: usize, d: usize, dsub: usize, dp: usize) -> Option<usize> {
-    let nsub = dp / dsub;
-    let (q, rem) = (d / nsub, d % nsub);
-    let (j, o) = (p / dsub, p % dsub);
-    if j < rem {
-        Some(p)
-    } else if o < q {
-        Some(rem * dsub + (j - rem) * q + o)
-    } else {
-        None
-    }
-}
-
-/// Rows of d columns spread into the padded layout (`dp` = M x `dsub` columns).
-pub(crate) fn pad_rows(x: &[f32], d: usize, dsub: usize, dp: usize) -> Vec<f32> {
-    spread_rows(x.len() / d, d, dsub, dp, |i, t| x[i * d + t])
-}
-
-/// `x - anchor` in the padded layout.
-fn residuals(
-    x: &[f32],
-    d: usize,
-    dsub: usize,
-    dp: usize,
-    anchors: &[f32],
-    assign: &[u32],
-) -> Vec<f32> {
-    spread_rows(assign.len(), d, dsub, dp, |i, t| {
-        x[i * d + t] - anchors[assign[i] as usize * d + t]
-    })
-}
-
-/// n rows of the padded layout, column t of row i holding `value(i, t)`.
-fn spread_rows(
-    n: usize,
-    d: usize,
-    dsub: usize,
-    dp: usize,
-    value: impl Fn(usize, usize) -> f32 + Sync,
-) -> Vec<f32> {
-    let mut out = vec![0f32; n * dp];
-    out.par_chunks_mut(dp).enumerate().for_each(|(i, o)| {
-        for (p, v) in o.iter_mut().enumerate() {
-            if let Some(t) = source_column(p, d, dsub, dp) {
-                *v = value(i, t);
-            }
-        }
-    });
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::source_column;
-
-    #[test]
-    fn padding_spreads_one_zero_per_subspace() {
-        for (d, nsub) in [
-            (784usize, 64usize),
-            (50, 16),
-            (50, 64),
-            (384, 32),
-            (7, 3),
-            (1, 1),
-        ] {
-            let dsub = d.div_ceil(nsub);
-            let dp = nsub * dsub;
-            let cols: Vec<Option<usize>> = (0..dp).map(|p| source_column(p, d, dsub, dp)).collect();
-            let seen: Vec<usize> = cols.iter().flatten().copied().collect();
-            // Input order is kept and every column appears once.
-            assert_eq!(seen, (0..d).collect::<Vec<_>>(), "d={d} M={nsub}");
-            for j in 0..nsub {
-                let zeros = cols[j * dsub..(j + 1) * dsub]
-                    .iter()
-                    .filter(|c| c.is_none())
-                    .count();
-                assert!(
-                    zeros <= 1 || d < nsub,
-                    "d={d} M={nsub}: sub-space {j} has {zeros} zeros"
-                );
-            }
-        }
+        x.into()
     }
 }

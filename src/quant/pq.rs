@@ -1,7 +1,8 @@
 //! Product quantization of (rotated, padded) residuals: M sub-spaces of `dsub` dimensions, each
 //! with 2^bits centroids trained by the same k-means engine as the anchors.
 
-use crate::backend::{Backend, BackendKind};
+use crate::backend::host::sub_columns;
+use crate::backend::Backend;
 use crate::error::Result;
 use crate::params::AnchorParams;
 use crate::train::{anneal, NoProgress};
@@ -56,7 +57,7 @@ impl ProductQuantizer {
         let k = 1usize << bits;
         let n = y.len() / dpad;
         let one = |j: usize| -> Result<Vec<f32>> {
-            let sub = extract_sub(y, dpad, j * dsub, dsub);
+            let sub = sub_columns(y, dpad, j * dsub, dsub);
             let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
             let init = warm
                 .filter(|w| w.dsub == dsub && w.bits == bits && k <= n)
@@ -77,7 +78,7 @@ impl ProductQuantizer {
         // pool meanwhile: a call made from a pool task could wait there on another call
         // that needs the device. Device backends run one call at a time anyway, so their
         // sub-spaces go one after another.
-        let subs: Vec<Result<Vec<f32>>> = if backend.kind() == BackendKind::Cpu {
+        let subs: Vec<Result<Vec<f32>>> = if backend.caps().concurrent_calls {
             (0..nsub).into_par_iter().map(one).collect()
         } else {
             (0..nsub).map(one).collect()
@@ -146,36 +147,6 @@ impl ProductQuantizer {
                 }
             });
     }
-}
-
-/// [`Backend::pq_assign`] through `nearest`, one subspace at a time: what any backend can do.
-pub(crate) fn assign_by_nearest<B: Backend + ?Sized>(
-    b: &B,
-    y: &[f32],
-    nsub: usize,
-    dsub: usize,
-    codebooks: &[f32],
-) -> Result<Vec<u8>> {
-    let dp = nsub * dsub;
-    let per = codebooks.len() / nsub.max(1);
-    let mut out = vec![0u8; y.len() / dp.max(1) * nsub];
-    for j in 0..nsub {
-        let sub = extract_sub(y, dp, j * dsub, dsub);
-        let (a, _) = b.nearest(&sub, dsub, &codebooks[j * per..(j + 1) * per])?;
-        for (i, &c) in a.iter().enumerate() {
-            out[i * nsub + j] = c as u8;
-        }
-    }
-    Ok(out)
-}
-
-/// Column block `[off, off+w)` of a row-major matrix with `d` columns, made contiguous.
-pub(crate) fn extract_sub(y: &[f32], d: usize, off: usize, w: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(y.len() / d * w);
-    for row in y.chunks_exact(d) {
-        out.extend_from_slice(&row[off..off + w]);
-    }
-    out
 }
 
 /// Sub-code `j` of one code (8 bits: byte j; 4 bits: nibble j, low nibble first).

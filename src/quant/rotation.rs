@@ -120,18 +120,10 @@ pub(crate) fn transpose(r: &[f32], dp: usize) -> Vec<f32> {
     t
 }
 
-/// `out = x R^T` for row vectors, i.e. `R x` for each row: one GEMM per row block.
-pub(crate) fn apply(r: &[f32], x: &[f32], dp: usize) -> Vec<f32> {
-    let mut out = vec![0f32; x.len()];
-    out.par_chunks_mut(linalg::BLOCK * dp)
-        .zip(x.par_chunks(linalg::BLOCK * dp))
-        .for_each(|(o, xb)| linalg::dot_block(xb, r, dp, o));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::layout::rotate;
 
     fn gram(r: &[f32], dp: usize) -> Vec<f32> {
         let mut g = vec![0f32; dp * dp];
@@ -174,10 +166,10 @@ mod tests {
                 *v *= 2f32.powi(7 - t as i32);
             }
         }
-        let x = apply(&random_orthogonal(dp, 3), &x, dp);
+        let x = rotate(&random_orthogonal(dp, 3), &x, dp);
         let r = eigen_allocation(&x, dp, nsub);
         assert_orthogonal(&r, dp);
-        let y = apply(&r, &x, dp);
+        let y = rotate(&r, &x, dp);
         let log_prod = |b: usize| -> f64 {
             (b * dp / nsub..(b + 1) * dp / nsub)
                 .map(|t| {
@@ -195,13 +187,13 @@ mod tests {
         let dp = 8;
         let truth = random_orthogonal(dp, 9);
         let x = crate::synth::gaussian(500, dp, 3);
-        let y = apply(&truth, &x, dp);
+        let y = rotate(&truth, &x, dp);
         let r = procrustes(&x, &y, dp);
         for (a, b) in r.iter().zip(&truth) {
             assert!((a - b).abs() < 1e-4, "{a} vs {b}");
         }
         // Inverse through the transpose.
-        let back = apply(&transpose(&r, dp), &y, dp);
+        let back = rotate(&transpose(&r, dp), &y, dp);
         for (a, b) in back.iter().zip(&x) {
             assert!((a - b).abs() < 1e-3);
         }

@@ -12,7 +12,7 @@ mod mma;
 mod search;
 mod session;
 
-use super::{Backend, BackendKind, KmeansSession, Transfers};
+use super::{Backend, BackendKind, Caps, CodebookView, KmeansSession, ListsView, Transfers};
 use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -1129,6 +1129,18 @@ impl Backend for WgpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
     }
+    fn caps(&self) -> Caps {
+        Caps {
+            concurrent_calls: false,
+            device_pointers: false,
+            list_search: true,
+            max_candidates: search::MAX_WANT,
+            scan_bits: &[8],
+            // A query's table (M x 256 floats) in workgroup memory; the scan's own buffers
+            // beside it are checked per call.
+            max_scan_nsub: self.limits.max_compute_workgroup_storage_size as usize / 1024,
+        }
+    }
     fn describe(&self) -> String {
         format!(
             "wgpu ({}; {} KB workgroup memory, {} MB per binding; uploads through {}; \
@@ -1159,7 +1171,7 @@ impl Backend for WgpuBackend {
         let dp = nsub * dsub;
         let ksub = books.len() / dp.max(1);
         if !self.pq_fits(dsub, ksub) || y.len() % dp != 0 {
-            return crate::quant::pq::assign_by_nearest(self, y, nsub, dsub, books);
+            return super::host::pq_assign(self, y, nsub, dsub, books);
         }
         let n = y.len() / dp;
         let bd = self.upload(books, "sub-codebooks")?;
@@ -1180,17 +1192,18 @@ impl Backend for WgpuBackend {
         true
     }
 
-    fn encode_residuals(&self, cb: &crate::Codebook, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
+    fn encode_residuals(&self, cb: &CodebookView, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
         search::encode_residuals(self, cb, x)
     }
     fn search_lists(
         &self,
-        ix: &crate::Index,
+        cb: &CodebookView,
+        lists: &ListsView,
         q: &[f32],
         nprobe: usize,
         want: usize,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        search::search_lists(self, ix, q, nprobe, want)
+        search::search_lists(self, cb, lists, q, nprobe, want)
     }
     fn transfers(&self) -> Transfers {
         Transfers {

@@ -2,12 +2,12 @@
 //! of the last searched index stay resident (re-uploaded when they change).
 
 use super::{Params, Rec, Trace, WgpuBackend, MAX_GROUPS, TILE};
+use crate::backend::{CodebookView, ListsView};
 use crate::error::Result;
-use crate::quant::Codebook;
 use std::sync::Arc;
 
 /// Most candidates per query the device scan keeps (the largest `WANT` built).
-const MAX_WANT: usize = 128;
+pub(super) const MAX_WANT: usize = 128;
 
 /// Queries per search batch: bounds the coarse scores and candidate buffers.
 const QUERY_BATCH: usize = 4096;
@@ -56,17 +56,17 @@ fn scan_extra(want: usize) -> usize {
 
 /// Under L2, the sum over sub-spaces of each vector's list term (`l2_terms`: |c|^2 + 2 a.c
 /// for its list's anchor a and its codeword c), list after list.
-fn vector_terms(ix: &crate::Index) -> Vec<f32> {
+fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
     use rayon::prelude::*;
-    let (nsub, per) = (ix.cb.pq.nsub, ix.cb.pq.nsub * 256);
-    let Some(terms) = ix.tables.l2_terms.as_ref() else {
+    let (nsub, per) = (cb.nsub, cb.nsub * 256);
+    let Some(terms) = lists.l2_terms else {
         return Vec::new();
     };
-    (0..ix.nlist())
+    (0..lists.nlist)
         .into_par_iter()
         .flat_map_iter(|j| {
             let t = &terms[j * per..(j + 1) * per];
-            let (_, codes) = ix.list(j);
+            let (_, codes) = (lists.list)(j);
             codes
                 .chunks_exact(nsub)
                 .map(move |c| {
@@ -81,13 +81,13 @@ fn vector_terms(ix: &crate::Index) -> Vec<f32> {
 }
 
 impl DeviceCodebook {
-    fn upload(b: &WgpuBackend, cb: &Codebook) -> Result<DeviceCodebook> {
-        let anchors = b.upload(&cb.anchors, "anchors")?;
+    fn upload(b: &WgpuBackend, cb: &CodebookView) -> Result<DeviceCodebook> {
+        let anchors = b.upload(cb.anchors, "anchors")?;
         let halves = match b.mma() {
             Some(m) => {
-                let h = super::mma::Halves::new(b, m, cb.anchors(), cb.d, "anchors (fp16)")?;
+                let h = super::mma::Halves::new(b, m, cb.m(), cb.d, "anchors (fp16)")?;
                 let mut enc = b.encoder();
-                b.halves(&mut enc, None, m, &anchors, cb.anchors(), cb.d, &h);
+                b.halves(&mut enc, None, m, &anchors, cb.m(), cb.d, &h);
                 // Not waited for: the queue keeps the order, and each block's read-back
                 // waits for it.
                 b.submit(enc);
@@ -98,12 +98,12 @@ impl DeviceCodebook {
         Ok(DeviceCodebook {
             anchors,
             halves,
-            anorm: b.upload(&crate::linalg::row_norms(&cb.anchors, cb.d), "anchor norms")?,
-            books: b.upload(&cb.pq.centroids, "sub-codebooks")?,
-            rot: if cb.rot.is_empty() {
+            anorm: b.upload(&crate::linalg::row_norms(cb.anchors, cb.d), "anchor norms")?,
+            books: b.upload(cb.books, "sub-codebooks")?,
+            rot: if cb.rotation.is_empty() {
                 None
             } else {
-                Some(b.upload(&cb.rot, "rotation")?)
+                Some(b.upload(cb.rotation, "rotation")?)
             },
         })
     }
@@ -132,10 +132,10 @@ fn residuals(
     enc: &mut Rec,
     x: &wgpu::Buffer,
     rows: usize,
-    cb: &Codebook,
+    cb: &CodebookView,
     anchors: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
 ) -> Result<wgpu::Buffer> {
-    let (d, dp, dsub) = (cb.d, cb.pq.dim(), cb.pq.dsub);
+    let (d, dp, dsub) = (cb.d, cb.dp(), cb.dsub);
     let y = b.zeros(rows * dp * 4, "residuals")?;
     let g = b.groups_for(rows * dp);
     let p = Params::new(&[
@@ -144,7 +144,7 @@ fn residuals(
         dp as u32,
         dsub as u32,
         0,
-        cb.pq.nsub as u32,
+        cb.nsub as u32,
         anchors.is_some() as u32,
         g.0,
     ]);
@@ -162,18 +162,18 @@ fn residuals(
 
 pub(super) fn encode_residuals(
     b: &WgpuBackend,
-    cb: &Codebook,
+    cb: &CodebookView,
     x: &[f32],
 ) -> Result<(Vec<u32>, Vec<u8>)> {
-    let (d, dp, nsub, dsub) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub);
-    if !b.pq_fits(dsub, cb.pq.ksub()) || dp < d {
+    let (d, dp, nsub, dsub) = (cb.d, cb.dp(), cb.nsub, cb.dsub);
+    if !b.pq_fits(dsub, cb.ksub()) || dp < d {
         crate::error::check_finite(x, "vectors")?;
-        return crate::quant::encode_residuals_in_steps(b, cb, x);
+        return crate::backend::host::encode_in_steps(b, cb, x);
     }
     let n = x.len() / d;
     let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
-    let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(b, cb))?;
-    let m = cb.anchors();
+    let dc = slot.get(cb.key, || DeviceCodebook::upload(b, cb))?;
+    let m = cb.m();
     // Blocks of rows: within one binding and one dispatch, and small enough that uploading
     // the next block overlaps the device's work on this one.
     let cap = (MAX_GROUPS as usize * b.wg as usize).min(ENCODE_BLOCK);
@@ -236,7 +236,7 @@ pub(super) fn encode_residuals(
         let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
         let y = rotated(b, &mut enc, dc, y, rows, dp)?;
         trace.mark(b, &mut enc, "residuals");
-        let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.pq.ksub())?;
+        let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.ksub())?;
         trace.mark(b, &mut enc, "pq");
         let next = b.start_read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)], None)?;
         // The previous block comes back while this one runs.
@@ -247,14 +247,15 @@ pub(super) fn encode_residuals(
 }
 
 impl DeviceLists {
-    fn upload(b: &WgpuBackend, ix: &crate::Index) -> Result<DeviceLists> {
-        let cb = &ix.cb;
-        let m = ix.nlist();
-        let (start, ids, codes) = ix.flat_lists();
+    fn upload(b: &WgpuBackend, cb: &CodebookView, lists: &ListsView) -> Result<DeviceLists> {
+        let m = lists.nlist;
+        let (start, ids, codes) = lists.flatten();
         // Fewer than 2^32 vectors (search_lists checks): offsets fit the kernel's words.
         let start: Vec<u32> = start.iter().map(|&v| v as u32).collect();
         let vterm = match cb.metric {
-            crate::Metric::L2 if !ids.is_empty() => b.upload(&vector_terms(ix), "vector terms")?,
+            crate::Metric::L2 if !ids.is_empty() => {
+                b.upload(&vector_terms(cb, lists), "vector terms")?
+            }
             _ => b.zeros(4, "vector terms")?,
         };
         Ok(DeviceLists {
@@ -284,31 +285,30 @@ impl WgpuBackend {
 
 pub(super) fn search_lists(
     b: &WgpuBackend,
-    ix: &crate::Index,
+    cb: &CodebookView,
+    lists: &ListsView,
     q: &[f32],
     nprobe: usize,
     want: usize,
 ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-    let cb = &ix.cb;
-    let lut = cb.pq.nsub * 256;
+    let lut = cb.nsub * 256;
     let want_built = want.max(1).next_power_of_two();
-    let m = ix.nlist();
-    let fits = ix.device_scannable()
-        && want <= MAX_WANT
-        && lut * 4 + scan_extra(want_built) <= b.limits.max_compute_workgroup_storage_size as usize
-        && (ix.len() * cb.pq.nsub) as u64 <= b.max_binding()
+    let m = lists.nlist;
+    let fits = lut * 4 + scan_extra(want_built)
+        <= b.limits.max_compute_workgroup_storage_size as usize
+        && (lists.len * cb.nsub) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
         return Ok(None);
     }
     let pipes = b.search_pipes(lut as u32, want_built as u32)?;
-    let mut lists = b.lists.lock().unwrap_or_else(|e| e.into_inner());
+    let mut resident = b.lists.lock().unwrap_or_else(|e| e.into_inner());
     let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
-    let dc = slot.get(cb.fingerprint(), || DeviceCodebook::upload(b, cb))?;
-    let Some(dl) = lists.get_or_host(ix.stamp, || DeviceLists::upload(b, ix))? else {
+    let dc = slot.get(cb.key, || DeviceCodebook::upload(b, cb))?;
+    let Some(dl) = resident.get_or_host(lists.key, || DeviceLists::upload(b, cb, lists))? else {
         return Ok(None);
     };
-    let d = cb.dim();
+    let d = cb.d;
     let nq = q.len() / d;
     // Coarse scores (batch x m) must fit one binding too.
     let batch = QUERY_BATCH.min(b.rows_per_block(m)).max(1);
@@ -330,12 +330,12 @@ fn search_batch(
     pipes: &Pipes,
     dc: &DeviceCodebook,
     dl: &DeviceLists,
-    cb: &Codebook,
+    cb: &CodebookView,
     q: &[f32],
     nprobe: usize,
     want: usize,
 ) -> Result<(Vec<u64>, Vec<f32>)> {
-    let (d, dp, m, nsub) = (cb.d, cb.pq.dim(), dl.m, cb.pq.nsub);
+    let (d, dp, m, nsub) = (cb.d, cb.dp(), dl.m, cb.nsub);
     let nb = q.len() / d;
     let l2 = cb.metric == crate::Metric::L2;
     let qd = b.upload(q, "queries")?;
@@ -353,7 +353,7 @@ fn search_batch(
             l2 as u32,
             nprobe as u32,
             nsub as u32,
-            cb.pq.dsub as u32,
+            cb.dsub as u32,
             want as u32,
             dp as u32,
         ])

@@ -1,0 +1,398 @@
+//! A k-means session: points, centroids and assignments resident on the device.
+
+use super::*;
+
+/// A training set on the device.
+pub(super) struct CudaSession<'a> {
+    pub(super) trace: Trace,
+    /// Distance GEMMs on TF32 tensor cores.
+    pub(super) tf32: bool,
+    /// TF32 without the fp32 re-check (`allow_rough`).
+    pub(super) rough: bool,
+    /// The points split into fp16 pieces for fp32-class GEMMs on tensor cores; `None` in
+    /// TF32 sessions, or where the device had no room (then plain fp32 GEMMs).
+    pub(super) split: Option<Split>,
+    pub(super) b: &'a CudaBackend,
+    pub(super) n: usize,
+    pub(super) d: usize,
+    pub(super) k: usize,
+    pub(super) x: CudaSlice<f32>,
+    pub(super) xn: CudaSlice<f32>,
+    pub(super) assign: CudaSlice<u32>,
+    pub(super) dist: CudaSlice<f32>,
+    pub(super) order: CudaSlice<u32>,
+    /// Each member's distance at its place in `order`.
+    pub(super) mdist: CudaSlice<f32>,
+    /// Per-centroid buffers, sized at `set_centroids`.
+    pub(super) c: Option<Centroids>,
+    /// Counts of the last assignment (host copy: they set the group offsets).
+    pub(super) counts: Vec<u32>,
+    /// Whether the centroid buffers hold an update's spread.
+    pub(super) updated: bool,
+}
+
+pub(super) struct Centroids {
+    pub(super) c: CudaSlice<f32>,
+    /// The centroids split into fp16 pieces, in sessions with split points.
+    pub(super) c3: Option<Split>,
+    pub(super) cn: CudaSlice<f32>,
+    pub(super) off: CudaSlice<f32>,
+    pub(super) bias: CudaSlice<f32>,
+    pub(super) dots: CudaSlice<f32>,
+    pub(super) chunk: usize,
+    pub(super) counts: CudaSlice<u32>,
+    pub(super) energy: CudaSlice<f64>,
+    pub(super) start: CudaSlice<u32>,
+    pub(super) cursor: CudaSlice<u32>,
+    pub(super) spread: CudaSlice<f32>,
+}
+
+impl Centroids {
+    /// What the assignment reads besides the centroids, once they have changed: their
+    /// norms, and their fp16 pieces in split sessions.
+    pub(super) fn derive(&mut self, dev: &Device, k: usize, d: usize) -> Result<()> {
+        row_norms(dev, &self.c, k, d, &mut self.cn)?;
+        match self.c3.as_mut() {
+            Some(c3) => c3.fill(dev, &self.c, k, d, true),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<'a> CudaSession<'a> {
+    /// Sizes the per-centroid buffers for k centroids, lets `fill` write the centroids, and
+    /// computes their norms.
+    pub(super) fn load_centroids(
+        &mut self,
+        k: usize,
+        fill: impl FnOnce(&Device, &mut CudaSlice<f32>) -> Result<()>,
+    ) -> Result<()> {
+        as_i32(k, "centroids")?;
+        let dev = self.b.lock();
+        let s = &dev.stream;
+        self.trace.mark(s, "host");
+        if self.k != k || self.c.is_none() {
+            self.c = Some(self.buffers(s, k)?);
+            self.k = k;
+            self.updated = false;
+        }
+        let cb = self.c.as_mut().expect("centroid buffers were just made");
+        fill(&dev, &mut cb.c)?;
+        cb.derive(&dev, k, self.d)?;
+        self.trace.mark(s, "set_centroids");
+        Ok(())
+    }
+
+    pub(super) fn new(b: &'a CudaBackend, x: &[f32], d: usize) -> Result<Self> {
+        let n = crate::error::whole_rows(x.len(), d, "values")?;
+        as_i32(n, "points")?;
+        as_i32(d, "dimension")?;
+        let mut dev = b.lock();
+        let mut trace = Trace::new();
+        let xd = b.up_staged(&mut dev, x)?;
+        let s = &dev.stream;
+        let mut xn = CudaBackend::zeros::<f32>(s, n)?;
+        row_norms(&dev, &xd, n, d, &mut xn)?;
+        trace.mark(s, "upload");
+        Ok(CudaSession {
+            trace,
+            tf32: false,
+            rough: false,
+            split: None,
+            b,
+            n,
+            d,
+            k: 0,
+            x: xd,
+            xn,
+            assign: CudaBackend::zeros(s, n)?,
+            dist: CudaBackend::zeros(s, n)?,
+            order: CudaBackend::zeros(s, n)?,
+            mdist: CudaBackend::zeros(s, n)?,
+            c: None,
+            counts: Vec::new(),
+            updated: false,
+        })
+    }
+
+    /// The points split for 3xFP16 GEMMs, or `None` where the three pieces would take more
+    /// than half the free device memory (assignment then runs plain fp32 GEMMs).
+    pub(super) fn split_points(&self) -> Result<Option<Split>> {
+        let dev = self.b.lock();
+        let free = free_bytes(dev.stream.context());
+        if Split::bytes(self.n, self.d) > free / 2 {
+            return Ok(None);
+        }
+        let Some(mut out) = Split::if_room(&dev.stream, self.n, self.d)? else {
+            return Ok(None);
+        };
+        out.fill(&dev, &self.x, self.n, self.d, false)?;
+        Ok(Some(out))
+    }
+
+    pub(super) fn buffers(&self, s: &Arc<CudaStream>, k: usize) -> Result<Centroids> {
+        let z32 = |n| CudaBackend::zeros::<u32>(s, n);
+        let zf = |n| CudaBackend::zeros::<f32>(s, n);
+        let bytes = if self.tf32 || self.split.is_some() {
+            (free_bytes(s.context()) / 8).clamp(DOTS_BYTES, TC_DOTS_BYTES)
+        } else {
+            DOTS_BYTES
+        };
+        let chunk = (bytes / (4 * k)).max(256).min(self.n.max(1));
+        Ok(Centroids {
+            c: zf(k * self.d)?,
+            c3: match self.split {
+                Some(_) => Some(Split::new(s, k, self.d)?),
+                None => None,
+            },
+            cn: zf(k)?,
+            off: zf(k)?,
+            bias: zf(k)?,
+            dots: zf(chunk * k)?,
+            chunk,
+            counts: z32(k)?,
+            energy: CudaBackend::zeros::<f64>(s, 1)?,
+            start: z32(k + 1)?,
+            cursor: z32(k)?,
+            spread: zf(k)?,
+        })
+    }
+}
+
+impl Drop for CudaSession<'_> {
+    fn drop(&mut self) {
+        // The buffers are freed on the dropping thread, which may not have the context.
+        let _ = self.b.bind();
+    }
+}
+
+impl KmeansSession for CudaSession<'_> {
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
+        let d = self.d;
+        let k = crate::error::whole_rows(centroids.len(), d, "centroid values")?;
+        if k == 0 {
+            return Err(Error::InvalidArgument("no centroids".into()));
+        }
+        let b = self.b;
+        self.load_centroids(k, |dev, c| b.up_into(&dev.stream, centroids, c))
+    }
+
+    fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {
+        let (n, d, k) = (self.n, self.d, self.k);
+        let cb = self
+            .c
+            .as_mut()
+            .ok_or_else(|| Error::InvalidState("assign before set_centroids".into()))?;
+        let b = self.b;
+        let dev = b.lock();
+        let s = &dev.stream;
+        self.trace.mark(s, "host");
+        let use_bias: i32 = match bias {
+            Some(v) if v.len() == k => {
+                b.up_into(s, v, &mut cb.bias)?;
+                1
+            }
+            Some(v) => {
+                return Err(Error::InvalidArgument(format!(
+                    "bias has {} values for {k} centroids",
+                    v.len()
+                )))
+            }
+            None => 0,
+        };
+        let (ni, ki) = (n as i32, k as i32);
+        // SAFETY (all launches below): every buffer was sized from n, d and k at creation,
+        // and the kernels index within those sizes.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.offsets)
+                    .arg(&cb.cn)
+                    .arg(&cb.bias)
+                    .arg(&use_bias)
+                    .arg(&ki)
+                    .arg(&mut cb.off)
+                    .launch(LaunchConfig::for_num_elems(k as u32))
+            },
+            "offsets",
+        )?;
+        // Exact sessions take 3xFP16 GEMMs where the split points fit (TF32 sessions have
+        // none), TF32 sessions plain TF32; either is re-checked in fp32 wherever it could have
+        // picked the wrong anchor (TF32 not while `rough`). Only plain fp32 GEMMs go unchecked.
+        let split = self.split.as_ref().zip(cb.c3.as_ref());
+        let _math = MathMode::set(&dev, self.tf32)?;
+        let slack = match split {
+            Some(_) => SPLIT_SLACK,
+            None if self.tf32 && !self.rough => tf32_slack(d),
+            None => 0f32,
+        };
+        let mut row0 = 0usize;
+        while row0 < n {
+            let rows = cb.chunk.min(n - row0);
+            dots_rows(
+                &dev,
+                &self.x,
+                &cb.c,
+                split,
+                k,
+                d,
+                (row0, rows),
+                &mut cb.dots,
+            )?;
+            self.trace.mark(s, "gemm");
+            Argmin {
+                dots: &cb.dots,
+                rows,
+                k,
+                off: &cb.off,
+                bias: &cb.bias,
+                use_bias: use_bias != 0,
+                x: &self.x,
+                xn: &self.xn,
+                row0,
+                d,
+                c: &cb.c,
+                cn: &cb.cn,
+                slack,
+                unscale: split.map(|(x3, c3)| (&x3.unscale, &c3.unscale)),
+            }
+            .launch(
+                &dev,
+                &mut self.assign.slice_mut(..),
+                &mut self.dist.slice_mut(..),
+            )?;
+            self.trace.mark(s, "argmin");
+            row0 += rows;
+        }
+        s.memset_zeros(&mut cb.counts)
+            .map_err(|e| dev_err("clear counts", e))?;
+        s.memset_zeros(&mut cb.energy)
+            .map_err(|e| dev_err("clear energy", e))?;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.count_energy)
+                    .arg(&self.assign)
+                    .arg(&self.dist)
+                    .arg(&ni)
+                    .arg(&mut cb.counts)
+                    .arg(&mut cb.energy)
+                    .launch(strided(n, b.sms))
+            },
+            "counts",
+        )?;
+        let counts = b.down(s, &cb.counts)?;
+        let energy = b.down(s, &cb.energy)?[0];
+        self.counts.clone_from(&counts);
+        self.trace.mark(s, "counts");
+        Ok(AssignStats { counts, energy })
+    }
+
+    fn allow_rough(&mut self, rough: bool) {
+        self.rough = rough;
+    }
+
+    fn update(&mut self, trim: f32) -> Result<()> {
+        let (n, d, k) = (self.n, self.d, self.k);
+        let cb = self
+            .c
+            .as_mut()
+            .ok_or_else(|| Error::InvalidState("update before set_centroids".into()))?;
+        if self.counts.len() != k {
+            return Err(Error::InvalidState("update before assign".into()));
+        }
+        let b = self.b;
+        let dev = b.lock();
+        let s = &dev.stream;
+        self.trace.mark(s, "host");
+        let (ni, di) = (n as i32, d as i32);
+        // Group offsets from the counts the host already has.
+        let mut start = Vec::with_capacity(k + 1);
+        let mut acc = 0u32;
+        start.push(0);
+        for &c in &self.counts {
+            acc += c;
+            start.push(acc);
+        }
+        b.up_into(s, &start, &mut cb.start)?;
+        b.up_into(s, &start[..k], &mut cb.cursor)?;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.scatter)
+                    .arg(&self.assign)
+                    .arg(&self.dist)
+                    .arg(&ni)
+                    .arg(&mut cb.cursor)
+                    .arg(&mut self.order)
+                    .arg(&mut self.mdist)
+                    .launch(strided(n, b.sms))
+            },
+            "group",
+        )?;
+        self.trace.mark(s, "scatter");
+        // Warps take 32 members at a time, so the largest group sets the kernel's time: enough
+        // warps for it (up to eight), not for the mean group.
+        let most = self.counts.iter().copied().max().unwrap_or(0) as usize;
+        let threads = (most.div_ceil(32) * 32).clamp(32, 256) as u32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.update_means)
+                    .arg(&self.x)
+                    .arg(&di)
+                    .arg(&self.order)
+                    .arg(&self.mdist)
+                    .arg(&cb.start)
+                    .arg(&trim)
+                    .arg(&mut cb.c)
+                    .arg(&mut cb.spread)
+                    .launch(LaunchConfig {
+                        grid_dim: (k as u32, 1, 1),
+                        block_dim: (threads, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+            },
+            "means",
+        )?;
+        self.trace.mark(s, "means");
+        cb.derive(&dev, k, d)?;
+        self.trace.mark(s, "norms");
+        self.updated = true;
+        Ok(())
+    }
+
+    fn centroids_and_spread(&mut self) -> Result<(Vec<f32>, Vec<f32>)> {
+        let cb = self
+            .c
+            .as_ref()
+            .filter(|_| self.updated)
+            .ok_or_else(|| Error::InvalidState("spread before update".into()))?;
+        let dev = self.b.lock();
+        let c = self.b.down(&dev.stream, &cb.c)?;
+        Ok((c, self.b.down(&dev.stream, &cb.spread)?))
+    }
+
+    fn centroids(&mut self) -> Result<Vec<f32>> {
+        let cb = self
+            .c
+            .as_ref()
+            .ok_or_else(|| Error::InvalidState("no centroids yet".into()))?;
+        let dev = self.b.lock();
+        self.trace.mark(&dev.stream, "host");
+        let c = self.b.down(&dev.stream, &cb.c);
+        self.trace.mark(&dev.stream, "get_centroids");
+        c
+    }
+
+    fn assignment(&mut self) -> Result<Vec<u32>> {
+        let dev = self.b.lock();
+        self.b.down(&dev.stream, &self.assign)
+    }
+
+    fn assignment_with_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)> {
+        let dev = self.b.lock();
+        let a = self.b.down(&dev.stream, &self.assign)?;
+        Ok((a, self.b.down(&dev.stream, &self.dist)?))
+    }
+}

@@ -1,0 +1,519 @@
+//! The CUDA backend: cudarc with the driver, NVRTC and cuBLAS loaded at run time, so one
+//! binary runs with or without a GPU. Kernels are `kernels/cuda/*.cu`, compiled once per context.
+//!
+//! A k-means session keeps points, centroids, assignments and distances on the device. Per
+//! iteration only O(k) values cross: the bias and group offsets up, counts, energy and
+//! spreads down. Encoding runs anchor assignment, residual, rotation and PQ in one device
+//! pass per block; search keeps the last searched index's lists on the device.
+
+use super::{
+    AssignStats, Backend, BackendKind, Caps, CodebookView, DeviceRerank, KmeansSession, ListsView,
+    Resident, Transfers,
+};
+use crate::error::{Error, Result};
+use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
+    DevicePtrMut, DeviceRepr, DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    ValidAsZeroBits,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+mod device;
+mod encode;
+mod gemm;
+mod kmeans;
+mod search;
+
+use device::*;
+use encode::*;
+use gemm::*;
+use kmeans::*;
+use search::*;
+
+/// Every kernel source, by file name: compiled together at context creation and by the tests.
+pub const KERNELS: &[(&str, &str)] = &[
+    ("kmeans.cu", include_str!("../../../kernels/cuda/kmeans.cu")),
+    ("encode.cu", include_str!("../../../kernels/cuda/encode.cu")),
+    ("search.cu", include_str!("../../../kernels/cuda/search.cu")),
+];
+
+/// Most candidates per query the device scan keeps (`MAX_WANT` in search.cu).
+const MAX_WANT: usize = 128;
+
+/// Queries per device search batch: bounds the coarse scores and candidate buffers.
+const QUERY_BATCH: usize = 4096;
+
+/// Largest sub-vector the PQ kernel keeps in registers; wider ones go through `nearest`.
+const MAX_DSUB: usize = 32;
+
+/// PTX target: Ampere and newer JIT it; fixed so that CI compiles exactly what runs.
+const ARCH: &str = "compute_80";
+
+/// Rows of the dots matrix per GEMM: about 16 MB, so the argmin reads it from L2 (on an H100,
+/// 16 MB chunks train 1M x 128-d, 1024 anchors, 10% faster than 64 MB ones).
+const DOTS_BYTES: usize = 16 << 20;
+
+/// Rows of the dots matrix per tensor-core GEMM (TF32 or split): up to 1 GB, an eighth of the
+/// free memory at most. Those GEMMs need tall blocks to run near their rate: on an H100, 1M x
+/// 384-d with 4096 anchors trains in 0.49-0.51 s with 1 GB blocks, 0.54 s with 256 MB, 0.85 s
+/// with 16 MB.
+const TC_DOTS_BYTES: usize = 1 << 30;
+
+/// Compiles one kernel file to PTX through NVRTC.
+pub fn compile(name: &str, src: &str) -> Result<cudarc::nvrtc::Ptx> {
+    nvrtc_present()?;
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(ARCH),
+        name: Some(name.into()),
+        // No a*b+c contraction: the kernels round like the CPU reference does.
+        fmad: Some(false),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(src, opts)
+        .map_err(|e| Error::Device(format!("NVRTC could not compile {name}: {e}")))
+}
+
+fn nvrtc_present() -> Result<()> {
+    // SAFETY: only probes whether the shared library can be opened.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::BackendUnavailable(
+            "the NVRTC library (libnvrtc) was not found".into(),
+        ))
+    }
+}
+
+/// A launch's result as ours (the optional timing events are not used).
+fn ran<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<()> {
+    r.map(|_| ()).map_err(|e| dev_err(what, e))
+}
+
+fn dev_err(what: &str, e: DriverError) -> Error {
+    if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        Error::OutOfMemory(format!("CUDA: {what}: {e}"))
+    } else {
+        Error::Device(format!("CUDA: {what}: {e}"))
+    }
+}
+
+pub struct CudaBackend {
+    dev: Mutex<Device>,
+    /// The lists of the index searched last, resident until another index (or a changed
+    /// one) is searched. Locked before `dev` when both are held.
+    lists: Mutex<Resident<DeviceLists>>,
+    /// The codebook used last (encoding or search), resident until another one is used.
+    /// Locked after `lists` and before `dev`.
+    codebook: Mutex<Resident<DeviceCodebook>>,
+    name: String,
+    sms: u32,
+    h2d: AtomicU64,
+    d2h: AtomicU64,
+}
+
+/// Opens device `ordinal`: checks the libraries, creates the context, compiles the kernels.
+pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
+    // SAFETY: probes for the shared libraries without calling into them; cudarc panics on a
+    // missing library otherwise.
+    let (driver, blas) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::cublas::sys::is_culib_present(),
+        )
+    };
+    if !driver {
+        return Err(Error::BackendUnavailable(
+            "no CUDA driver (libcuda) on this machine".into(),
+        ));
+    }
+    if !blas {
+        return Err(Error::BackendUnavailable(
+            "the cuBLAS library (libcublas) was not found".into(),
+        ));
+    }
+    nvrtc_present()?;
+    let count =
+        CudaContext::device_count().map_err(|e| Error::BackendUnavailable(format!("CUDA: {e}")))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(Error::BackendUnavailable(format!(
+            "CUDA device {ordinal} requested, {count} present"
+        )));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("create context", e))?;
+    // SAFETY: this context's work all goes through one stream, in order, so cudarc's
+    // per-buffer events (several driver calls per launch) add nothing but overhead.
+    unsafe { ctx.disable_event_tracking() };
+    let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+    let sms = ctx
+        .attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+        .map_err(|e| dev_err("query device", e))? as u32;
+    let stream = ctx.default_stream();
+    let copy = ctx.new_stream().map_err(|e| dev_err("create stream", e))?;
+    keep_freed_memory(&ctx)?;
+    let blas = CudaBlas::new(stream.clone())
+        .map_err(|e| Error::Device(format!("cuBLAS: create handle: {e}")))?;
+    let mut modules = Vec::new();
+    for (name, src) in KERNELS {
+        let m = ctx
+            .load_module(compile(name, src)?)
+            .map_err(|e| dev_err(&format!("load {name}"), e))?;
+        modules.push(m);
+    }
+    let f = |i: usize, n: &str| {
+        modules[i]
+            .load_function(n)
+            .map_err(|e| dev_err(&format!("load kernel {n}"), e))
+    };
+    let k = Kernels {
+        row_norms: f(0, "row_norms")?,
+        offsets: f(0, "offsets")?,
+        argmin_rows: f(0, "argmin_rows")?,
+        split_f16: f(0, "split_f16")?,
+        count_energy: f(0, "count_energy")?,
+        scatter: f(0, "scatter")?,
+        update_means: f(0, "update_means")?,
+        pq_assign: [
+            f(1, "pq_assign_8")?,
+            f(1, "pq_assign_16")?,
+            f(1, "pq_assign_32")?,
+        ],
+        pq_exact: PQ_EXACT
+            .iter()
+            .map(|&(w, _)| f(1, &format!("pq_exact_{w}")))
+            .collect::<Result<_>>()?,
+        residuals: f(1, "residuals")?,
+        first_non_finite: f(1, "first_non_finite")?,
+        unit_rows: f(1, "unit_rows")?,
+        coarse_probe: f(2, "coarse_probe")?,
+        query_tables: f(2, "query_tables")?,
+        scan_lists: f(2, "scan_lists")?,
+        merge_candidates: f(2, "merge_candidates")?,
+        rerank_rows: [f(2, "rerank_rows")?, f(2, "rerank_rows4")?],
+    };
+    Ok(Box::new(CudaBackend {
+        dev: Mutex::new(Device {
+            stream,
+            copy,
+            blas,
+            k,
+            staging: None,
+        }),
+        lists: Mutex::new(Resident::new()),
+        codebook: Mutex::new(Resident::new()),
+        name,
+        sms,
+        h2d: 0.into(),
+        d2h: 0.into(),
+    }))
+}
+
+/// Grid for a grid-stride loop over `n` items: enough blocks to fill every SM a few times.
+fn strided(n: usize, sms: u32) -> LaunchConfig {
+    let blocks = (n.div_ceil(256) as u32).clamp(1, sms * 8);
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// One warp per row, eight rows per block.
+fn per_row(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.div_ceil(8) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn as_i32(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} {v} exceeds 2^31 - 1")))
+}
+
+impl CudaBackend {
+    fn lock(&self) -> MutexGuard<'_, Device> {
+        // A panic while holding the lock leaves nothing half-updated on the host side.
+        self.dev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the context current on this thread. Calls that may free device buffers before
+    /// any other CUDA call (a resident codebook or index replaced) start here: the free needs
+    /// the context current, and on a thread without it the driver's error surfaced at the
+    /// next upload instead.
+    fn bind(&self) -> Result<()> {
+        self.lock().bind()
+    }
+
+    fn up<T: DeviceRepr>(&self, s: &Arc<CudaStream>, v: &[T]) -> Result<CudaSlice<T>> {
+        self.h2d
+            .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
+        s.clone_htod(v).map_err(|e| dev_err("upload", e))
+    }
+
+    /// Uploads a large array through the staging buffers (the plain path for small ones, or
+    /// when page-locked memory cannot be had), checking every value: `Error::NonFinite`, with
+    /// the position within `v`, where one is NaN or infinite.
+    fn up_staged(&self, dev: &mut Device, v: &[f32]) -> Result<CudaSlice<f32>> {
+        let s = dev.stream.clone();
+        let Some(st) = (v.len() >= 2 * STAGE).then(|| dev.staging()).flatten() else {
+            crate::error::check_finite(v, "training vectors")?;
+            return self.up(&s, v);
+        };
+        // SAFETY: every element is written by the copies below before any kernel reads it.
+        let mut out = unsafe { CudaBackend::filled_later::<f32>(&s, v.len())? };
+        for (i, chunk) in v.chunks(STAGE).enumerate() {
+            let b = i % BUFS;
+            let Some(host) = st.fill(b, chunk)? else {
+                return Err(crate::error::non_finite_in(v, "training vectors"));
+            };
+            let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
+            // From page-locked memory the copy is asynchronous: the event says when the
+            // buffer may be refilled.
+            s.memcpy_htod(host, &mut dst)
+                .map_err(|e| dev_err("upload", e))?;
+            st.sent[b] = Some(s.record_event(None).map_err(|e| dev_err("upload", e))?);
+        }
+        self.h2d
+            .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    fn up_into<T: DeviceRepr>(
+        &self,
+        s: &Arc<CudaStream>,
+        v: &[T],
+        d: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        self.h2d
+            .fetch_add(std::mem::size_of_val(v) as u64, Ordering::Relaxed);
+        s.memcpy_htod(v, d).map_err(|e| dev_err("upload", e))
+    }
+
+    fn down<T: DeviceRepr>(&self, s: &Arc<CudaStream>, d: &impl DevicePtr<T>) -> Result<Vec<T>> {
+        self.d2h.fetch_add(d.num_bytes() as u64, Ordering::Relaxed);
+        s.clone_dtoh(d).map_err(|e| dev_err("download", e))
+    }
+
+    fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        s: &Arc<CudaStream>,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        s.alloc_zeros(n.max(1)).map_err(|e| dev_err("allocate", e))
+    }
+
+    /// `n` values (at least one) without the zero fill of `zeros`.
+    ///
+    /// # Safety
+    /// Every element read later is written first (by a kernel, a GEMM or a copy).
+    unsafe fn filled_later<T: DeviceRepr>(s: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<T>> {
+        // SAFETY: as the caller vouches.
+        unsafe { s.alloc(n.max(1)) }.map_err(|e| dev_err("allocate", e))
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+    fn describe(&self) -> String {
+        format!("cuda ({}, {} SMs)", self.name, self.sms)
+    }
+    fn caps(&self) -> Caps {
+        Caps {
+            concurrent_calls: false,
+            device_pointers: true,
+            list_search: true,
+            max_candidates: MAX_WANT,
+            scan_bits: &[8],
+            // The scan's table (M x 256 floats) within 44 KB of shared memory.
+            max_scan_nsub: (44 << 10) / (256 * 4),
+        }
+    }
+    fn kmeans_session<'a>(
+        &'a self,
+        x: &'a [f32],
+        d: usize,
+        precision: crate::Precision,
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
+        let mut s = CudaSession::new(self, x, d)?;
+        s.tf32 = precision == crate::Precision::Tf32;
+        if !s.tf32 {
+            s.split = s.split_points()?;
+        }
+        Ok(Box::new(s))
+    }
+    fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
+        let dp = nsub * dsub;
+        if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || y.len() % dp != 0 {
+            return super::host::pq_assign(self, y, nsub, dsub, books);
+        }
+        if y.is_empty() {
+            return Ok(Vec::new());
+        }
+        let dev = self.lock();
+        let s = &dev.stream;
+        let yd = self.up(s, y)?;
+        let bd = self.up(s, books)?;
+        let (n, ksub) = (y.len() / dp, books.len() / dp);
+        // SAFETY: the PQ kernel writes every index.
+        let mut idx = unsafe { CudaBackend::filled_later::<u8>(s, n * nsub)? };
+        let rows = PqRows::Padded(&yd);
+        pq_assign_into(&dev, rows, n, nsub, dsub, &bd, ksub, &mut idx.slice_mut(..))?;
+        self.down(s, &idx)
+    }
+
+    fn checks_input(&self) -> bool {
+        true
+    }
+
+    fn encode_residuals(&self, cb: &CodebookView, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
+        let n = crate::error::whole_rows(x.len(), cb.d, "values")?;
+        if n == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        if let Some(r) = self.encode_resident(cb, Source::Host(x))? {
+            return Ok(r);
+        }
+        // Shapes the kernels do not take, or no page-locked memory: step by step.
+        crate::error::check_finite(x, "vectors")?;
+        super::host::encode_in_steps(self, cb, x)
+    }
+
+    unsafe fn encode_device(
+        &self,
+        cb: &CodebookView,
+        at: u64,
+        n: usize,
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        if n == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let bytes = self.device_rows(at, n, cb.d, "device vectors")?;
+        if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
+            return Ok(r);
+        }
+        // Shapes the kernels do not take, or no page-locked memory: the rows come to the host
+        // and take the host's path.
+        let mut x = crate::error::try_vec(n * cb.d, 0f32, "vectors")?;
+        {
+            let dev = self.lock();
+            dev.bind()?;
+            // SAFETY: `device_rows` accepted the `bytes` bytes at `at`.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut x, at) }
+                .map_err(|e| dev_err("download", e))?;
+        }
+        self.d2h.fetch_add(bytes as u64, Ordering::Relaxed);
+        crate::error::check_finite(&x, "vectors")?;
+        let x = match cb.metric {
+            crate::Metric::Cosine => super::layout::unit_rows(x, cb.d),
+            _ => x.into(),
+        };
+        super::host::encode_in_steps(self, cb, &x)
+    }
+
+    fn search_lists(
+        &self,
+        cb: &CodebookView,
+        lists: &ListsView,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        self.scan(cb, lists, q, nprobe, want, None)
+    }
+
+    unsafe fn rerank_device(
+        &self,
+        cb: &CodebookView,
+        lists: &ListsView,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+        cands: Option<&[u64]>,
+        raw: DeviceRerank,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        let d = cb.d;
+        if want > MAX_WANT {
+            return Err(Error::InvalidArgument(format!(
+                "re-ranking on the device takes up to {MAX_WANT} candidates per query, not {want}"
+            )));
+        }
+        if raw.k == 0 || raw.k > want {
+            return Err(Error::InvalidArgument(format!(
+                "{} results per query from {want} candidates",
+                raw.k
+            )));
+        }
+        // No rows: any candidate fails as an id without a row, and there is no range to check.
+        if raw.n > 0 {
+            self.device_rows(raw.at, raw.n, d, "raw vectors")?;
+        }
+        let Some(cands) = cands else {
+            return self.scan(cb, lists, q, nprobe, want, Some(raw));
+        };
+        self.bind()?;
+        let dev = self.lock();
+        let s = &dev.stream;
+        let mut bad = self.rerank_flags(s)?;
+        let (mut ids, mut dist) = (Vec::new(), Vec::new());
+        for (qb, candb) in q
+            .chunks(QUERY_BATCH * d)
+            .zip(cands.chunks(QUERY_BATCH * want))
+        {
+            let (qd, cd) = (self.up(s, qb)?, self.up(s, candb)?);
+            let (i, v) = self.rerank_batch(&dev, cb, &qd, &cd, want, raw, &mut bad)?;
+            ids.extend(i);
+            dist.extend(v);
+        }
+        self.rerank_errors(s, &bad)?;
+        Ok(Some((ids, dist)))
+    }
+
+    fn transfers(&self) -> Transfers {
+        Transfers {
+            h2d_bytes: self.h2d.load(Ordering::Relaxed),
+            d2h_bytes: self.d2h.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        let _ = self.bind();
+        // Our buffers go first, then what the pool kept of them goes back to the device.
+        *self.lists.get_mut().unwrap_or_else(|e| e.into_inner()) = Resident::new();
+        *self.codebook.get_mut().unwrap_or_else(|e| e.into_inner()) = Resident::new();
+        let dev = self.dev.get_mut().unwrap_or_else(|e| e.into_inner());
+        dev.staging = None;
+        if dev.stream.synchronize().is_ok() {
+            if let Some(pool) = device_pool(dev.stream.context()) {
+                // SAFETY: a live pool; nothing of ours is in flight.
+                let _ = unsafe { cudarc::driver::result::mem_pool::trim_to(pool, 0) };
+            }
+        }
+    }
+}
+
+/// Step timings (`VLCC_CUDA_TRACE`): when recording, each step waits for the stream.
+struct Trace(crate::trace::Trace);
+
+impl Trace {
+    fn new() -> Trace {
+        Trace(crate::trace::Trace::new("cuda", "VLCC_CUDA_TRACE"))
+    }
+    fn mark(&mut self, s: &CudaStream, step: &'static str) {
+        self.0.mark(step, || {
+            let _ = s.synchronize();
+        });
+    }
+}
+
+/// Free and total bytes on device `ordinal` (for leak checks and reports).
+pub fn memory_info(ordinal: usize) -> Result<(usize, usize)> {
+    let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("create context", e))?;
+    ctx.mem_get_info().map_err(|e| dev_err("memory info", e))
+}

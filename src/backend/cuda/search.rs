@@ -1,0 +1,351 @@
+//! List scans and exact re-rank on the device, with the codebook and lists kept resident.
+
+use super::*;
+
+/// One index's lists on the device, back to back, with what its search needs.
+pub(super) struct DeviceLists {
+    pub(super) m: usize,
+    pub(super) d: usize,
+    pub(super) dp: usize,
+    pub(super) nsub: usize,
+    pub(super) dsub: usize,
+    pub(super) l2: bool,
+    pub(super) codes: CudaSlice<u8>,
+    pub(super) ids: CudaSlice<u64>,
+    pub(super) start: CudaSlice<u64>,
+    /// m x nsub x 256 L2 table terms (one unused value for inner product).
+    pub(super) terms: CudaSlice<f32>,
+}
+
+/// A codebook's arrays on the device.
+pub(super) struct DeviceCodebook {
+    pub(super) anchors: CudaSlice<f32>,
+    /// |a|^2 per anchor, as the host computes them (coarse scores then round alike).
+    pub(super) anorm: CudaSlice<f32>,
+    /// The anchors split into fp16 pieces: encoding's 3xFP16 GEMMs.
+    pub(super) anchors3: Split,
+    pub(super) books: CudaSlice<f32>,
+    pub(super) rot: Option<CudaSlice<f32>>,
+}
+
+/// `y` (n x dp) turned by the codebook's rotation (row-major y R^T, as `rotation::apply`), or
+/// `y` itself when it has none.
+pub(super) fn rotated(
+    dev: &Device,
+    dc: &DeviceCodebook,
+    y: CudaSlice<f32>,
+    n: usize,
+    dp: usize,
+) -> Result<CudaSlice<f32>> {
+    let Some(r) = &dc.rot else { return Ok(y) };
+    // SAFETY: the GEMM writes every element.
+    let mut turned = unsafe { CudaBackend::filled_later::<f32>(&dev.stream, n * dp)? };
+    gemm_rows_by(dev, r, dp, dp, &y.slice(..n * dp), n, &mut turned)?;
+    Ok(turned)
+}
+
+impl DeviceCodebook {
+    pub(super) fn upload(b: &CudaBackend, cb: &CodebookView) -> Result<DeviceCodebook> {
+        let dev = b.lock();
+        let s = &dev.stream;
+        let (k, d) = (cb.m(), cb.d);
+        let anchors = b.up(s, cb.anchors)?;
+        let mut anchors3 = Split::new(s, k, d)?;
+        anchors3.fill(&dev, &anchors, k, d, true)?;
+        Ok(DeviceCodebook {
+            anchors,
+            anorm: b.up(s, &crate::linalg::row_norms(cb.anchors, d))?,
+            anchors3,
+            books: b.up(s, cb.books)?,
+            rot: if cb.rotation.is_empty() {
+                None
+            } else {
+                Some(b.up(s, cb.rotation)?)
+            },
+        })
+    }
+}
+
+impl DeviceLists {
+    pub(super) fn upload(
+        b: &CudaBackend,
+        dev: &Device,
+        cb: &CodebookView,
+        lists: &ListsView,
+    ) -> Result<DeviceLists> {
+        let s = &dev.stream;
+        let m = lists.nlist;
+        let (start, ids, codes) = lists.flatten();
+        let terms = match lists.l2_terms {
+            Some(t) if cb.metric == crate::Metric::L2 => b.up(s, t)?,
+            _ => CudaBackend::zeros(s, 1)?,
+        };
+        Ok(DeviceLists {
+            m,
+            d: cb.d,
+            dp: cb.dp(),
+            nsub: cb.nsub,
+            dsub: cb.dsub,
+            l2: cb.metric == crate::Metric::L2,
+            codes: if codes.is_empty() {
+                CudaBackend::zeros(s, 1)?
+            } else {
+                b.up(s, &codes)?
+            },
+            ids: if ids.is_empty() {
+                CudaBackend::zeros(s, 1)?
+            } else {
+                b.up(s, &ids)?
+            },
+            start: b.up(s, &start)?,
+            terms,
+        })
+    }
+}
+
+impl CudaBackend {
+    /// `search_lists`, with the candidates re-ranked on the device against `raw` when given
+    /// (`raw.k` results per query, else `want`); `None` where the device does not scan.
+    pub(super) fn scan(
+        &self,
+        cb: &CodebookView,
+        lists: &ListsView,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+        raw: Option<DeviceRerank>,
+    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        if !self.caps().scans(cb, lists, want) {
+            return Ok(None);
+        }
+        self.bind()?;
+        let mut resident = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+        let dc = slot.get(cb.key, || DeviceCodebook::upload(self, cb))?;
+        let dev = self.lock();
+        let upload = || DeviceLists::upload(self, &dev, cb, lists);
+        let Some(dl) = resident.get_or_host(lists.key, upload)? else {
+            return Ok(None);
+        };
+        let s = &dev.stream;
+        let mut rerank = match raw {
+            Some(r) => Some((r, self.rerank_flags(s)?)),
+            None => None,
+        };
+        let (mut ids, mut dist) = (Vec::new(), Vec::new());
+        for batch in q.chunks(cb.d * QUERY_BATCH) {
+            let (qd, cid, cd) = self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want)?;
+            let (i, v) = match &mut rerank {
+                None => (self.down(s, &cid)?, self.down(s, &cd)?),
+                Some((r, bad)) => self.rerank_batch(&dev, cb, &qd, &cid, want, *r, bad)?,
+            };
+            ids.extend(i);
+            dist.extend(v);
+        }
+        if let Some((_, bad)) = &rerank {
+            self.rerank_errors(s, bad)?;
+        }
+        Ok(Some((ids, dist)))
+    }
+
+    /// The re-rank's error words for one call (`bad` in search.cu), none set: the smallest
+    /// id without a row, then the smallest whose score is not finite.
+    pub(super) fn rerank_flags(&self, s: &Arc<CudaStream>) -> Result<CudaSlice<u64>> {
+        self.up(s, &[u64::MAX; 2])
+    }
+
+    /// The error a call's re-rank batches left in `bad`, if any.
+    pub(super) fn rerank_errors(&self, s: &Arc<CudaStream>, bad: &CudaSlice<u64>) -> Result<()> {
+        match self.down(s, bad)?[..] {
+            [id, _] if id != u64::MAX => Err(crate::error::raw_missing(id)),
+            [_, id] if id != u64::MAX => Err(crate::error::raw_not_finite(id)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The `raw.k` best per query of `cand` (`want` per query of `qd`) by their exact
+    /// scores against `raw`; ids without rows and scores that are not finite go to `bad`
+    /// (`rerank_flags`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rerank_batch(
+        &self,
+        dev: &Device,
+        cb: &CodebookView,
+        qd: &CudaSlice<f32>,
+        cand: &CudaSlice<u64>,
+        want: usize,
+        raw: DeviceRerank,
+        bad: &mut CudaSlice<u64>,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        let (s, d, k) = (&dev.stream, cb.d, raw.k);
+        let nb = cand.len() / want;
+        // SAFETY: a query's `want` candidates take the ranks 0..want once each, and k <= want.
+        let mut out_id = unsafe { CudaBackend::filled_later::<u64>(s, nb * k)? };
+        let mut out_d = unsafe { CudaBackend::filled_later::<f32>(s, nb * k)? };
+        let metric = match cb.metric {
+            crate::Metric::L2 => 0i32,
+            crate::Metric::InnerProduct => 1,
+            crate::Metric::Cosine => 2,
+        };
+        let vec4 = d % 4 == 0 && raw.at % 16 == 0;
+        let (di, wi, ki, n) = (d as i32, want as i32, k as i32, raw.n as u64);
+        // SAFETY: qd holds nb x d floats, cand nb x want ids, the outputs nb x k; the kernel
+        // reads rows only below `raw.n`, within the range `device_rows` accepted.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.rerank_rows[vec4 as usize])
+                    .arg(qd)
+                    .arg(&di)
+                    .arg(cand)
+                    .arg(&wi)
+                    .arg(&raw.at)
+                    .arg(&n)
+                    .arg(&metric)
+                    .arg(&ki)
+                    .arg(&mut out_id)
+                    .arg(&mut out_d)
+                    .arg(bad)
+                    .launch(LaunchConfig {
+                        grid_dim: (nb as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+            },
+            "re-rank",
+        )?;
+        Ok((self.down(s, &out_id)?, self.down(s, &out_d)?))
+    }
+
+    /// One batch of queries (nb x d, prepared) through the device search: coarse GEMM and
+    /// probe selection, the query tables, one block per (probe, query) scanning a list, and a
+    /// merge per query. Returns the queries on the device and their `want` candidates (ids,
+    /// scores), still there.
+    pub(super) fn search_batch(
+        &self,
+        dev: &Device,
+        dc: &DeviceCodebook,
+        dl: &DeviceLists,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+    ) -> Result<(CudaSlice<f32>, CudaSlice<u64>, CudaSlice<f32>)> {
+        let s = &dev.stream;
+        let (d, dp, m, nsub) = (dl.d, dl.dp, dl.m, dl.nsub);
+        let nb = q.len() / d;
+        let qd = self.up(s, q)?;
+        let mut dots = CudaBackend::zeros::<f32>(s, nb * m)?;
+        gemm_rows_by(dev, &dc.anchors, m, d, &qd.slice(..nb * d), nb, &mut dots)?;
+        let mut probes = CudaBackend::zeros::<u32>(s, nb * nprobe)?;
+        let mut base = CudaBackend::zeros::<f32>(s, nb * nprobe)?;
+        let (nbi, di, mi, l2i, npi) = (nb as i32, d as i32, m as i32, dl.l2 as i32, nprobe as i32);
+        // SAFETY (every launch here): buffers are sized from nb, d, dp, m, nsub, nprobe and
+        // want as the kernels index them; list offsets and codes come from the same index.
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.coarse_probe)
+                    .arg(&qd)
+                    .arg(&nbi)
+                    .arg(&di)
+                    .arg(&mut dots)
+                    .arg(&mi)
+                    .arg(&dc.anorm)
+                    .arg(&l2i)
+                    .arg(&npi)
+                    .arg(&mut probes)
+                    .arg(&mut base)
+                    .launch(per_row(nb))
+            },
+            "coarse probe",
+        )?;
+        let mut y = CudaBackend::zeros::<f32>(s, nb * dp)?;
+        let (dpi, dsubi) = (dp as i32, dl.dsub as i32);
+        let none = 0u64; // null anchors: the residual kernel only pads
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.residuals)
+                    .arg(&qd)
+                    .arg(&nbi)
+                    .arg(&di)
+                    .arg(&none)
+                    .arg(&none)
+                    .arg(&dpi)
+                    .arg(&dsubi)
+                    .arg(&mut y)
+                    .launch(strided(nb * dp, self.sms))
+            },
+            "pad queries",
+        )?;
+        let y = rotated(dev, dc, y, nb, dp)?;
+        let mut qt = CudaBackend::zeros::<f32>(s, nb * nsub * 256)?;
+        let (dsi, ksi, nsi) = (dl.dsub as i32, 256i32, nsub as i32);
+        let scale: f32 = if dl.l2 { -2.0 } else { -1.0 };
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.query_tables)
+                    .arg(&y)
+                    .arg(&dpi)
+                    .arg(&dsi)
+                    .arg(&ksi)
+                    .arg(&dc.books)
+                    .arg(&scale)
+                    .arg(&mut qt)
+                    .arg(&nsi)
+                    .launch(LaunchConfig {
+                        grid_dim: (nb as u32, nsub as u32, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: (4 * dl.dsub) as u32,
+                    })
+            },
+            "query tables",
+        )?;
+        let per = nprobe * want;
+        let mut cand_d = CudaBackend::zeros::<f32>(s, nb * per)?;
+        let mut cand_p = CudaBackend::zeros::<u32>(s, nb * per)?;
+        let wi = want as i32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.scan_lists)
+                    .arg(&dl.codes)
+                    .arg(&dl.start)
+                    .arg(&dl.terms)
+                    .arg(&l2i)
+                    .arg(&qt)
+                    .arg(&nsi)
+                    .arg(&probes)
+                    .arg(&base)
+                    .arg(&npi)
+                    .arg(&wi)
+                    .arg(&mut cand_d)
+                    .arg(&mut cand_p)
+                    .launch(LaunchConfig {
+                        grid_dim: (nprobe as u32, nb as u32, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: (4 * nsub * 256) as u32,
+                    })
+            },
+            "scan lists",
+        )?;
+        let mut out_d = CudaBackend::zeros::<f32>(s, nb * want)?;
+        let mut out_id = CudaBackend::zeros::<u64>(s, nb * want)?;
+        let pi = per as i32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.merge_candidates)
+                    .arg(&cand_d)
+                    .arg(&cand_p)
+                    .arg(&pi)
+                    .arg(&wi)
+                    .arg(&dl.ids)
+                    .arg(&mut out_d)
+                    .arg(&mut out_id)
+                    .launch(LaunchConfig {
+                        grid_dim: (nb as u32, 1, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+            },
+            "merge candidates",
+        )?;
+        Ok((qd, out_id, out_d))
+    }
+}

@@ -1,0 +1,128 @@
+//! What devices are given: plain slices and numbers with a key naming their contents, never
+//! the library's own objects (the way a BLAS takes a pointer and a leading dimension, not a
+//! matrix type). A device keeps a copy of a view while its key is unchanged.
+
+use crate::params::Metric;
+
+/// A trained codebook as devices read it.
+#[derive(Clone, Copy, Debug)]
+pub struct CodebookView<'a> {
+    /// Unique to these contents (the codebook's fingerprint).
+    pub key: u64,
+    /// Input dimension.
+    pub d: usize,
+    pub metric: Metric,
+    /// m x d anchors.
+    pub anchors: &'a [f32],
+    /// dp x dp rotation applied to padded residuals (`y = R r`); empty for none.
+    pub rotation: &'a [f32],
+    /// Sub-quantizers (M) and the columns of each (`dp` = M x dsub).
+    pub nsub: usize,
+    pub dsub: usize,
+    /// Bits per sub-code: 8 or 4.
+    pub bits: u32,
+    /// M x 2^bits x dsub codewords.
+    pub books: &'a [f32],
+}
+
+impl CodebookView<'_> {
+    /// Number of anchors.
+    pub fn m(&self) -> usize {
+        self.anchors.len() / self.d.max(1)
+    }
+    /// Padded dimension M x dsub.
+    pub fn dp(&self) -> usize {
+        self.nsub * self.dsub
+    }
+    /// Codewords per sub-space.
+    pub fn ksub(&self) -> usize {
+        1 << self.bits
+    }
+}
+
+/// The inverted lists of an index as devices read them.
+#[derive(Clone, Copy)]
+pub struct ListsView<'a> {
+    /// Unique to these contents: renewed by every change to the lists.
+    pub key: u64,
+    /// Number of lists (the codebook's anchors).
+    pub nlist: usize,
+    /// Vectors held over all lists.
+    pub len: usize,
+    /// List j's ids and codes (`len x nsub` bytes at 8 bits).
+    pub list: &'a (dyn Fn(usize) -> (&'a [u64], &'a [u8]) + Sync),
+    /// Under L2, per list, sub-space and codeword: `|c|^2 + 2 <(R a)_j, c>`, the part of a
+    /// distance that does not depend on the query (nlist x M x ksub); None where the host
+    /// did not keep them (then the lists are scanned on the host).
+    pub l2_terms: Option<&'a [f32]>,
+}
+
+impl std::fmt::Debug for ListsView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListsView")
+            .field("key", &self.key)
+            .field("nlist", &self.nlist)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl ListsView<'_> {
+    /// Every list back to back, as devices hold them: list start offsets (nlist + 1), ids
+    /// and codes in list order.
+    pub fn flatten(&self) -> (Vec<u64>, Vec<u64>, Vec<u8>) {
+        let mut start = Vec::with_capacity(self.nlist + 1);
+        let (mut ids, mut codes) = (Vec::with_capacity(self.len), Vec::new());
+        start.push(0u64);
+        for j in 0..self.nlist {
+            let (i, c) = (self.list)(j);
+            ids.extend_from_slice(i);
+            codes.extend_from_slice(c);
+            start.push(ids.len() as u64);
+        }
+        (start, ids, codes)
+    }
+}
+
+/// What a device can take, asked before work is handed to it: callers never test which
+/// backend they hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// Calls may come from many pool threads at once (the host); device backends hold their
+    /// device through a call and want one call at a time.
+    pub concurrent_calls: bool,
+    /// Reads vectors in place from device memory (`encode_device`, `rerank_device`).
+    pub device_pointers: bool,
+    /// Scans inverted lists on the device (`search_lists`).
+    pub list_search: bool,
+    /// Most candidates per query a device scan keeps.
+    pub max_candidates: usize,
+    /// Code widths (bits per sub-code) a device scan reads.
+    pub scan_bits: &'static [u32],
+    /// Most sub-quantizers a device scan's table holds.
+    pub max_scan_nsub: usize,
+}
+
+impl Caps {
+    /// The host: every call, from every thread, nothing on a device.
+    pub const HOST: Caps = Caps {
+        concurrent_calls: true,
+        device_pointers: false,
+        list_search: false,
+        max_candidates: 0,
+        scan_bits: &[],
+        max_scan_nsub: 0,
+    };
+
+    /// Whether a device scan takes these lists under this codebook with `want` candidates
+    /// per query: the widths and sizes above, the L2 terms under L2, and vector offsets
+    /// within 32 bits.
+    pub fn scans(&self, cb: &CodebookView, lists: &ListsView, want: usize) -> bool {
+        self.list_search
+            && self.scan_bits.contains(&cb.bits)
+            && cb.nsub <= self.max_scan_nsub
+            && want <= self.max_candidates
+            && (cb.metric != Metric::L2 || lists.l2_terms.is_some())
+            && lists.len < u32::MAX as usize
+    }
+}
