@@ -41,7 +41,7 @@ pub(crate) mod trace;
 pub mod train;
 pub mod vecio;
 
-pub use backend::{Backend, BackendKind, DeviceRerank};
+pub use backend::{Backend, BackendKind, BackendOptions, DeviceRerank};
 pub use error::{Error, Result};
 pub use index::{recall_at, DenseRaw, Index, IndexStats, RawVectors, SearchResults};
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
@@ -73,7 +73,17 @@ impl Context {
     /// Opens `kind` on `device` with `threads` CPU threads (0 = one per core). `Auto` falls back
     /// to the CPU when no GPU backend can start.
     pub fn new(kind: BackendKind, device: usize, threads: usize) -> Result<Context> {
-        let backend = backend::open(kind, device)?;
+        Context::with_options(kind, device, threads, &BackendOptions::default())
+    }
+
+    /// As `new`, with the backend opened with `opts`.
+    pub fn with_options(
+        kind: BackendKind,
+        device: usize,
+        threads: usize,
+        opts: &BackendOptions,
+    ) -> Result<Context> {
+        let backend = backend::open(kind, device, opts)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("vlcc-{i}"))

@@ -1,22 +1,24 @@
-//! Step timings: with a variable set (`VLCC_CUDA_TRACE`, `VLCC_WGPU_TRACE` for the GPU
-//! backends' device steps, `VLCC_TRAIN_TRACE` for the training loop's calls on the host), each
-//! step is timed, and the totals are printed when the trace ends: where the time goes,
-//! without a profiler.
+//! Step timings: with a sink given (`BackendOptions::trace_device`, `trace_host`), each step
+//! is timed, and the totals go to the sink when the trace ends: where the time goes, without
+//! a profiler.
 
+use crate::backend::TraceSink;
 use std::time::Instant;
 
 pub(crate) struct Trace {
     name: &'static str,
+    sink: Option<TraceSink>,
     last: Option<Instant>,
     spent: Vec<(&'static str, f64)>,
 }
 
 impl Trace {
-    /// A trace that records only when `var` is set; `name` prefixes its lines.
-    pub fn new(name: &'static str, var: &str) -> Trace {
+    /// A trace that records only when it has a `sink`; `name` prefixes its lines.
+    pub fn new(name: &'static str, sink: Option<&TraceSink>) -> Trace {
         Trace {
             name,
-            last: std::env::var_os(var).is_some().then(Instant::now),
+            sink: sink.cloned(),
+            last: sink.is_some().then(Instant::now),
             spent: Vec::new(),
         }
     }
@@ -40,21 +42,22 @@ impl Trace {
         }
         self.last = Some(now);
     }
+
+    /// Sends a line of its own to the sink, if any.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        if let Some(s) = &self.sink {
+            s(&format!("{} trace {}", self.name, line()));
+        }
+    }
 }
 
 impl Drop for Trace {
     fn drop(&mut self) {
-        if self.last.is_some() {
-            let total: f64 = self.spent.iter().map(|(_, t)| t).sum();
-            for (n, t) in &self.spent {
-                eprintln!("{} trace {n:>16}: {:9.3} ms", self.name, t * 1e3);
-            }
-            eprintln!(
-                "{} trace {:>16}: {:9.3} ms",
-                self.name,
-                "total",
-                total * 1e3
-            );
+        let Some(sink) = &self.sink else { return };
+        let total: f64 = self.spent.iter().map(|(_, t)| t).sum();
+        for (n, t) in self.spent.iter().chain([&("total", total)]) {
+            sink(&format!("{} trace {n:>16}: {:9.3} ms", self.name, t * 1e3));
         }
     }
 }

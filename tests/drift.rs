@@ -59,3 +59,40 @@ fn the_command_trains_with_every_parameter() {
         .collect();
     assert!(missing.is_empty(), "vlcc train has no flag for {missing:?}");
 }
+
+/// Every `.rs` file under `dir`, recursively.
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn the_library_reads_no_environment_and_writes_no_stderr() {
+    // A library runs inside someone else's process: options come through `BackendOptions`,
+    // and only the command (src/bin) reads variables or prints. Unit tests may do either.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(root.join("bin"))) {
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for (i, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap();
+            if ["env::var", "eprint", "println!", "print!("]
+                .iter()
+                .any(|p| line.contains(p))
+            {
+                found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 40, "found {} sources", files.len());
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}

@@ -140,3 +140,32 @@ fn memory_cap_refuses_oversized_training() {
     let mut c = Compressor::new(ctx, common::small_params(16, 4));
     assert!(matches!(c.train(&x, 16), Err(Error::OutOfMemory(_))));
 }
+
+#[test]
+fn step_timings_go_to_the_sink_given() {
+    // Traces once printed to stderr when a variable was set; now they go where the caller
+    // says, and nowhere without a sink.
+    use std::sync::{Arc, Mutex};
+    use vlc_compress::backend::TraceSink;
+    use vlc_compress::{BackendKind, BackendOptions, Context};
+    let d = 16;
+    let x = common::clustered(3000, d, 20, 3);
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let got = lines.clone();
+    let sink: TraceSink = Arc::new(move |l: &str| got.lock().unwrap().push(l.to_string()));
+    let opts = BackendOptions {
+        trace_host: Some(sink),
+        ..BackendOptions::default()
+    };
+    let ctx = Arc::new(Context::with_options(BackendKind::Cpu, 0, 2, &opts).unwrap());
+    Compressor::new(ctx, common::small_params(32, 8))
+        .train(&x, d)
+        .unwrap();
+    let lines = lines.lock().unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("train trace") && l.contains("total")),
+        "{lines:?}"
+    );
+}

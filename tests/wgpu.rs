@@ -5,29 +5,26 @@
 
 mod common;
 use std::sync::Arc;
+#[cfg(feature = "test-hooks")]
+use vlc_compress::backend::Cooperative;
+use vlc_compress::backend::WgpuOptions;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
-    vecio, AnchorParams, BackendKind, Compressor, Context, Error, Init, Metric, NoProgress,
-    Precision, Rotation, SearchParams,
+    vecio, AnchorParams, BackendKind, BackendOptions, Context, Error, Init, Metric, NoProgress,
+    Precision, Rotation,
 };
 
-/// A WGPU context opened with the variables `vars` set (the backend reads them as it opens).
-/// Tests run in parallel: contexts open one at a time, so no other test's sees the variables.
-fn open_with(vars: &[(&str, &str)]) -> Result<Context, Error> {
-    static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = OPENING.lock().unwrap_or_else(|e| e.into_inner());
-    for (var, value) in vars {
-        std::env::set_var(var, value);
-    }
-    let g = Context::new(BackendKind::Wgpu, 0, 0);
-    for (var, _) in vars {
-        std::env::remove_var(var);
-    }
-    g
+/// A WGPU context opened with `opts`.
+fn open_with(opts: WgpuOptions) -> Result<Context, Error> {
+    let opts = BackendOptions {
+        wgpu: opts,
+        ..BackendOptions::default()
+    };
+    Context::with_options(BackendKind::Wgpu, 0, 0, &opts)
 }
 
 fn gpu() -> Option<Arc<Context>> {
-    match open_with(&[]) {
+    match open_with(WgpuOptions::default()) {
         Ok(c) => Some(Arc::new(c)),
         Err(e)
             if std::env::var_os("CI").is_some()
@@ -42,12 +39,12 @@ fn gpu() -> Option<Arc<Context>> {
     }
 }
 
-/// `gpu()` opened with the variable `var` set (which the backend reads when it opens), and
-/// describing itself with `says`.
-fn gpu_with((var, value): (&str, &str), says: &str) -> Option<Arc<Context>> {
-    let g = open_with(&[(var, value)]).ok().map(Arc::new).or_else(gpu)?;
+/// `gpu()` opened with `opts`, and describing itself with `says`.
+fn gpu_with(opts: WgpuOptions, says: &str) -> Option<Arc<Context>> {
+    let asked = format!("{opts:?}");
+    let g = open_with(opts).ok().map(Arc::new).or_else(gpu)?;
     let what = g.backend().describe();
-    assert!(what.contains(says), "{var}={value}: {what}");
+    assert!(what.contains(says), "{asked}: {what}");
     Some(g)
 }
 
@@ -122,7 +119,10 @@ fn uploads_through_mapped_buffers_arrive_whole() {
     // a host-cached memory type): small uploads in one mapped buffer, large ones in mapped
     // pieces.
     let Some(g) = gpu_with(
-        ("VLCC_WGPU_HOST_STAGING", "0"),
+        WgpuOptions {
+            mapped_uploads: true,
+            ..WgpuOptions::default()
+        },
         "uploads through mapped buffers",
     ) else {
         return;
@@ -163,7 +163,11 @@ fn split_bindings_give_the_same_steps() {
     };
     let whole = step(&g);
     // 64 KB bindings: the 600 KB training set goes up in ten blocks.
-    let split = open_with(&[("VLCC_WGPU_MAX_BINDING", "65536")]).unwrap();
+    let split = open_with(WgpuOptions {
+        max_binding: 65536,
+        ..WgpuOptions::default()
+    })
+    .unwrap();
     let parts = step(&split);
     assert_eq!(whole.0.counts, parts.0.counts);
     assert!((whole.0.energy - parts.0.energy).abs() <= 1e-6 * whole.0.energy);
@@ -243,7 +247,9 @@ fn device_search_matches_the_host() {
 }
 
 #[test]
+#[cfg(feature = "test-hooks")]
 fn a_lost_device_answers_every_call_with_an_error() {
+    use vlc_compress::{Compressor, SearchParams};
     let Some(g) = gpu() else { return };
     let d = 16;
     let x = common::clustered(4000, d, 20, 9);
@@ -269,7 +275,13 @@ fn a_lost_device_answers_every_call_with_an_error() {
     // whole run fits before the loss.
     let (mut n, mut next, mut lost) = (1, 2, 0);
     loop {
-        let ctx = Arc::new(open_with(&[("VLCC_WGPU_LOSE_AFTER", &n.to_string())]).unwrap());
+        let ctx = Arc::new(
+            open_with(WgpuOptions {
+                lose_after: n,
+                ..WgpuOptions::default()
+            })
+            .unwrap(),
+        );
         match run(&ctx) {
             Ok(got) => {
                 assert_eq!(got, whole);
@@ -331,12 +343,16 @@ fn assignment_matches_the_cpu_on_ragged_shapes() {
 }
 
 #[test]
+#[cfg(feature = "test-hooks")]
 fn emulated_cooperative_assignment_matches_the_cpu() {
     // Everything around the cooperative-matrix products (the fp16 halves, the bound, the
     // rows left to fp32, the winners' distances, blocks and padding), with the products
     // summed by every thread: it runs wherever the adapter has fp16 and subgroups.
     let Some(g) = gpu_with(
-        ("VLCC_WGPU_MMA", "emulate"),
+        WgpuOptions {
+            cooperative: Cooperative::Emulate,
+            ..WgpuOptions::default()
+        },
         "cooperative matrices (emulated)",
     ) else {
         return;

@@ -1,14 +1,22 @@
 //! The CPU reference: rayon over fixed row blocks, faer GEMM inside each block, so results are
 //! bit-identical whatever the thread count.
 
-use super::{AssignStats, Backend, BackendKind, Caps, KmeansSession};
+use super::{AssignStats, Backend, BackendKind, BackendOptions, Caps, KmeansSession};
 use crate::error::{try_vec, Result};
 use crate::linalg::{self, BLOCK};
 use rayon::prelude::*;
 
 /// The CPU backend. Threads come from the rayon pool the caller runs in.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CpuBackend;
+#[derive(Clone, Debug, Default)]
+pub struct CpuBackend {
+    opts: BackendOptions,
+}
+
+impl CpuBackend {
+    pub fn new(opts: BackendOptions) -> CpuBackend {
+        CpuBackend { opts }
+    }
+}
 
 impl Backend for CpuBackend {
     fn kind(&self) -> BackendKind {
@@ -16,6 +24,9 @@ impl Backend for CpuBackend {
     }
     fn describe(&self) -> String {
         format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+    fn options(&self) -> &BackendOptions {
+        &self.opts
     }
     fn caps(&self) -> Caps {
         Caps::HOST

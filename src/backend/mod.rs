@@ -9,6 +9,7 @@ mod cpu;
 pub mod cuda;
 pub(crate) mod host;
 pub(crate) mod layout;
+mod options;
 #[cfg(not(feature = "wgpu"))]
 mod unavailable;
 mod view;
@@ -16,6 +17,7 @@ mod view;
 pub mod wgpu;
 
 pub use cpu::CpuBackend;
+pub use options::{BackendOptions, Cooperative, ShaderChecks, TraceSink, WgpuOptions};
 pub use view::{Caps, CodebookView, ListsView};
 
 use crate::error::Result;
@@ -126,6 +128,8 @@ pub trait Backend: Send + Sync {
     fn describe(&self) -> String;
     /// What this device takes; callers ask here before handing it work.
     fn caps(&self) -> Caps;
+    /// What it was opened with.
+    fn options(&self) -> &BackendOptions;
     /// Upload `x` (n x d) once and return a session that runs k-means steps on it, computing
     /// distances at `precision` where the device offers a choice.
     fn kmeans_session<'a>(
@@ -274,22 +278,25 @@ impl<T> Resident<T> {
 }
 
 /// Opens a backend. `Auto` falls back to the CPU when no GPU backend can start.
-pub fn open(kind: BackendKind, device: usize) -> Result<Box<dyn Backend>> {
+pub fn open(kind: BackendKind, device: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
+    let cpu = || Box::new(CpuBackend::new(opts.clone())) as Box<dyn Backend>;
     match kind {
-        BackendKind::Cpu => Ok(Box::new(CpuBackend)),
-        BackendKind::Cuda => open_cuda(device),
-        BackendKind::Wgpu => open_wgpu(device, false),
-        BackendKind::Auto => open_cuda(device)
-            .or_else(|_| open_wgpu(device, true))
-            .or_else(|_| Ok(Box::new(CpuBackend) as Box<dyn Backend>)),
+        BackendKind::Cpu => Ok(cpu()),
+        BackendKind::Cuda => open_cuda(device, opts),
+        BackendKind::Wgpu => open_wgpu(device, opts, false),
+        BackendKind::Auto => open_cuda(device, opts)
+            .or_else(|_| open_wgpu(device, opts, true))
+            .or_else(|_| Ok(cpu())),
     }
 }
 
 /// As `open_cuda`, for WGPU. For AUTO (`gpu_only`), a software adapter does not count: the
 /// CPU backend is faster than a CPU emulating a GPU.
 #[cfg(feature = "wgpu")]
-fn open_wgpu(device: usize, gpu_only: bool) -> Result<Box<dyn Backend>> {
-    let b = std::panic::catch_unwind(|| self::wgpu::open(device)).unwrap_or_else(|_| {
+fn open_wgpu(device: usize, opts: &BackendOptions, gpu_only: bool) -> Result<Box<dyn Backend>> {
+    // The options are only read while opening.
+    let opening = std::panic::AssertUnwindSafe(|| self::wgpu::open(device, opts));
+    let b = std::panic::catch_unwind(opening).unwrap_or_else(|_| {
         Err(crate::Error::BackendUnavailable(
             "WGPU failed while starting".into(),
         ))
@@ -303,14 +310,16 @@ fn open_wgpu(device: usize, gpu_only: bool) -> Result<Box<dyn Backend>> {
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn open_wgpu(device: usize, _gpu_only: bool) -> Result<Box<dyn Backend>> {
+fn open_wgpu(device: usize, _opts: &BackendOptions, _gpu_only: bool) -> Result<Box<dyn Backend>> {
     unavailable::wgpu(device)
 }
 
 /// A driver or library that misbehaves while starting must not take the caller down: a panic
 /// here becomes `BackendUnavailable`, so AUTO still falls back.
-fn open_cuda(device: usize) -> Result<Box<dyn Backend>> {
-    std::panic::catch_unwind(|| cuda::open(device)).unwrap_or_else(|_| {
+fn open_cuda(device: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
+    // The options are only read while opening.
+    let opening = std::panic::AssertUnwindSafe(|| cuda::open(device, opts));
+    std::panic::catch_unwind(opening).unwrap_or_else(|_| {
         Err(crate::Error::BackendUnavailable(
             "CUDA failed while starting".into(),
         ))

@@ -232,7 +232,7 @@ impl Index {
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
     ) -> Result<SearchResults> {
-        self.search_with(&CpuBackend, queries, p, raw)
+        self.search_with(&CpuBackend::default(), queries, p, raw)
     }
 
     /// Searches through `backend` when it searches on its device (lists uploaded once and

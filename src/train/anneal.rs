@@ -83,9 +83,9 @@ pub fn train_anchors_from(
             "{n} training points for {k} anchors (need n >= anchors)"
         )));
     }
-    // `VLCC_TRAIN_TRACE`: the host's time in each step and kind of session call, device
-    // waits included.
-    let mut trace = crate::trace::Trace::new("train", "VLCC_TRAIN_TRACE");
+    // `BackendOptions::trace_host`: the host's time in each step and kind of session call,
+    // device waits included.
+    let mut trace = crate::trace::Trace::new("train", backend.options().trace_host.as_ref());
     let rng = Rng::new(p.seed);
 
     // Sample the training set: beyond a few hundred points per anchor, more data costs time

@@ -122,10 +122,10 @@ impl CudaBackend {
         st.back(s.context(), block * (4 + nsub))?;
         // The copy stream writes buffers this stream allocated.
         dev.copy.join(s).map_err(|e| dev_err("upload", e))?;
-        let mut trace = Trace::new();
+        let mut trace = Trace::new(self);
         // Host time per step, without the device waits of `trace` (which would stop the
-        // pipeline): `VLCC_CUDA_HOST_TRACE`.
-        let mut host_trace = crate::trace::Trace::new("cuda host", "VLCC_CUDA_HOST_TRACE");
+        // pipeline): `BackendOptions::trace_host`.
+        let mut host_trace = crate::trace::Trace::new("cuda host", self.opts.trace_host.as_ref());
         let (mut ids, mut idx) = (vec![0u32; n], vec![0u8; n * nsub]);
         // Blocks in flight, oldest first: (buffer, first row, rows).
         let mut flight = std::collections::VecDeque::new();

@@ -88,7 +88,7 @@ impl<'a> CudaSession<'a> {
         as_i32(n, "points")?;
         as_i32(d, "dimension")?;
         let mut dev = b.lock();
-        let mut trace = Trace::new();
+        let mut trace = Trace::new(b);
         let xd = b.up_staged(&mut dev, x)?;
         let s = &dev.stream;
         let mut xn = CudaBackend::zeros::<f32>(s, n)?;

@@ -7,8 +7,8 @@
 //! pass per block; search keeps the last searched index's lists on the device.
 
 use super::{
-    AssignStats, Backend, BackendKind, Caps, CodebookView, DeviceRerank, KmeansSession, ListsView,
-    Resident, Transfers,
+    AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, DeviceRerank,
+    KmeansSession, ListsView, Resident, Transfers,
 };
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -111,10 +111,11 @@ pub struct CudaBackend {
     sms: u32,
     h2d: AtomicU64,
     d2h: AtomicU64,
+    opts: BackendOptions,
 }
 
 /// Opens device `ordinal`: checks the libraries, creates the context, compiles the kernels.
-pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
+pub fn open(ordinal: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
     // SAFETY: probes for the shared libraries without calling into them; cudarc panics on a
     // missing library otherwise.
     let (driver, blas) = unsafe {
@@ -206,6 +207,7 @@ pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
         codebook: Mutex::new(Resident::new()),
         name,
         sms,
+        opts: opts.clone(),
         h2d: 0.into(),
         d2h: 0.into(),
     }))
@@ -321,6 +323,9 @@ impl Backend for CudaBackend {
     }
     fn describe(&self) -> String {
         format!("cuda ({}, {} SMs)", self.name, self.sms)
+    }
+    fn options(&self) -> &BackendOptions {
+        &self.opts
     }
     fn caps(&self) -> Caps {
         Caps {
@@ -498,12 +503,16 @@ impl Drop for CudaBackend {
     }
 }
 
-/// Step timings (`VLCC_CUDA_TRACE`): when recording, each step waits for the stream.
+/// Step timings (`BackendOptions::trace_device`): when recording, each step waits for the
+/// stream.
 struct Trace(crate::trace::Trace);
 
 impl Trace {
-    fn new() -> Trace {
-        Trace(crate::trace::Trace::new("cuda", "VLCC_CUDA_TRACE"))
+    fn new(b: &CudaBackend) -> Trace {
+        Trace(crate::trace::Trace::new(
+            "cuda",
+            b.opts.trace_device.as_ref(),
+        ))
     }
     fn mark(&mut self, s: &CudaStream, step: &'static str) {
         self.0.mark(step, || {

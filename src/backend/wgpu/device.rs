@@ -8,10 +8,11 @@ use super::*;
 pub(super) fn module(
     device: &wgpu::Device,
     limits: &wgpu::Limits,
+    checks: ShaderChecks,
     name: &str,
     extra: &[(&str, u32)],
 ) -> Result<wgpu::ShaderModule> {
-    module_of(device, limits, name, kernel(name), extra)
+    module_of(device, limits, checks, name, kernel(name), extra)
 }
 
 /// The source of kernel file `name`.
@@ -27,6 +28,7 @@ pub(super) fn kernel(name: &str) -> &'static str {
 pub(super) fn module_of(
     device: &wgpu::Device,
     limits: &wgpu::Limits,
+    checks: ShaderChecks,
     name: &str,
     src: &str,
     extra: &[(&str, u32)],
@@ -46,21 +48,21 @@ pub(super) fn module_of(
     // constants or checked sizes); without `bounds`, every index they make is in range (the
     // host sizes each dispatch and binding; tests/wgpu.rs runs them against the CPU).
     scoped(device, || unsafe {
-        device.create_shader_module_trusted(desc, runtime_checks())
+        device.create_shader_module_trusted(desc, runtime_checks(checks))
     })
 }
 
 /// What wgpu adds to the kernels' code. By default nothing: its index clamps, loop counters
 /// and division guards cost 6-8% of training, 15% of encoding and 25% of search on an H100
 /// (notes/perf-wgpu.md, version 26), and storage buffers stay bounded by the driver where it
-/// has robust buffer access. `VLCC_WGPU_CHECKS=all` restores wgpu's default; `bounds` keeps
+/// has robust buffer access. `ShaderChecks::All` restores wgpu's default; `Bounds` keeps
 /// the index clamps only.
-pub(super) fn runtime_checks() -> wgpu::ShaderRuntimeChecks {
+pub(super) fn runtime_checks(checks: ShaderChecks) -> wgpu::ShaderRuntimeChecks {
     let mut c = wgpu::ShaderRuntimeChecks::checked();
-    match std::env::var("VLCC_WGPU_CHECKS").as_deref() {
-        Ok("all") => return c,
-        Ok("bounds") => {}
-        _ => c.bounds_checks = false,
+    match checks {
+        ShaderChecks::All => return c,
+        ShaderChecks::Bounds => {}
+        ShaderChecks::Off => c.bounds_checks = false,
     }
     c.force_loop_bounding = false;
     c.int_div_checks = false;
@@ -586,6 +588,14 @@ impl WgpuBackend {
     /// Submits what `enc` recorded.
     pub(super) fn submit(&self, enc: Rec) -> wgpu::SubmissionIndex {
         let index = self.queue.submit([enc.finish()]);
+        #[cfg(feature = "test-hooks")]
+        self.lose_if_due();
+        index
+    }
+
+    /// The test hook `WgpuOptions::lose_after`.
+    #[cfg(feature = "test-hooks")]
+    fn lose_if_due(&self) {
         let left = self.lose_after.load(Ordering::Relaxed);
         if left > 0 && self.lose_after.fetch_sub(1, Ordering::Relaxed) == 1 {
             // A driver's loss is known at once (wgpu calls back from the failing call);
@@ -593,9 +603,8 @@ impl WgpuBackend {
             self.device.destroy();
             let _ = self
                 .lost
-                .set("WGPU: the device was lost (VLCC_WGPU_LOSE_AFTER)".into());
+                .set("WGPU: the device was lost (WgpuOptions::lose_after)".into());
         }
-        index
     }
 
     /// Submits `enc` and waits for it.

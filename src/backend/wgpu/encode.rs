@@ -127,7 +127,7 @@ pub(super) fn encode_residuals(
         _ => None,
     };
     let (mut ids, mut codes) = (Vec::with_capacity(n), Vec::with_capacity(n * nsub));
-    let mut trace = Trace::new();
+    let mut trace = Trace::new(b);
     let mut pending: Option<super::PendingRead> = None;
     let mut collect = |p: Option<super::PendingRead>| -> Result<()> {
         if let Some(p) = p {
@@ -240,7 +240,13 @@ impl WgpuBackend {
     pub(super) fn pq_pipeline(&self, dsub: usize) -> Result<Arc<wgpu::ComputePipeline>> {
         cached(&self.pq, dsub, || {
             let extra = [("D4", pq_pieces(dsub))];
-            let m = module(&self.device, &self.limits, "encode.wgsl", &extra)?;
+            let m = module(
+                &self.device,
+                &self.limits,
+                self.opts.wgpu.checks,
+                "encode.wgsl",
+                &extra,
+            )?;
             pipeline(&self.device, &m, "pq_assign")
         })
     }

@@ -123,7 +123,7 @@ impl<'a> WgpuSession<'a> {
             counts: Vec::new(),
             updated: false,
             keep: Binds::default(),
-            trace: std::cell::RefCell::new(Trace::new()),
+            trace: std::cell::RefCell::new(Trace::new(b)),
         })
     }
 

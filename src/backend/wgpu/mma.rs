@@ -4,6 +4,7 @@
 //! the fp32 kernel again. The answers are the fp32 kernel's.
 
 use super::{fold, Assign, Params, Rec, WgpuBackend};
+use crate::backend::{Cooperative, ShaderChecks};
 use crate::error::Result;
 
 /// Anchors per chunk of `assign_mma` (`CH` in mma.wgsl).
@@ -45,20 +46,23 @@ pub(super) struct Support {
 }
 
 /// The features the kernels need, and the subgroup size that fixes their tile, where the
-/// adapter has them and `VLCC_WGPU_MMA=1` asks for them: cooperative 16 x 16 x 16 matrices
+/// adapter has them and `WgpuOptions::cooperative` asks for them: cooperative 16 x 16 x 16 matrices
 /// with fp16 inputs and fp32 sums, one subgroup size of 32 or 64, and the workgroup memory.
 /// Else why not. (Opt-in until a GPU run shows this version exact and faster than the fp32
-/// kernel: notes/perf-wgpu.md, version 24.) `VLCC_WGPU_MMA=emulate` builds the kernel with
+/// kernel: notes/perf-wgpu.md, version 24.) `Cooperative::Emulate` builds the kernel with
 /// its products summed by every thread (`EMULATED`) where the adapter has fp16 and
 /// subgroups, so that everything around the products runs on any such adapter
 /// (tests/wgpu.rs, on lavapipe in CI).
-pub(super) fn supported(adapter: &wgpu::Adapter) -> std::result::Result<Support, String> {
+pub(super) fn supported(
+    adapter: &wgpu::Adapter,
+    asked: Cooperative,
+) -> std::result::Result<Support, String> {
     use wgpu::{CooperativeScalarType as S, Features as F};
-    let var = std::env::var("VLCC_WGPU_MMA");
-    let emulate = match var.as_deref() {
-        Ok("1") => false,
-        Ok("emulate") => true,
-        _ => return Err("not asked for (VLCC_WGPU_MMA=1)".into()),
+    let emulate = match asked {
+        Cooperative::Off => return Err("not asked for (WgpuOptions::cooperative)".into()),
+        Cooperative::On => false,
+        #[cfg(feature = "test-hooks")]
+        Cooperative::Emulate => true,
     };
     let mut need = F::SHADER_F16 | F::SUBGROUP;
     if !emulate {
@@ -104,7 +108,7 @@ pub(super) fn supported(adapter: &wgpu::Adapter) -> std::result::Result<Support,
     })
 }
 
-/// The products without cooperative matrices, for the test hook (`VLCC_WGPU_MMA=emulate`).
+/// The products without cooperative matrices, for the test hook (`Cooperative::Emulate`).
 const EMULATED: &str = include_str!("../../../kernels/wgpu/mma_emulated.wgsl.part");
 
 /// mma.wgsl, with its products emulated where `emulate`.
@@ -121,9 +125,14 @@ fn source(emulate: bool) -> String {
 }
 
 impl Mma {
-    pub fn new(device: &wgpu::Device, limits: &wgpu::Limits, s: &Support) -> Result<Mma> {
+    pub fn new(
+        device: &wgpu::Device,
+        limits: &wgpu::Limits,
+        checks: ShaderChecks,
+        s: &Support,
+    ) -> Result<Mma> {
         let src = source(s.emulate);
-        let m = super::module_of(device, limits, "mma.wgsl", &src, &[("SG", s.sg)])?;
+        let m = super::module_of(device, limits, checks, "mma.wgsl", &src, &[("SG", s.sg)])?;
         Ok(Mma {
             halves: super::pipeline(device, &m, "halves")?,
             assign: super::pipeline(device, &m, "assign_mma")?,
@@ -132,7 +141,7 @@ impl Mma {
         })
     }
 
-    /// Whether the products are the test hook's (`VLCC_WGPU_MMA=emulate`).
+    /// Whether the products are the test hook's (`Cooperative::Emulate`).
     pub fn emulated(&self) -> bool {
         self.emulated
     }
@@ -216,7 +225,7 @@ impl WgpuBackend {
             let left = self
                 .read(std::mem::replace(enc, self.encoder()), &[(listed, 4)])
                 .map(|r| u32::from_le_bytes(r[0][..4].try_into().expect("4 bytes")));
-            eprintln!("wgpu trace rows left to fp32: {left:?} of {}", a.rows);
+            trace.note(|| format!("rows left to fp32: {left:?} of {}", a.rows));
         }
         self.assign_exact(enc, a, Some(listed));
         trace.mark(self, enc, "assign fp32 rest");

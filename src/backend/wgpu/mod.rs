@@ -18,7 +18,10 @@ mod search;
 use device::*;
 use gemm::*;
 
-use super::{Backend, BackendKind, Caps, CodebookView, KmeansSession, ListsView, Transfers};
+use super::{
+    Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession, ListsView,
+    ShaderChecks, Transfers,
+};
 use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -96,6 +99,7 @@ pub struct WgpuBackend {
     /// Why the device was lost, once it is: every later call answers with it.
     lost: Arc<OnceLock<String>>,
     /// Submissions left before the test hook destroys the device (0: never).
+    #[cfg(feature = "test-hooks")]
     lose_after: AtomicU64,
     /// Parameter blocks by content: iterations repeat the same few, so each is made once.
     uniforms: Mutex<HashMap<[u32; 12], wgpu::Buffer>>,
@@ -107,6 +111,7 @@ pub struct WgpuBackend {
     host: Mutex<Option<host::HostPool>>,
     /// Assignment on cooperative matrices, or why it is not used.
     coop: std::result::Result<mma::Mma, String>,
+    opts: BackendOptions,
 }
 
 /// Adapters, real GPUs first (a CPU adapter is a software driver).
@@ -127,7 +132,7 @@ fn adapters() -> Vec<wgpu::Adapter> {
 }
 
 /// Opens adapter `device` (real GPUs are numbered before software ones).
-pub fn open(device: usize) -> Result<WgpuBackend> {
+pub fn open(device: usize, opts: &BackendOptions) -> Result<WgpuBackend> {
     let all = adapters();
     let found = all.len();
     let Some(adapter) = all.into_iter().nth(device) else {
@@ -149,7 +154,7 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
             info.name
         )));
     }
-    let coop = mma::supported(&adapter);
+    let coop = mma::supported(&adapter, opts.wgpu.cooperative);
     let (device, queue) = pollster::block_on(
         adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("vlc_compress"),
@@ -192,17 +197,15 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
     let wg = workgroup_size(&limits);
     // A smaller binding cap makes tests split arrays into blocks on any adapter.
     let mut limits = limits;
-    if let Some(cap) = std::env::var("VLCC_WGPU_MAX_BINDING")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    if opts.wgpu.max_binding > 0 {
+        let cap = opts.wgpu.max_binding;
         limits.max_storage_buffer_binding_size =
             limits.max_storage_buffer_binding_size.min(cap.max(4096));
     }
     let (dots, kmeans, encode) = (
-        module(&device, &limits, "dots.wgsl", &[])?,
-        module(&device, &limits, "kmeans.wgsl", &[])?,
-        module(&device, &limits, "encode.wgsl", &[])?,
+        module(&device, &limits, opts.wgpu.checks, "dots.wgsl", &[])?,
+        module(&device, &limits, opts.wgpu.checks, "kmeans.wgsl", &[])?,
+        module(&device, &limits, opts.wgpu.checks, "encode.wgsl", &[])?,
     );
     let pipe = |m: &wgpu::ShaderModule, entry: &str| pipeline(&device, m, entry);
     let k = Pipelines {
@@ -222,7 +225,8 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
     // Where the adapter offers cooperative matrices but their kernels do not build, the
     // fp32 kernels serve alone.
     let coop = coop.and_then(|c| {
-        mma::Mma::new(&device, &limits, &c).map_err(|e| format!("its kernels failed: {e}"))
+        mma::Mma::new(&device, &limits, opts.wgpu.checks, &c)
+            .map_err(|e| format!("its kernels failed: {e}"))
     });
     Ok(WgpuBackend {
         name: format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type),
@@ -235,40 +239,41 @@ pub fn open(device: usize) -> Result<WgpuBackend> {
         pq: Mutex::new(Vec::new()),
         fault,
         lost,
-        // A test hook: `VLCC_WGPU_LOSE_AFTER=N` destroys the device after its Nth submission,
-        // so tests can check that each step of a run answers a lost device with an error.
-        lose_after: AtomicU64::new(
-            std::env::var("VLCC_WGPU_LOSE_AFTER")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-        ),
+        #[cfg(feature = "test-hooks")]
+        lose_after: AtomicU64::new(opts.wgpu.lose_after),
         uniforms: Mutex::new(Default::default()),
         h2d: AtomicU64::new(0),
         d2h: AtomicU64::new(0),
         lists: Mutex::new(super::Resident::new()),
         codebook: Mutex::new(super::Resident::new()),
-        // `VLCC_WGPU_HOST_STAGING=0` sends uploads through mapped buffers, as on adapters
-        // without host-memory staging (tests use it to run that path on any adapter).
-        host: Mutex::new(match std::env::var("VLCC_WGPU_HOST_STAGING").as_deref() {
-            Ok("0") => None,
-            _ => host::HostPool::new(&device, STREAM_PIECE),
+        // Mapped uploads are what adapters without host-memory staging do (tests run that
+        // path on any adapter).
+        host: Mutex::new(match opts.wgpu.mapped_uploads {
+            true => None,
+            false => host::HostPool::new(&device, STREAM_PIECE),
         }),
+        opts: opts.clone(),
         coop,
         device,
     })
 }
 
-/// Step timings (`VLCC_WGPU_TRACE`): when recording, each step is submitted on its own and
+/// Step timings (`BackendOptions::trace_device`): when recording, each step is submitted on its own and
 /// waited for.
 pub(crate) struct Trace(crate::trace::Trace);
 
 impl Trace {
-    pub fn new() -> Trace {
-        Trace(crate::trace::Trace::new("wgpu", "VLCC_WGPU_TRACE"))
+    pub fn new(b: &WgpuBackend) -> Trace {
+        Trace(crate::trace::Trace::new(
+            "wgpu",
+            b.opts.trace_device.as_ref(),
+        ))
     }
     pub fn recording(&self) -> bool {
         self.0.recording()
+    }
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        self.0.note(line)
     }
     /// Ends a step: when recording, submits what `enc` holds, waits, and starts a new encoder.
     pub fn mark(&mut self, b: &WgpuBackend, enc: &mut Rec, step: &'static str) {
@@ -282,6 +287,9 @@ impl Trace {
 impl Backend for WgpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
+    }
+    fn options(&self) -> &BackendOptions {
+        &self.opts
     }
     fn caps(&self) -> Caps {
         Caps {

@@ -93,7 +93,13 @@ impl WgpuBackend {
     fn search_pipes(&self, lut: u32, want: u32) -> Result<Arc<Pipes>> {
         super::cached(&self.search, (lut, want), || {
             let extra = [("WG", SEARCH_WG), ("LUT", lut), ("WANT", want)];
-            let m = super::module(&self.device, &self.limits, "search.wgsl", &extra)?;
+            let m = super::module(
+                &self.device,
+                &self.limits,
+                self.opts.wgpu.checks,
+                "search.wgsl",
+                &extra,
+            )?;
             let pipe = |e: &str| super::pipeline(&self.device, &m, e);
             Ok(Pipes {
                 coarse: pipe("coarse_probe")?,
@@ -179,7 +185,7 @@ fn search_batch(
             dp as u32,
         ])
     };
-    let mut trace = Trace::new();
+    let mut trace = Trace::new(b);
     let mut enc = b.encoder();
     trace.mark(b, &mut enc, "upload");
     b.dots(&mut enc, &qd, nb, &dc.anchors, m, d, &scores)?;

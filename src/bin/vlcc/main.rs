@@ -61,10 +61,11 @@ pub(crate) struct RunOpts {
 
 impl RunOpts {
     fn context(&self) -> vlc_compress::Result<Arc<Context>> {
-        Ok(Arc::new(Context::new(
+        Ok(Arc::new(Context::with_options(
             self.backend,
             self.device,
             self.threads,
+            &backend_options_from_env(),
         )?))
     }
 
@@ -523,4 +524,33 @@ fn search(a: SearchArgs) -> AnyResult {
     let out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs});
     eval::print_object(&out, a.run.json);
     Ok(())
+}
+
+/// The backend options the environment asks for: the library reads no environment, the
+/// command does (README, "Environment").
+fn backend_options_from_env() -> vlc_compress::BackendOptions {
+    use vlc_compress::backend::{Cooperative, ShaderChecks, TraceSink};
+    let var = |name: &str| std::env::var(name).ok();
+    let set = |name: &str| var(name).is_some_and(|v| !v.is_empty() && v != "0");
+    let to_stderr = || Some(Arc::new(|line: &str| eprintln!("{line}")) as TraceSink);
+    let mut o = vlc_compress::BackendOptions::default();
+    if set("VLCC_CUDA_TRACE") || set("VLCC_WGPU_TRACE") {
+        o.trace_device = to_stderr();
+    }
+    if set("VLCC_TRAIN_TRACE") || set("VLCC_CUDA_HOST_TRACE") {
+        o.trace_host = to_stderr();
+    }
+    o.wgpu.checks = match var("VLCC_WGPU_CHECKS").as_deref() {
+        Some("all") => ShaderChecks::All,
+        Some("bounds") => ShaderChecks::Bounds,
+        _ => ShaderChecks::Off,
+    };
+    if var("VLCC_WGPU_MMA").as_deref() == Some("1") {
+        o.wgpu.cooperative = Cooperative::On;
+    }
+    o.wgpu.mapped_uploads = var("VLCC_WGPU_HOST_STAGING").as_deref() == Some("0");
+    o.wgpu.max_binding = var("VLCC_WGPU_MAX_BINDING")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    o
 }
