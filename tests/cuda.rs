@@ -393,11 +393,11 @@ fn encoding_and_adding_from_device_memory_match_host_memory_and_check_the_input(
     let cb = c.codebook().unwrap().clone();
     // An index filled from device memory holds what one filled from host memory does.
     let ids: Vec<u64> = (0..n as u64).map(|i| 7 * i + 3).collect();
-    let (mut from_host, mut from_dev) = (c.new_index().unwrap(), c.new_index().unwrap());
-    g.run(|b| from_host.add(b, x[..].into(), &ids)).unwrap();
+    let on_g = || vlc_compress::Index::new(g.clone(), cb.clone()).unwrap();
+    let (mut from_host, mut from_dev) = (on_g(), on_g());
+    from_host.add(&x[..], &ids).unwrap();
     // SAFETY: nothing writes the buffer during the call.
-    g.run(|b| unsafe { from_dev.add_device(b, at, &ids) })
-        .unwrap();
+    unsafe { from_dev.add_device(at, &ids) }.unwrap();
     let p = vlc_compress::SearchParams {
         k: 10,
         nprobe: 8,
@@ -405,8 +405,8 @@ fn encoding_and_adding_from_device_memory_match_host_memory_and_check_the_input(
     };
     let q = &x[..500 * d];
     let (a, b) = (
-        g.run(|bk| from_host.search_with(bk, q, &p, None)).unwrap(),
-        g.run(|bk| from_dev.search_with(bk, q, &p, None)).unwrap(),
+        from_host.search(q, &p, None).unwrap(),
+        from_dev.search(q, &p, None).unwrap(),
     );
     assert_eq!((a.ids, a.distances), (b.ids, b.distances));
     // Memory from the stream-ordered pool (cuMemAllocAsync, as cudarc allocates) reads alike.
@@ -490,9 +490,8 @@ fn device_rerank_matches_the_host_rerank_and_checks_its_rows() {
         let host = ix.search(q, &sp, Some(&raw as &dyn RawVectors)).unwrap();
         let before = g.backend().transfers().d2h_bytes;
         // SAFETY (every device search here): nothing writes the buffer meanwhile.
-        let dev = g
-            .run(|b| unsafe { ix.search_device_raw(b, q, &sp, buf.0, n) })
-            .unwrap();
+        let on_g = ix.to_context(g.clone()).unwrap();
+        let dev = unsafe { on_g.search_device_raw(q, &sp, buf.0, n) }.unwrap();
         let d2h = g.backend().transfers().d2h_bytes - before;
         let frac = common::same_records(&host.ids, &dev.ids, 1);
         eprintln!("{metric:?} {bits}-bit rerank {rerank}: same ids {frac:.4}, {d2h} bytes back");
@@ -514,8 +513,8 @@ fn device_rerank_matches_the_host_rerank_and_checks_its_rows() {
         nprobe: 4,
         rerank: 40,
     };
-    let search =
-        |at: u64, rows: usize| g.run(|b| unsafe { ix.search_device_raw(b, q, &sp, at, rows) });
+    let on_g = ix.to_context(g.clone()).unwrap();
+    let search = |at: u64, rows: usize| unsafe { on_g.search_device_raw(q, &sp, at, rows) };
     // Ids without a row, as on the host.
     let half = search(buf.0, n / 2).unwrap_err();
     let half_host = DenseRaw {
@@ -557,15 +556,11 @@ fn device_rerank_matches_the_host_rerank_and_checks_its_rows() {
     }
     // More candidates than the device keeps.
     let many = SearchParams { rerank: 200, ..sp };
-    let e = g
-        .run(|b| unsafe { ix.search_device_raw(b, q, &many, buf.0, n) })
-        .unwrap_err();
+    let e = unsafe { on_g.search_device_raw(q, &many, buf.0, n) }.unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     assert!(search(buf.0, n).is_ok());
     // Other backends say they cannot.
-    let e = cpu
-        .run(|b| unsafe { ix.search_device_raw(b, q, &sp, buf.0, n) })
-        .unwrap_err();
+    let e = unsafe { ix.search_device_raw(q, &sp, buf.0, n) }.unwrap_err();
     assert!(matches!(e, Error::BackendUnavailable(_)), "{e}");
 }
 

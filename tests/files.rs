@@ -34,14 +34,17 @@ fn every_load(bytes: &[u8], dir: &Path) -> Vec<(&'static str, vlc_compress::Resu
     let path = dir.join("f.vlcc");
     std::fs::write(&path, bytes).unwrap();
     vec![
-        ("load_index mmap", format::load_index(&path, true).map(drop)),
+        (
+            "load_index mmap",
+            Index::load(common::ctx(1), &path, true).map(drop),
+        ),
         (
             "load_index copy",
-            format::load_index(&path, false).map(drop),
+            Index::load(common::ctx(1), &path, false).map(drop),
         ),
         (
             "read_index_bytes",
-            format::read_index_bytes(bytes).map(drop),
+            Index::from_bytes(common::ctx(1), bytes).map(drop),
         ),
         ("load_codebook", format::load_codebook(&path).map(drop)),
         (
@@ -111,7 +114,7 @@ fn a_legal_but_huge_shape_loads_in_bounded_memory_and_searches() {
     for mmap in [true, false] {
         let path = dir.join("wide.vlcc");
         std::fs::write(&path, &bytes).unwrap();
-        let ix = format::load_index(&path, mmap).unwrap();
+        let ix = Index::load(common::ctx(1), &path, mmap).unwrap();
         let p = SearchParams {
             k: 3,
             nprobe: 2,
@@ -123,13 +126,13 @@ fn a_legal_but_huge_shape_loads_in_bounded_memory_and_searches() {
             "an empty index finds nothing"
         );
     }
-    let ix = format::read_index_bytes(&bytes).unwrap();
+    let ix = Index::from_bytes(common::ctx(1), &bytes).unwrap();
     assert_eq!(ix.nlist(), 1 << 20);
 }
 
 /// A valid index file of `small()`, to edit.
 fn valid() -> Vec<u8> {
-    format::index_bytes(&small())
+    small().to_bytes()
 }
 
 fn put_f32(b: &mut [u8], at: usize, v: f32) {
@@ -159,9 +162,9 @@ fn values_the_checksums_hold_are_still_checked() {
     let p = dir.join("ids.vlcc");
     std::fs::write(&p, &b).unwrap();
     for r in [
-        format::load_index(&p, true).map(drop),
-        format::load_index(&p, false).map(drop),
-        format::read_index_bytes(&b).map(drop),
+        Index::load(common::ctx(1), &p, true).map(drop),
+        Index::load(common::ctx(1), &p, false).map(drop),
+        Index::from_bytes(common::ctx(1), &b).map(drop),
     ] {
         assert!(
             matches!(&r, Err(Error::Corrupt(m)) if m.contains("UINT64_MAX")),
@@ -255,8 +258,8 @@ fn loads_refuse_fifos_and_directories_without_blocking() {
         let t = target.clone();
         let rs: Vec<vlc_compress::Result<()>> = answers("loading", move || {
             vec![
-                format::load_index(&t, true).map(drop),
-                format::load_index(&t, false).map(drop),
+                Index::load(common::ctx(1), &t, true).map(drop),
+                Index::load(common::ctx(1), &t, false).map(drop),
                 format::load_codebook(&t).map(drop),
             ]
         });
@@ -285,10 +288,10 @@ fn saves_never_replace_what_is_not_a_regular_file() {
     let fifo = dir.join("pipe");
     mkfifo(&fifo);
     let r = answers("saving", {
-        let (ix, fifo) = (format::index_bytes(&ix), fifo.clone());
+        let (ix, fifo) = (ix.to_bytes(), fifo.clone());
         move || {
-            let ix = format::read_index_bytes(&ix).unwrap();
-            format::save_index(&ix, &fifo)
+            let ix = Index::from_bytes(common::ctx(1), &ix).unwrap();
+            ix.save(&fifo)
         }
     });
     assert!(
@@ -306,7 +309,7 @@ fn saves_never_replace_what_is_not_a_regular_file() {
     let c = std::ffi::CString::new(null.to_str().unwrap()).unwrap();
     // SAFETY: a valid path; makedev(1, 3) is the null device.
     if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } == 0 {
-        let r = format::save_index(&ix, &null);
+        let r = ix.save(&null);
         assert!(
             matches!(&r, Err(Error::InvalidArgument(m)) if m.contains("a character device")),
             "{r:?}"
@@ -320,7 +323,7 @@ fn saves_never_replace_what_is_not_a_regular_file() {
     // A link to a FIFO is refused too.
     let link = dir.join("to-pipe");
     std::os::unix::fs::symlink(&fifo, &link).unwrap();
-    assert!(format::save_index(&ix, &link).is_err());
+    assert!(ix.save(&link).is_err());
     assert!(is_fifo(&fifo));
     assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
 }
@@ -341,7 +344,7 @@ fn saves_follow_links_and_keep_the_mode() {
     let dir = tmp("links");
     let ix = small();
     let real = dir.join("real.vlcc");
-    format::save_index(&ix, &real).unwrap();
+    ix.save(&real).unwrap();
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
     let link = dir.join("link.vlcc");
     std::os::unix::fs::symlink("real.vlcc", &link).unwrap();
@@ -371,7 +374,7 @@ fn saves_follow_links_and_keep_the_mode() {
         m
     };
     let fresh = dir.join("fresh.vlcc");
-    format::save_index(&ix, &fresh).unwrap();
+    ix.save(&fresh).unwrap();
     let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o666 & !(mask as u32), "umask {mask:o}");
     assert!(leftovers(&dir).is_empty());
@@ -391,7 +394,7 @@ fn stale_temporaries_of_dead_processes_go_at_the_next_save() {
     for p in [&stale, &live, &other] {
         std::fs::write(p, b"partial").unwrap();
     }
-    format::save_index(&ix, &dir.join("ix.vlcc")).unwrap();
+    ix.save(dir.join("ix.vlcc")).unwrap();
     assert!(!stale.exists(), "a dead process's temporary is removed");
     assert!(live.exists(), "a running process's temporary stays");
     assert!(

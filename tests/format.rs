@@ -13,7 +13,7 @@ fn small_index() -> (Index, Vec<f32>, usize) {
     c.train(&x, d).unwrap();
     let mut ix = c.new_index().unwrap();
     let ids: Vec<u64> = (0..2000u64).map(|i| i * 3 + 1).collect();
-    ctx.run(|b| ix.add(b, x[..].into(), &ids)).unwrap();
+    ix.add(&x[..], &ids).unwrap();
     (ix, x, d)
 }
 
@@ -22,7 +22,7 @@ fn index_round_trips_through_files_and_memory_maps() {
     let (ix, x, d) = small_index();
     let dir = tempdir();
     let path = dir.join("a.vlcc");
-    format::save_index(&ix, &path).unwrap();
+    ix.save(&path).unwrap();
     let p = SearchParams {
         k: 5,
         nprobe: 4,
@@ -30,15 +30,15 @@ fn index_round_trips_through_files_and_memory_maps() {
     };
     let want = ix.search(&x[..50 * d], &p, None).unwrap();
     for mmap in [true, false] {
-        let back = format::load_index(&path, mmap).unwrap();
+        let back = Index::load(common::ctx(1), &path, mmap).unwrap();
         assert_eq!(back.stats().memory_mapped, mmap);
         assert_eq!(back.len(), ix.len());
         assert_eq!(back.codebook().fingerprint(), ix.codebook().fingerprint());
         assert_eq!(back.search(&x[..50 * d], &p, None).unwrap(), want);
-        assert_eq!(format::index_bytes(&back), std::fs::read(&path).unwrap());
+        assert_eq!(back.to_bytes(), std::fs::read(&path).unwrap());
     }
     // A mapped index becomes writable on first change.
-    let mut m = format::load_index(&path, true).unwrap();
+    let mut m = Index::load(common::ctx(1), &path, true).unwrap();
     assert_eq!(m.remove(&[1, 4]).unwrap(), 2);
     assert!(!m.stats().memory_mapped);
     // Codebook alone, from its own file or from the index file.
@@ -47,7 +47,10 @@ fn index_round_trips_through_files_and_memory_maps() {
     assert_eq!(&format::load_codebook(&cbp).unwrap(), &**ix.codebook());
     assert_eq!(&format::load_codebook(&path).unwrap(), &**ix.codebook());
     assert!(
-        matches!(format::load_index(&cbp, true), Err(Error::Corrupt(_))),
+        matches!(
+            Index::load(common::ctx(1), &cbp, true),
+            Err(Error::Corrupt(_))
+        ),
         "a codebook is not an index"
     );
     // Only the final file is left behind: no temporaries.
@@ -62,7 +65,7 @@ fn index_round_trips_through_files_and_memory_maps() {
 #[test]
 fn every_flipped_byte_and_truncation_is_an_error_not_a_panic() {
     let (ix, _, _) = small_index();
-    let bytes = format::index_bytes(&ix);
+    let bytes = ix.to_bytes();
     // Every header/table byte, then a stride through the sections.
     let positions: Vec<usize> = (0..256.min(bytes.len()))
         .chain((256..bytes.len()).step_by(97))
@@ -70,14 +73,10 @@ fn every_flipped_byte_and_truncation_is_an_error_not_a_panic() {
     for &i in &positions {
         let mut b = bytes.clone();
         b[i] ^= 0x5a;
-        match format::read_index_bytes(&b) {
+        match Index::from_bytes(common::ctx(1), &b) {
             Err(Error::Corrupt(_)) | Err(Error::UnsupportedVersion { .. }) => {}
             // Padding between sections is not covered by checksums: a flip there is harmless.
-            Ok(back) => assert_eq!(
-                format::index_bytes(&back),
-                bytes,
-                "flip at {i} changed the content"
-            ),
+            Ok(back) => assert_eq!(back.to_bytes(), bytes, "flip at {i} changed the content"),
             Err(e) => panic!("flip at {i}: unexpected {e}"),
         }
         // The codebook reader sees the same bytes: any answer but a panic is fine.
@@ -85,7 +84,7 @@ fn every_flipped_byte_and_truncation_is_an_error_not_a_panic() {
     }
     for len in (0..bytes.len()).step_by(61).chain([bytes.len() - 1]) {
         assert!(
-            format::read_index_bytes(&bytes[..len]).is_err(),
+            Index::from_bytes(common::ctx(1), &bytes[..len]).is_err(),
             "truncated to {len}"
         );
     }
@@ -95,11 +94,12 @@ fn every_flipped_byte_and_truncation_is_an_error_not_a_panic() {
     let sum = xxhash_rust::xxh3::xxh3_64(&v[..56]);
     v[56..64].copy_from_slice(&sum.to_le_bytes());
     assert!(matches!(
-        format::read_index_bytes(&v),
+        Index::from_bytes(common::ctx(1), &v),
         Err(Error::UnsupportedVersion { found: 99, .. })
     ));
     assert!(matches!(
-        format::read_index_bytes(
+        Index::from_bytes(
+            common::ctx(1),
             b"not a file at all, just some text padding it out to 64 bytes...."
         ),
         Err(Error::Corrupt(_))
@@ -111,16 +111,16 @@ fn failed_save_leaves_the_old_file_intact() {
     let (ix, _, _) = small_index();
     let dir = tempdir();
     let path = dir.join("keep.vlcc");
-    format::save_index(&ix, &path).unwrap();
+    ix.save(&path).unwrap();
     let before = std::fs::read(&path).unwrap();
     // Saving into a missing directory fails cleanly.
     assert!(matches!(
-        format::save_index(&ix, &dir.join("missing/x.vlcc")),
+        ix.save(dir.join("missing/x.vlcc")),
         Err(Error::Io { .. })
     ));
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert!(matches!(
-        format::load_index(&dir.join("nope.vlcc"), true),
+        Index::load(common::ctx(1), dir.join("nope.vlcc"), true),
         Err(Error::Io { .. })
     ));
     std::fs::remove_dir_all(dir).unwrap();

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use vlc_compress::{format, vecio};
+use vlc_compress::{vecio, Index};
 
 const CHILD: &str = "VLCC_TEST_KILL_SAVE_DIR";
 const KILLS: usize = 50;
@@ -16,13 +16,13 @@ const KILLS: usize = 50;
 /// The child: loads a.vlcc and b.vlcc from the directory, says so, then saves them in turn
 /// over target.vlcc until it is killed.
 fn child(dir: &Path) {
-    let a = format::load_index(&dir.join("a.vlcc"), false).unwrap();
-    let b = format::load_index(&dir.join("b.vlcc"), false).unwrap();
+    let a = Index::load(common::ctx(1), dir.join("a.vlcc"), false).unwrap();
+    let b = Index::load(common::ctx(1), dir.join("b.vlcc"), false).unwrap();
     println!("ready");
     let target = dir.join("target.vlcc");
     loop {
-        format::save_index(&a, &target).unwrap();
-        format::save_index(&b, &target).unwrap();
+        a.save(&target).unwrap();
+        b.save(&target).unwrap();
     }
 }
 
@@ -53,13 +53,12 @@ fn killed_saves_leave_the_old_or_the_new_file() {
     };
     let ctx = common::ctx(0);
     let mut a = common::indexed(&ctx, common::small_params(32, 16), &train);
-    let mut b = vlc_compress::Index::new(a.codebook().clone()).unwrap();
+    let mut b = vlc_compress::Index::new(common::ctx(1), a.codebook().clone()).unwrap();
     let ids: Vec<u64> = (0..n as u64).collect();
-    ctx.run(|be| a.add(be, x[..].into(), &ids)).unwrap();
-    ctx.run(|be| b.add(be, x[..n / 2 * d].into(), &ids[..n / 2]))
-        .unwrap();
-    format::save_index(&a, &dir.join("a.vlcc")).unwrap();
-    format::save_index(&b, &dir.join("b.vlcc")).unwrap();
+    a.add(&x[..], &ids).unwrap();
+    b.add(&x[..n / 2 * d], &ids[..n / 2]).unwrap();
+    a.save(dir.join("a.vlcc")).unwrap();
+    b.save(dir.join("b.vlcc")).unwrap();
     let (abytes, bbytes) = (
         std::fs::read(dir.join("a.vlcc")).unwrap(),
         std::fs::read(dir.join("b.vlcc")).unwrap(),
@@ -67,7 +66,7 @@ fn killed_saves_leave_the_old_or_the_new_file() {
     let target = dir.join("target.vlcc");
     std::fs::copy(dir.join("a.vlcc"), &target).unwrap();
     let t = Instant::now();
-    format::save_index(&a, &target).unwrap();
+    a.save(&target).unwrap();
     let save = t.elapsed();
 
     // Kill points spread over two saves' time after the child is ready, from a fixed seed.
@@ -113,7 +112,7 @@ fn killed_saves_leave_the_old_or_the_new_file() {
         } else {
             panic!("the target holds neither index ({} bytes)", now.len());
         }
-        format::load_index(&target, true).unwrap();
+        Index::load(common::ctx(1), &target, true).unwrap();
     }
     eprintln!(
         "{KILLS} kills, save {save:?}: {mid_save} left a temporary file, target held a {saw_a}x, b {saw_b}x"
@@ -123,7 +122,7 @@ fn killed_saves_leave_the_old_or_the_new_file() {
         "no kill landed inside a save: the test tested nothing"
     );
     // The next save removes every temporary of the killed processes.
-    format::save_index(&b, &target).unwrap();
+    b.save(&target).unwrap();
     assert!(temporaries(&dir).is_empty(), "{:?}", temporaries(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,8 +62,7 @@ fn the_no_result_marker_is_no_id() {
     let before = ix.len();
     let mut ids: Vec<u64> = (0..10).collect();
     ids[7] = u64::MAX;
-    let ctx = common::ctx(0);
-    let r = ctx.run(|be| ix.add(be, b.data[..10 * D].into(), &ids));
+    let r = ix.add(&b.data[..10 * D], &ids);
     assert!(
         matches!(&r, Err(Error::InvalidArgument(m)) if m.contains("ids[7]") && m.contains("18446744073709551615")),
         "{r:?}"
@@ -93,9 +92,8 @@ fn values_whose_distances_overflow_are_named() {
     // Encoding such a vector, too.
     let mut x = b.data[..4 * D].to_vec();
     x[2 * D] = -2e19;
-    let ctx = common::ctx(0);
     let mut ix = ix;
-    let r = ctx.run(|be| ix.add(be, x[..].into(), &[1, 2, 3, 4]));
+    let r = ix.add(&x[..], &[1, 2, 3, 4]);
     assert!(
         matches!(&r, Err(Error::NonFinite(m)) if m.contains("vectors: row 2")),
         "{r:?}"

@@ -150,7 +150,7 @@ fn concurrent_searches_match_sequential() {
 
 #[test]
 fn remove_merge_and_bad_search_input() {
-    let (demo, mut ix, ctx) = build(Metric::L2, 8, 8);
+    let (demo, mut ix, _) = build(Metric::L2, 8, 8);
     let d = demo.base.cols;
     let n = ix.len();
     let gone: Vec<u64> = (0..1000).collect();
@@ -170,16 +170,14 @@ fn remove_merge_and_bad_search_input() {
     assert!(r.ids.iter().all(|&i| i >= 1000));
 
     // Merging an index built on the same codebook adds its vectors back.
-    let mut other = Index::new(ix.codebook().clone()).unwrap();
-    ctx.run(|b| other.add(b, demo.base.data[..1000 * d].into(), &gone))
-        .unwrap();
+    let mut other = Index::new(ix.context().clone(), ix.codebook().clone()).unwrap();
+    other.add(&demo.base.data[..1000 * d], &gone).unwrap();
     ix.merge_from(&other).unwrap();
     assert_eq!(ix.len(), n);
 
     // k larger than the index: missing slots are marked.
-    let mut tiny = Index::new(ix.codebook().clone()).unwrap();
-    ctx.run(|b| tiny.add(b, demo.base.data[..3 * d].into(), &[7, 8, 9]))
-        .unwrap();
+    let mut tiny = Index::new(ix.context().clone(), ix.codebook().clone()).unwrap();
+    tiny.add(&demo.base.data[..3 * d], &[7, 8, 9]).unwrap();
     let r = tiny
         .search(
             &demo.query.data[..d],
@@ -250,10 +248,10 @@ fn remove_merge_and_bad_search_input() {
     );
     let at = demo.base.data.as_ptr() as u64;
     // SAFETY: nothing is read: the CPU backend refuses device memory.
-    let e = unsafe { ix.search_device_raw(ctx.backend(), &demo.query.data[..d], &rr, at, 10) };
+    let e = unsafe { ix.search_device_raw(&demo.query.data[..d], &rr, at, 10) };
     assert!(matches!(e, Err(Error::BackendUnavailable(_))), "{e:?}");
     assert!(matches!(
-        ix.add(ctx.backend(), demo.base.data[..d].into(), &[1, 2]),
+        ix.add(&demo.base.data[..d], &[1, 2]),
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(ix.len(), n, "failed add adds nothing");

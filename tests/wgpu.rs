@@ -266,8 +266,8 @@ fn a_lost_device_answers_every_call_with_an_error() {
         let cb = c.codebook()?.clone();
         let codes = ctx.run(|b| cb.encode(b, x[..].into()))?;
         let mut ix = c.new_index()?;
-        ctx.run(|b| ix.add(b, x[..].into(), &ids))?;
-        let found = ctx.run(|b| ix.search_with(b, &x[..100 * d], &sp, None))?;
+        ix.add(&x[..], &ids)?;
+        let found = ix.search(&x[..100 * d], &sp, None)?;
         Ok(codes.len() + found.ids.len())
     };
     let whole = run(&g).unwrap();

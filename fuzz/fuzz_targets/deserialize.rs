@@ -3,10 +3,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vlc_compress::format;
+use vlc_compress::{format, Index};
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(ix) = format::read_index_bytes(data) {
+    if let Ok(ix) = Index::from_bytes(vlc_compress_fuzz::cpu(), data) {
         vlc_compress_fuzz::use_index(&ix, Some(data));
     }
     if let Ok(cb) = format::read_codebook_bytes(data) {

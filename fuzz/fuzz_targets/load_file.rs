@@ -3,13 +3,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vlc_compress::format;
+use vlc_compress::{format, Index};
 
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("vlcc-fuzz-load-{}.vlcc", std::process::id()));
     std::fs::write(&path, data).unwrap();
     for mmap in [true, false] {
-        if let Ok(ix) = format::load_index(&path, mmap) {
+        if let Ok(ix) = Index::load(vlc_compress_fuzz::cpu(), &path, mmap) {
             vlc_compress_fuzz::use_index(&ix, Some(data));
         }
     }

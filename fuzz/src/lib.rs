@@ -2,7 +2,15 @@
 //! next must work or fail with a status, and what loads must save back to the same bytes
 //! (the reader accepts only the layout the writer makes).
 
-use vlc_compress::{format, Codebook, Index, SearchParams};
+use std::sync::{Arc, OnceLock};
+use vlc_compress::{format, BackendKind, Codebook, Context, Index, SearchParams};
+
+/// One CPU context for every input (opening a thread pool per input would be the cost).
+pub fn cpu() -> Arc<Context> {
+    static CPU: OnceLock<Arc<Context>> = OnceLock::new();
+    CPU.get_or_init(|| Arc::new(Context::new(BackendKind::Cpu, 0, 1).unwrap()))
+        .clone()
+}
 
 /// The tests' file crafting: `reseal` gives mutated bytes their checksums back.
 #[path = "../../tests/common/craft.rs"]
@@ -49,7 +57,7 @@ pub fn use_codebook(cb: &Codebook, file: Option<&[u8]>) {
 /// Uses an index that loaded: search (with and without re-rank), stats, reconstruction, and its
 /// bytes round-trip.
 pub fn use_index(ix: &Index, file: Option<&[u8]>) {
-    let bytes = format::index_bytes(ix);
+    let bytes = ix.to_bytes();
     if let Some(f) = file {
         assert_eq!(
             bytes,

@@ -4,8 +4,8 @@ use super::boundary::{
     c_path, check_ptr, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice,
     write_out, FfiResult,
 };
+use super::buffer::vlcc_buffer;
 use super::context::{context_arc, vlcc_context};
-use super::index::vlcc_buffer;
 use super::status::vlcc_status;
 use crate::error::num;
 use crate::params::{Init, Metric, Precision, Rotation, TrainParams};

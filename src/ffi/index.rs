@@ -4,12 +4,12 @@ use super::boundary::{
     c_path, check_ptr, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice,
     write_out, FfiResult,
 };
+use super::buffer::vlcc_buffer;
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
 use super::status::vlcc_status;
-use crate::{format, Backend, Context, DenseRaw, Index, RawVectors, SearchParams, Vectors};
+use crate::{DenseRaw, Index, RawVectors, SearchParams, Vectors};
 use std::ffi::c_char;
-use std::sync::Arc;
 
 /// Opaque handle to an index. Owned by the caller; free with `vlcc_index_free`. Thread rules:
 /// calls taking `const vlcc_index*` (search, size, stats, save, serialize) may run concurrently
@@ -17,34 +17,6 @@ use std::sync::Arc;
 /// on the same index at the same time).
 pub struct vlcc_index {
     _private: [u8; 0],
-}
-
-/// An index and the context it runs on.
-struct IndexHandle {
-    ctx: Arc<Context>,
-    index: Index,
-}
-
-/// A byte buffer owned by the library (a serialized codebook or index). Release it with
-/// `vlcc_buffer_free`. When `len` is 0, `data` may be NULL.
-#[repr(C)]
-#[derive(Debug)]
-pub struct vlcc_buffer {
-    /// The bytes.
-    pub data: *mut u8,
-    /// Number of bytes.
-    pub len: usize,
-}
-
-impl vlcc_buffer {
-    pub(crate) fn from_vec(v: Vec<u8>) -> vlcc_buffer {
-        let b = v.into_boxed_slice();
-        let len = b.len();
-        vlcc_buffer {
-            data: Box::into_raw(b) as *mut u8,
-            len,
-        }
-    }
 }
 
 /// Sizes and balance of an index.
@@ -69,16 +41,16 @@ pub struct vlcc_index_info {
     pub memory_mapped: u32,
 }
 
-unsafe fn index_ref<'a>(p: *const vlcc_index) -> FfiResult<&'a IndexHandle> {
-    handle::<vlcc_index, IndexHandle>(p, "index")
+unsafe fn index_ref<'a>(p: *const vlcc_index) -> FfiResult<&'a Index> {
+    handle::<vlcc_index, Index>(p, "index")
 }
 
-unsafe fn index_mut<'a>(p: *mut vlcc_index) -> FfiResult<&'a mut IndexHandle> {
-    handle_mut::<vlcc_index, IndexHandle>(p, "index")
+unsafe fn index_mut<'a>(p: *mut vlcc_index) -> FfiResult<&'a mut Index> {
+    handle_mut::<vlcc_index, Index>(p, "index")
 }
 
-fn boxed(ctx: Arc<Context>, index: Index) -> *mut vlcc_index {
-    Box::into_raw(Box::new(IndexHandle { ctx, index })) as *mut vlcc_index
+fn boxed(index: Index) -> *mut vlcc_index {
+    Box::into_raw(Box::new(index)) as *mut vlcc_index
 }
 
 /// Creates an empty index on the compressor's trained codebook and context. The index keeps
@@ -92,7 +64,7 @@ pub unsafe extern "C" fn vlcc_index_new(
         need_out(out, "out")?;
         let c = compressor_ref(c)?;
         let index = c.new_index()?;
-        write_out(out, boxed(c.context().clone(), index), "out")
+        write_out(out, boxed(index), "out")
     }
 }
 
@@ -100,24 +72,23 @@ pub unsafe extern "C" fn vlcc_index_new(
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_free(ix: *mut vlcc_index) {
     if !ix.is_null() {
-        let _ = std::panic::catch_unwind(|| drop(Box::from_raw(ix as *mut IndexHandle)));
+        let _ = std::panic::catch_unwind(|| drop(Box::from_raw(ix as *mut Index)));
     }
 }
 
 /// Adds `n` vectors with their `ids` (n values): `input` checks the vectors, given the index's
-/// dimension, before the ids are read; `put` adds them on the index's backend.
-unsafe fn add<X: Send>(
+/// dimension, before the ids are read; `put` adds them.
+unsafe fn add<X>(
     ix: *mut vlcc_index,
     n: usize,
     ids: *const u64,
     input: impl FnOnce(usize) -> FfiResult<X>,
-    put: impl FnOnce(&mut Index, &dyn Backend, X, &[u64]) -> crate::Result<()> + Send,
+    put: impl FnOnce(&mut Index, X, &[u64]) -> crate::Result<()>,
 ) -> FfiResult {
-    let h = index_mut(ix)?;
-    let x = input(h.index.codebook().dim())?;
+    let ix = index_mut(ix)?;
+    let x = input(ix.codebook().dim())?;
     let ids = slice(ids, n, "ids")?;
-    let IndexHandle { ctx, index } = h;
-    ctx.run(|b| put(index, b, x, ids))?;
+    put(ix, x, ids)?;
     Ok(())
 }
 
@@ -133,7 +104,7 @@ pub unsafe extern "C" fn vlcc_index_add(
 ) -> vlcc_status {
     ffi_boundary! {
         let input = |d| Ok(Vectors::F32(slice(x, count(n, d, "vectors")?, "x")?));
-        add(ix, n, ids, input, |ix, b, x, ids| ix.add(b, x, ids))
+        add(ix, n, ids, input, |ix, x, ids| ix.add(x, ids))
     }
 }
 
@@ -147,7 +118,7 @@ pub unsafe extern "C" fn vlcc_index_add_f16(
 ) -> vlcc_status {
     ffi_boundary! {
         let input = |d| Ok(Vectors::F16(bytemuck::cast_slice(slice(x, count(n, d, "vectors")?, "x")?)));
-        add(ix, n, ids, input, |ix, b, x, ids| ix.add(b, x, ids))
+        add(ix, n, ids, input, |ix, x, ids| ix.add(x, ids))
     }
 }
 
@@ -170,12 +141,9 @@ pub unsafe extern "C" fn vlcc_index_add_device(
             }
             Ok(x as u64)
         };
-        add(ix, n, ids, input, |ix, b, at, ids| match ids {
-            [] => crate::backend::need_device_memory(b, "adding from device memory"),
-            // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the
-            // backend checks the range before reading it.
-            _ => unsafe { ix.add_device(b, at, ids) },
-        })
+        // SAFETY: the caller vouches that nothing writes the vectors meanwhile; the backend
+        // checks the range before reading it (and answers first where it cannot).
+        add(ix, n, ids, input, |ix, at, ids| unsafe { ix.add_device(at, ids) })
     }
 }
 
@@ -207,11 +175,11 @@ pub unsafe extern "C" fn vlcc_index_search(
 ) -> vlcc_status {
     ffi_boundary! {
         let (h, q, p) = search_args(ix, queries, nq, k, nprobe, rerank)?;
-        let d = h.index.codebook().dim();
+        let d = h.codebook().dim();
         let raw = if rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
         let inputs = [("queries", q), ("raw vectors", raw.as_ref().map_or(&[][..], |r| r.data))];
-        write_results(h, &inputs, nq, k, ids, distances, |b| {
-            h.index.search_with(b, q, &p, raw.as_ref().map(|r| r as &dyn RawVectors))
+        write_results(&inputs, nq, k, ids, distances, || {
+            h.search(q, &p, raw.as_ref().map(|r| r as &dyn RawVectors))
         })
     }
 }
@@ -239,15 +207,15 @@ pub unsafe extern "C" fn vlcc_index_search_device_raw(
 ) -> vlcc_status {
     ffi_boundary! {
         let (h, q, p) = search_args(ix, queries, nq, k, nprobe, rerank)?;
-        let d = h.index.codebook().dim();
+        let d = h.codebook().dim();
         if rerank > 0 && raw_n > 0 {
             check_ptr(raw, count(raw_n, d, "raw vectors")?, "raw")?;
         }
         let at = raw as u64;
-        write_results(h, &[("queries", q)], nq, k, ids, distances, |b| {
+        write_results(&[("queries", q)], nq, k, ids, distances, || {
             // SAFETY: the caller vouches that nothing writes the rows meanwhile; the backend
             // checks the range before reading it.
-            unsafe { h.index.search_device_raw(b, q, &p, at, raw_n) }
+            unsafe { h.search_device_raw(q, &p, at, raw_n) }
         })
     }
 }
@@ -260,23 +228,22 @@ unsafe fn search_args<'a>(
     k: usize,
     nprobe: usize,
     rerank: usize,
-) -> FfiResult<(&'a IndexHandle, &'a [f32], SearchParams)> {
+) -> FfiResult<(&'a Index, &'a [f32], SearchParams)> {
     let h = index_ref(ix)?;
-    let d = h.index.codebook().dim();
+    let d = h.codebook().dim();
     let q = slice(queries, count(nq, d, "queries")?, "queries")?;
     Ok((h, q, SearchParams { k, nprobe, rerank }))
 }
 
-/// Runs `search` on the index's context and copies its results to the caller's `ids` and
-/// `distances` (nq*k each), which must not overlap each other or the host `inputs`.
+/// Runs `search` and copies its results to the caller's `ids` and `distances` (nq*k each),
+/// which must not overlap each other or the host `inputs`.
 unsafe fn write_results(
-    h: &IndexHandle,
     inputs: &[(&str, &[f32])],
     nq: usize,
     k: usize,
     ids: *mut u64,
     distances: *mut f32,
-    search: impl FnOnce(&dyn Backend) -> crate::Result<crate::SearchResults> + Send,
+    search: impl FnOnce() -> crate::Result<crate::SearchResults>,
 ) -> FfiResult {
     let need = count(nq, k, "results")?;
     let out_ids = out_buf(ids, need, need, "ids")?;
@@ -286,7 +253,7 @@ unsafe fn write_results(
         no_overlap(x, out_ids, &format!("{what} and ids"))?;
         no_overlap(x, out_d, &format!("{what} and distances"))?;
     }
-    let res = h.ctx.run(search)?;
+    let res = search()?;
     out_ids.copy_from_slice(&res.ids);
     out_d.copy_from_slice(&res.distances);
     Ok(())
@@ -304,7 +271,7 @@ pub unsafe extern "C" fn vlcc_index_remove(
     ffi_boundary! {
         let h = index_mut(ix)?;
         let ids = slice(ids, n, "ids")?;
-        let r = h.index.remove(ids)?;
+        let r = h.remove(ids)?;
         if !removed.is_null() {
             write_out(removed, r, "removed")?;
         }
@@ -326,7 +293,7 @@ pub unsafe extern "C" fn vlcc_index_merge(
         }
         let o = index_ref(other)?;
         let h = index_mut(ix)?;
-        h.index.merge_from(&o.index)?;
+        h.merge_from(o)?;
         Ok(())
     }
 }
@@ -335,7 +302,7 @@ pub unsafe extern "C" fn vlcc_index_merge(
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_size(ix: *const vlcc_index, out: *mut usize) -> vlcc_status {
     ffi_boundary! {
-        let n = index_ref(ix)?.index.len();
+        let n = index_ref(ix)?.len();
         write_out(out, n, "out")
     }
 }
@@ -344,7 +311,7 @@ pub unsafe extern "C" fn vlcc_index_size(ix: *const vlcc_index, out: *mut usize)
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_dim(ix: *const vlcc_index, out: *mut usize) -> vlcc_status {
     ffi_boundary! {
-        let d = index_ref(ix)?.index.codebook().dim();
+        let d = index_ref(ix)?.codebook().dim();
         write_out(out, d, "out")
     }
 }
@@ -356,7 +323,7 @@ pub unsafe extern "C" fn vlcc_index_stats(
     out: *mut vlcc_index_info,
 ) -> vlcc_status {
     ffi_boundary! {
-        let s = index_ref(ix)?.index.stats();
+        let s = index_ref(ix)?.stats();
         let v = vlcc_index_info {
             vectors: s.vectors as u64,
             lists: s.lists as u64,
@@ -379,8 +346,7 @@ pub unsafe extern "C" fn vlcc_index_save(
     path: *const c_char,
 ) -> vlcc_status {
     ffi_boundary! {
-        let h = index_ref(ix)?;
-        format::save_index(&h.index, c_path(path, "path")?)?;
+        index_ref(ix)?.save(c_path(path, "path")?)?;
         Ok(())
     }
 }
@@ -399,8 +365,8 @@ pub unsafe extern "C" fn vlcc_index_load(
     ffi_boundary! {
         need_out(out, "out")?;
         let ctx = context_arc(ctx)?;
-        let index = format::load_index(c_path(path, "path")?, mmap != 0)?;
-        write_out(out, boxed(ctx, index), "out")
+        let index = Index::load(ctx, c_path(path, "path")?, mmap != 0)?;
+        write_out(out, boxed(index), "out")
     }
 }
 
@@ -413,7 +379,7 @@ pub unsafe extern "C" fn vlcc_index_serialize(
 ) -> vlcc_status {
     ffi_boundary! {
         need_out(out, "out")?;
-        let bytes = format::index_bytes(&index_ref(ix)?.index);
+        let bytes = index_ref(ix)?.to_bytes();
         write_out(out, vlcc_buffer::from_vec(bytes), "out")
     }
 }
@@ -429,26 +395,9 @@ pub unsafe extern "C" fn vlcc_index_deserialize(
     ffi_boundary! {
         need_out(out, "out")?;
         let ctx = context_arc(ctx)?;
-        let index = format::read_index_bytes(slice(data, len, "data")?)?;
-        write_out(out, boxed(ctx, index), "out")
+        let index = Index::from_bytes(ctx, slice(data, len, "data")?)?;
+        write_out(out, boxed(index), "out")
     }
-}
-
-/// Releases a library-owned buffer and sets it to `{NULL, 0}`. NULL, or a buffer already
-/// released, is a no-op.
-#[no_mangle]
-pub unsafe extern "C" fn vlcc_buffer_free(buf: *mut vlcc_buffer) {
-    if buf.is_null() {
-        return;
-    }
-    let b = &mut *buf;
-    if !b.data.is_null() {
-        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-            b.data, b.len,
-        )));
-    }
-    b.data = std::ptr::null_mut();
-    b.len = 0;
 }
 
 /// Writes every stored vector's id into `ids` (`len` slots) and its approximate vector (decoded
@@ -466,15 +415,15 @@ pub unsafe extern "C" fn vlcc_index_reconstruct(
     ffi_boundary! {
         need_out(out_n, "out_n")?;
         let h = index_ref(ix)?;
-        let n = h.index.len();
+        let n = h.len();
         if ids.is_null() && len == 0 {
             return write_out(out_n, n, "out_n");
         }
-        let d = h.index.codebook().dim();
+        let d = h.codebook().dim();
         let out_ids = out_buf(ids, len, n, "ids")?;
         let out_v = out_buf(vectors, count(len, d, "vectors")?, count(n, d, "vectors")?, "vectors")?;
         no_overlap(out_ids, out_v, "ids and vectors")?;
-        let (all_ids, all_v) = h.ctx.run(|_| h.index.reconstruct_all())?;
+        let (all_ids, all_v) = h.context().run(|_| h.reconstruct_all())?;
         out_ids.copy_from_slice(&all_ids);
         out_v.copy_from_slice(&all_v);
         write_out(out_n, n, "out_n")

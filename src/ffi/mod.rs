@@ -12,12 +12,14 @@
 
 #[macro_use]
 mod boundary;
+pub mod buffer;
 pub mod compressor;
 pub mod context;
 pub mod index;
 pub mod status;
 pub mod version;
 
+pub use buffer::*;
 pub use compressor::*;
 pub use context::*;
 pub use index::*;

@@ -5,13 +5,16 @@
 //! Little-endian throughout. Saving writes a temporary file, fsyncs it and renames it over the
 //! target (`crate::files`), so a crash never leaves a half-written file under the real name.
 
+mod lists;
 mod read;
 mod write;
 
 pub use crate::files::write_atomically;
-pub(crate) use read::MappedLists;
-pub use read::{load_codebook, load_index, read_codebook_bytes, read_index_bytes};
-pub use write::{codebook_bytes, index_bytes, save_codebook, save_index};
+pub(crate) use lists::{Lists, MappedLists};
+pub use read::{load_codebook, read_codebook_bytes};
+pub(crate) use read::{load_index, read_index_bytes};
+pub use write::{codebook_bytes, save_codebook};
+pub(crate) use write::{index_bytes, save_index};
 
 use std::path::Path;
 

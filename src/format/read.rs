@@ -3,11 +3,9 @@
 
 use super::*;
 use crate::error::{Error, Result};
-use crate::index::{Index, Lists};
 use crate::params::{Metric, Rotation};
 use crate::quant::{Codebook, ProductQuantizer};
 use std::ops::Range;
-use std::sync::Arc;
 
 /// Fuzz builds (`cargo fuzz` sets `cfg(fuzzing)`) skip the checksums, so that mutated bytes
 /// reach every other check instead of stopping at the first hash; every other build checks.
@@ -300,28 +298,6 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
     })
 }
 
-/// Lists read in place from a memory map.
-#[derive(Debug)]
-pub(crate) struct MappedLists {
-    map: memmap2::Mmap,
-    offsets: Vec<u64>,
-    ids: Range<usize>,
-    codes: Range<usize>,
-    code_size: usize,
-}
-
-impl MappedLists {
-    pub fn list(&self, j: usize) -> (&[u64], &[u8]) {
-        let (a, b) = (self.offsets[j] as usize, self.offsets[j + 1] as usize);
-        // Sections are 64-byte aligned and the map is page aligned, so the cast cannot fail.
-        let ids: &[u64] = bytemuck::cast_slice(&self.map[self.ids.clone()]);
-        (
-            &ids[a..b],
-            &self.map[self.codes.start + a * self.code_size..self.codes.start + b * self.code_size],
-        )
-    }
-}
-
 fn kind_check(l: &Layout, want: Kind) -> Result<()> {
     if l.kind != want as u32 {
         return corrupt(format!("file holds kind {}, expected {:?}", l.kind, want));
@@ -329,8 +305,8 @@ fn kind_check(l: &Layout, want: Kind) -> Result<()> {
     Ok(())
 }
 
-fn owned_index(b: &[u8], l: &Layout, cb: Codebook, meta: &Meta) -> Result<Index> {
-    let ll = lists(b, l, &cb, meta)?;
+fn owned_lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<Lists> {
+    let ll = lists(b, l, cb, meta)?;
     let ids_all: Vec<u64> = bytemuck::pod_collect_to_vec(&b[ll.ids.clone()]);
     let codes_all = &b[ll.codes.clone()];
     let nl = cb.anchors();
@@ -340,7 +316,7 @@ fn owned_index(b: &[u8], l: &Layout, cb: Codebook, meta: &Meta) -> Result<Index>
         ids.push(ids_all[s..e].to_vec());
         codes.push(codes_all[s * ll.code_size..e * ll.code_size].to_vec());
     }
-    Index::with_lists(Arc::new(cb), Lists::Owned { ids, codes })
+    Ok(Lists::Owned { ids, codes })
 }
 
 /// Parses a codebook from bytes (a codebook or an index file).
@@ -349,12 +325,13 @@ pub fn read_codebook_bytes(b: &[u8]) -> Result<Codebook> {
     Ok(codebook(b, &l)?.0)
 }
 
-/// Parses an index from bytes (copied into memory).
-pub fn read_index_bytes(b: &[u8]) -> Result<Index> {
+/// Parses an index's codebook and lists from bytes (copied into memory).
+pub(crate) fn read_index_bytes(b: &[u8]) -> Result<(Codebook, Lists)> {
     let l = layout(b)?;
     kind_check(&l, Kind::Index)?;
     let (cb, meta) = codebook(b, &l)?;
-    owned_index(b, &l, cb, &meta)
+    let lists = owned_lists(b, &l, &cb, &meta)?;
+    Ok((cb, lists))
 }
 
 fn open_map(path: &Path) -> Result<memmap2::Mmap> {
@@ -371,15 +348,16 @@ pub fn load_codebook(path: &Path) -> Result<Codebook> {
     read_codebook_bytes(&open_map(path)?)
 }
 
-/// Loads an index. With `mmap`, ids and codes stay in the file's memory map and are used in
-/// place (the first `add`/`remove` copies them into memory); otherwise they are read in.
-pub fn load_index(path: &Path, mmap: bool) -> Result<Index> {
+/// Loads an index's codebook and lists. With `mmap`, ids and codes stay in the file's memory
+/// map and are used in place; otherwise they are read in.
+pub(crate) fn load_index(path: &Path, mmap: bool) -> Result<(Codebook, Lists)> {
     let map = open_map(path)?;
     let l = layout(&map)?;
     kind_check(&l, Kind::Index)?;
     let (cb, meta) = codebook(&map, &l)?;
     if !mmap {
-        return owned_index(&map, &l, cb, &meta);
+        let lists = owned_lists(&map, &l, &cb, &meta)?;
+        return Ok((cb, lists));
     }
     let ll = lists(&map, &l, &cb, &meta)?;
     if bytemuck::try_cast_slice::<u8, u64>(&map[ll.ids.clone()]).is_err() {
@@ -392,5 +370,5 @@ pub fn load_index(path: &Path, mmap: bool) -> Result<Index> {
         codes: ll.codes,
         code_size: ll.code_size,
     };
-    Index::with_lists(Arc::new(cb), Lists::Mapped(mapped))
+    Ok((cb, Lists::Mapped(mapped)))
 }

@@ -2,7 +2,6 @@
 //! written front to back in one stream.
 
 use super::*;
-use crate::index::Index;
 use crate::quant::Codebook;
 use std::io::Write;
 
@@ -114,14 +113,14 @@ fn emit(
     w.write_all(&zeros[..file_len - pos])
 }
 
-fn with_sections<R>(ix: Option<&Index>, cb: &Codebook, f: impl FnOnce(Kind, &[Section]) -> R) -> R {
+fn with_sections<R>(ix: Option<&Lists>, cb: &Codebook, f: impl FnOnce(Kind, &[Section]) -> R) -> R {
     match ix {
         None => {
             let m = meta(cb, 0);
             f(Kind::Codebook, &codebook_sections(cb, &m))
         }
         Some(ix) => {
-            let nl = ix.nlist();
+            let nl = cb.anchors();
             let mut offsets = Vec::with_capacity(nl + 1);
             offsets.push(0u64);
             for j in 0..nl {
@@ -148,7 +147,7 @@ fn with_sections<R>(ix: Option<&Index>, cb: &Codebook, f: impl FnOnce(Kind, &[Se
     }
 }
 
-fn save(path: &Path, ix: Option<&Index>, cb: &Codebook) -> crate::Result<()> {
+fn save(path: &Path, ix: Option<&Lists>, cb: &Codebook) -> crate::Result<()> {
     write_atomically(path, |file| {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
         with_sections(ix, cb, |kind, s| emit(&mut w, kind, cb.fingerprint, s))?;
@@ -156,7 +155,7 @@ fn save(path: &Path, ix: Option<&Index>, cb: &Codebook) -> crate::Result<()> {
     })
 }
 
-fn to_bytes(ix: Option<&Index>, cb: &Codebook) -> Vec<u8> {
+fn to_bytes(ix: Option<&Lists>, cb: &Codebook) -> Vec<u8> {
     let mut out = Vec::new();
     with_sections(ix, cb, |kind, s| emit(&mut out, kind, cb.fingerprint, s))
         .expect("writing to memory cannot fail");
@@ -169,8 +168,8 @@ pub fn save_codebook(cb: &Codebook, path: &Path) -> crate::Result<()> {
 }
 
 /// Saves an index: codebook and lists (atomically).
-pub fn save_index(ix: &Index, path: &Path) -> crate::Result<()> {
-    save(path, Some(ix), &ix.cb)
+pub(crate) fn save_index(cb: &Codebook, lists: &Lists, path: &Path) -> crate::Result<()> {
+    save(path, Some(lists), cb)
 }
 
 /// A codebook serialized to memory (same bytes as its file).
@@ -179,6 +178,6 @@ pub fn codebook_bytes(cb: &Codebook) -> Vec<u8> {
 }
 
 /// An index serialized to memory (same bytes as its file).
-pub fn index_bytes(ix: &Index) -> Vec<u8> {
-    to_bytes(Some(ix), &ix.cb)
+pub(crate) fn index_bytes(cb: &Codebook, lists: &Lists) -> Vec<u8> {
+    to_bytes(Some(lists), cb)
 }

@@ -1,13 +1,16 @@
-//! The Index: a Codebook plus inverted lists (ids and residual codes per anchor).
-//! `search(&self)` is safe from many threads at once; `add`/`remove` take `&mut self`.
+//! The Index: a Codebook plus inverted lists (ids and residual codes per anchor), on the
+//! context whose backend adds and searches. `search(&self)` is safe from many threads at
+//! once; `add`/`remove` take `&mut self`.
 
 mod search;
 
 pub use search::{DenseRaw, RawVectors, SearchResults};
 
-use crate::backend::{Backend, CodebookView, ListsView};
+use crate::backend::{CodebookView, ListsView};
 use crate::error::{Error, Result};
+use crate::format::Lists;
 use crate::quant::{Codebook, Vectors};
+use crate::Context;
 use std::sync::Arc;
 
 /// recall@`at`: the fraction of each query's true top-`at` (`gt`: rows of `gt_cols` ids, nearest
@@ -36,16 +39,6 @@ fn check_ids(ids: &[u64]) -> Result<()> {
     }
 }
 
-/// Inverted lists, either owned or used in place from a memory-mapped file.
-#[derive(Debug)]
-pub(crate) enum Lists {
-    Owned {
-        ids: Vec<Vec<u64>>,
-        codes: Vec<Vec<u8>>,
-    },
-    Mapped(crate::format::MappedLists),
-}
-
 type OwnedLists<'a> = (&'a mut Vec<Vec<u64>>, &'a mut Vec<Vec<u8>>);
 
 /// Sizes and balance of an index.
@@ -67,6 +60,7 @@ pub struct IndexStats {
 /// A searchable compressed index.
 #[derive(Debug)]
 pub struct Index {
+    ctx: Arc<Context>,
     pub(crate) cb: Arc<Codebook>,
     pub(crate) lists: Lists,
     /// Lookup-table terms derived from the codebook (never stored in files).
@@ -87,22 +81,54 @@ fn next_stamp() -> u64 {
 const MAX_TERM_BYTES: usize = 512 << 20;
 
 impl Index {
-    /// An empty index on a trained codebook. Its search tables are allocated here: a machine
-    /// without the memory for them gives `OutOfMemory`.
-    pub fn new(cb: Arc<Codebook>) -> Result<Index> {
-        let m = cb.anchors();
-        Index::with_lists(
-            cb,
-            Lists::Owned {
-                ids: crate::error::try_vec(m, Vec::new(), "index lists")?,
-                codes: crate::error::try_vec(m, Vec::new(), "index lists")?,
-            },
-        )
+    /// An empty index on a trained codebook, adding and searching on `ctx`. Its search
+    /// tables are allocated here: a machine without the memory for them gives `OutOfMemory`.
+    pub fn new(ctx: Arc<Context>, cb: Arc<Codebook>) -> Result<Index> {
+        let lists = Lists::empty(cb.anchors())?;
+        Index::from_parts(ctx, cb, lists)
     }
 
-    pub(crate) fn with_lists(cb: Arc<Codebook>, lists: Lists) -> Result<Index> {
+    /// Loads an index file onto `ctx`. With `mmap`, ids and codes stay in the file's memory
+    /// map and are used in place (the first `add`/`remove` copies them into memory);
+    /// otherwise they are read in. Damaged files give `Corrupt`.
+    pub fn load(ctx: Arc<Context>, path: impl AsRef<std::path::Path>, mmap: bool) -> Result<Index> {
+        let (cb, lists) = crate::format::load_index(path.as_ref(), mmap)?;
+        Index::from_parts(ctx, Arc::new(cb), lists)
+    }
+
+    /// Parses an index from the bytes of its file (`to_bytes`), onto `ctx`.
+    pub fn from_bytes(ctx: Arc<Context>, bytes: &[u8]) -> Result<Index> {
+        let (cb, lists) = crate::format::read_index_bytes(bytes)?;
+        Index::from_parts(ctx, Arc::new(cb), lists)
+    }
+
+    /// Saves codebook and lists to `path` (atomically: a crash leaves the old file or the new).
+    pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        crate::format::save_index(&self.cb, &self.lists, path.as_ref())
+    }
+
+    /// The bytes of this index's file.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        crate::format::index_bytes(&self.cb, &self.lists)
+    }
+
+    /// A copy of this index on another context (another backend or device, say); the
+    /// lists are copied into memory.
+    pub fn to_context(&self, ctx: Arc<Context>) -> Result<Index> {
+        let m = self.nlist();
+        let (mut ids, mut codes) = (Vec::with_capacity(m), Vec::with_capacity(m));
+        for j in 0..m {
+            let (i, c) = self.list(j);
+            ids.push(i.to_vec());
+            codes.push(c.to_vec());
+        }
+        Index::from_parts(ctx, self.cb.clone(), Lists::Owned { ids, codes })
+    }
+
+    fn from_parts(ctx: Arc<Context>, cb: Arc<Codebook>, lists: Lists) -> Result<Index> {
         let tables = search::Tables::new(&cb, MAX_TERM_BYTES)?;
         Ok(Index {
+            ctx,
             cb,
             lists,
             tables,
@@ -114,6 +140,11 @@ impl Index {
         &self.cb
     }
 
+    /// The context this index adds and searches on.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
     /// Number of lists (anchors).
     pub fn nlist(&self) -> usize {
         self.cb.anchors()
@@ -121,10 +152,7 @@ impl Index {
 
     /// Ids and codes of list `j`.
     pub(crate) fn list(&self, j: usize) -> (&[u64], &[u8]) {
-        match &self.lists {
-            Lists::Owned { ids, codes } => (&ids[j], &codes[j]),
-            Lists::Mapped(m) => m.list(j),
-        }
+        self.lists.list(j)
     }
 
     /// Runs `f` with this index's codebook and lists as devices read them.
@@ -191,9 +219,11 @@ impl Index {
         }
     }
 
-    /// Encodes `x` (n x d) and appends it with the caller's `ids` (one per vector). Ids need not
-    /// be unique; `remove` drops every vector with a given id. On error nothing is added.
-    pub fn add(&mut self, backend: &dyn Backend, x: Vectors<'_>, ids: &[u64]) -> Result<()> {
+    /// Encodes `x` (n x d, f32 or f16) on the context's backend and appends it with the
+    /// caller's `ids` (one per vector). Ids need not be unique; `remove` drops every vector
+    /// with a given id. On error nothing is added.
+    pub fn add<'a>(&mut self, x: impl Into<Vectors<'a>>, ids: &[u64]) -> Result<()> {
+        let x = x.into();
         let d = self.cb.dim();
         if x.len() != ids.len() * d {
             return Err(Error::InvalidArgument(format!(
@@ -204,20 +234,25 @@ impl Index {
             )));
         }
         check_ids(ids)?;
-        let (anchor, codes) = self.cb.encode_parts(backend, x)?;
+        let cb = &self.cb;
+        let (anchor, codes) = self.ctx.run(|b| cb.encode_parts(b, x))?;
         self.append(&anchor, &codes, ids)
     }
 
     /// As `add`, for `ids.len()` vectors in CUDA device memory at address `at`, read in place
-    /// (`Codebook::encode_parts_device`; CUDA backends only).
+    /// (`Codebook::encode_parts_device`; contexts whose backend reads device memory only,
+    /// else `BackendUnavailable`).
     ///
     /// # Safety
     /// Nothing writes the vectors at `at` while the call runs.
-    pub unsafe fn add_device(&mut self, backend: &dyn Backend, at: u64, ids: &[u64]) -> Result<()> {
-        crate::backend::need_device_memory(backend, "adding from device memory")?;
+    pub unsafe fn add_device(&mut self, at: u64, ids: &[u64]) -> Result<()> {
+        crate::backend::need_device_memory(self.ctx.backend(), "adding from device memory")?;
         check_ids(ids)?;
+        let cb = &self.cb;
         // SAFETY: as the caller vouches.
-        let (anchor, codes) = unsafe { self.cb.encode_parts_device(backend, at, ids.len())? };
+        let (anchor, codes) = self
+            .ctx
+            .run(|b| unsafe { cb.encode_parts_device(b, at, ids.len()) })?;
         self.append(&anchor, &codes, ids)
     }
 

@@ -8,7 +8,7 @@
 
 use super::Index;
 use crate::backend::layout;
-use crate::backend::{Backend, CpuBackend, DeviceRerank};
+use crate::backend::{Backend, DeviceRerank};
 use crate::error::{check_finite, raw_missing, raw_not_finite, try_vec, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
@@ -224,21 +224,21 @@ impl TopK {
 const QUERY_BLOCK: usize = 16;
 
 impl Index {
-    /// Searches `queries` (nq x d) on the host. Safe to call from many threads at once.
-    /// With `p.rerank > 0`, the best `rerank` candidates are re-scored exactly against `raw`.
+    /// Searches `queries` (nq x d) on the context's backend: on its device where it scans
+    /// lists there (lists uploaded once and kept until the index changes), else on the host,
+    /// with the same results up to the rounding of the distance sums. Safe to call from many
+    /// threads at once. With `p.rerank > 0`, the best `rerank` candidates are re-scored
+    /// exactly against `raw`.
     pub fn search(
         &self,
         queries: &[f32],
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
     ) -> Result<SearchResults> {
-        self.search_with(&CpuBackend::default(), queries, p, raw)
+        self.context().run(|b| self.search_on(b, queries, p, raw))
     }
 
-    /// Searches through `backend` when it searches on its device (lists uploaded once and
-    /// kept there until the index changes), else on the host as [`Index::search`]. Same
-    /// results up to the rounding of the distance sums.
-    pub fn search_with(
+    fn search_on(
         &self,
         backend: &dyn Backend,
         queries: &[f32],
@@ -269,7 +269,7 @@ impl Index {
         results(k, ids, dist)
     }
 
-    /// As [`Index::search_with`], with the re-rank against raw vectors in CUDA device memory:
+    /// As [`Index::search`], with the re-rank against raw vectors in CUDA device memory:
     /// `n` rows of the index's dimension at address `at` (row i holds the vector of id i;
     /// the memory `Compressor::encode_device` takes), read in place on the device, where the
     /// candidates stay (at most 128 per query: a larger `p.rerank` is an `InvalidArgument`).
@@ -282,6 +282,22 @@ impl Index {
     /// Nothing writes the rows at `at` while the call runs.
     pub unsafe fn search_device_raw(
         &self,
+        queries: &[f32],
+        p: &SearchParams,
+        at: u64,
+        n: usize,
+    ) -> Result<SearchResults> {
+        // SAFETY: as the caller vouches.
+        self.context()
+            .run(|b| unsafe { self.search_device_raw_on(b, queries, p, at, n) })
+    }
+
+    /// `search_device_raw` on `backend`.
+    ///
+    /// # Safety
+    /// As `search_device_raw`.
+    unsafe fn search_device_raw_on(
+        &self,
         backend: &dyn Backend,
         queries: &[f32],
         p: &SearchParams,
@@ -293,7 +309,7 @@ impl Index {
         p.validate()?;
         crate::backend::need_device_memory(backend, "re-ranking against device memory")?;
         if p.rerank == 0 {
-            return self.search_with(backend, queries, p, None);
+            return self.search_on(backend, queries, p, None);
         }
         self.check_queries(queries, p)?;
         let d = self.cb.dim();

@@ -32,7 +32,7 @@ pub fn indexed(ctx: &Arc<Context>, p: TrainParams, base: &vecio::Matrix<f32>) ->
     c.train(&base.data, base.cols).unwrap();
     let mut ix = c.new_index().unwrap();
     let ids: Vec<u64> = (0..base.rows as u64).collect();
-    ctx.run(|b| ix.add(b, base.data[..].into(), &ids)).unwrap();
+    ix.add(&base.data[..], &ids).unwrap();
     ix
 }
 
@@ -103,7 +103,7 @@ pub fn mean_recall(
 /// own assertions, given both results, the device-to-host bytes of the device search and a
 /// label.
 pub fn search_parity(
-    dev: &Context,
+    dev: &Arc<Context>,
     base: &vecio::Matrix<f32>,
     query: &[f32],
     anchors: usize,
@@ -121,7 +121,8 @@ pub fn search_parity(
         let mut p = small_params(anchors, 16);
         p.metric = metric;
         p.rotation = rotation;
-        let mut ix = indexed(&cpu, p, base);
+        // Encoded on the host, searched on the device; the host's copy is the reference.
+        let mut ix = indexed(&cpu, p, base).to_context(dev.clone()).unwrap();
         let sp = SearchParams {
             k: 10,
             nprobe,
@@ -130,9 +131,10 @@ pub fn search_parity(
         let rawp = (rerank > 0).then_some(&raw as &dyn RawVectors);
         let compare = |ix: &Index, when: &str| {
             let what = format!("{metric:?} {rotation:?} rerank {rerank} {when}");
-            let host = ix.search(query, &sp, rawp).unwrap();
+            let host_ix = ix.to_context(cpu.clone()).unwrap();
+            let host = host_ix.search(query, &sp, rawp).unwrap();
             let before = dev.backend().transfers().d2h_bytes;
-            let got = dev.run(|b| ix.search_with(b, query, &sp, rawp)).unwrap();
+            let got = ix.search(query, &sp, rawp).unwrap();
             let d2h = dev.backend().transfers().d2h_bytes - before;
             let frac = same_records(&host.ids, &got.ids, 1);
             eprintln!("{what}: same ids {frac:.4}");

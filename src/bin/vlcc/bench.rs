@@ -150,7 +150,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
         if has("search") {
             let mut index = c.new_index()?;
             let ids: Vec<u64> = (0..n as u64).collect();
-            ctx.run(|b| index.add(b, x[..].into(), &ids))?;
+            index.add(&x[..], &ids)?;
             let nq = a.queries.min(n);
             let p = SearchParams {
                 k: 10,
@@ -160,11 +160,11 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             let raw = DenseRaw { data: &x, d };
             let q = &x[..nq * d];
             let (secs, _) = best(a.repeat, || {
-                Ok(ctx.run(|b| match &xd {
+                Ok(match &xd {
                     // SAFETY: nothing writes the device copy while it is searched.
-                    Some(xd) => unsafe { index.search_device_raw(b, q, &p, xd.at, n) },
-                    None => index.search_with(b, q, &p, Some(&raw as &dyn RawVectors)),
-                })?)
+                    Some(xd) => unsafe { index.search_device_raw(q, &p, xd.at, n) },
+                    None => index.search(q, &p, Some(&raw as &dyn RawVectors)),
+                }?)
             })?;
             let raw_at = if xd.is_some() { "device" } else { "host" };
             rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "queries": nq, "nprobe": a.nprobe, "rerank": a.rerank, "raw": raw_at, "seconds": secs, "qps": nq as f64 / secs})));

@@ -107,7 +107,7 @@ fn run_eval(
     let mut index = c.new_index()?;
     let ids: Vec<u64> = (0..base.rows as u64).collect();
     let t = Instant::now();
-    ctx.run(|b| index.add(b, base.data[..].into(), &ids))?;
+    index.add(&base.data[..], &ids)?;
     let encode_seconds = t.elapsed().as_secs_f64();
     let stats = index.stats();
     let raw = DenseRaw {
@@ -129,11 +129,11 @@ fn run_eval(
         // as peers' benchmarks do: a single cold run mostly measures page faults.
         let q = &query.data;
         let search = || {
-            ctx.run(|b| match &raw_d {
+            match &raw_d {
                 // SAFETY: nothing writes the device copy while it is searched.
-                Some(r) => unsafe { index.search_device_raw(b, q, &p, r.at, base.rows) },
-                None => index.search_with(b, q, &p, Some(&raw as &dyn RawVectors)),
-            })
+                Some(r) => unsafe { index.search_device_raw(q, &p, r.at, base.rows) },
+                None => index.search(q, &p, Some(&raw as &dyn RawVectors)),
+            }
         };
         let res = search()?;
         let (mut secs, mut spent, mut reps) = (f64::INFINITY, 0.0, 0);

@@ -466,8 +466,8 @@ fn build(a: BuildArgs) -> AnyResult {
     };
     let mut index = c.new_index()?;
     let ids: Vec<u64> = (0..x.rows as u64).collect();
-    ctx.run(|b| index.add(b, x.data[..].into(), &ids))?;
-    format::save_index(&index, &a.out)?;
+    index.add(&x.data[..], &ids)?;
+    index.save(&a.out)?;
     eval::print_object(&serde_json::to_value(index.stats())?, a.run.json);
     Ok(())
 }
@@ -475,7 +475,7 @@ fn build(a: BuildArgs) -> AnyResult {
 fn search(a: SearchArgs) -> AnyResult {
     output_kind(&a.out, &["ivecs", "npy"])?;
     let ctx = a.run.context()?;
-    let index = format::load_index(&a.index, true)?;
+    let index = vlc_compress::Index::load(ctx, &a.index, true)?;
     let d = index.codebook().dim();
     let q = vecio::read_vectors(&a.query)?;
     same_dim("--query", &a.query, q.cols, "the index", d)?;
@@ -493,14 +493,11 @@ fn search(a: SearchArgs) -> AnyResult {
         rerank: a.rerank,
     };
     let t = std::time::Instant::now();
-    let res = ctx.run(|b| {
-        index.search_with(
-            b,
-            &q.data,
-            &p,
-            dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors),
-        )
-    })?;
+    let res = index.search(
+        &q.data,
+        &p,
+        dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors),
+    )?;
     let secs = t.elapsed().as_secs_f64();
     match a.out.extension().and_then(|e| e.to_str()) {
         Some("ivecs") => {

@@ -1,0 +1,135 @@
+//! The compressor: training parameters and, once trained, the codebook; encodes and decodes
+//! without an index, and makes indexes on its codebook.
+
+use crate::error::{Error, Result};
+use crate::train::{NoProgress, Progress};
+use crate::{backend, linalg, Codebook, Context, Index, TrainParams, TrainReport, Vectors};
+use std::sync::Arc;
+
+/// Training parameters and, once trained, the Codebook: encodes and decodes without an index.
+#[derive(Debug)]
+pub struct Compressor {
+    ctx: Arc<Context>,
+    params: TrainParams,
+    codebook: Option<Arc<Codebook>>,
+    report: Option<TrainReport>,
+}
+
+impl Compressor {
+    pub fn new(ctx: Arc<Context>, params: TrainParams) -> Compressor {
+        Compressor {
+            ctx,
+            params,
+            codebook: None,
+            report: None,
+        }
+    }
+
+    /// A compressor around an existing codebook (loaded from a file, say).
+    pub fn with_codebook(ctx: Arc<Context>, cb: Arc<Codebook>) -> Compressor {
+        // The parameters that shaped the codebook read back as they were; the rest (how it
+        // was trained) are not stored and keep their defaults.
+        let mut params = TrainParams {
+            metric: cb.metric(),
+            bits: cb.quantizer().bits,
+            bytes_per_vector: cb.code_size(),
+            rotation: cb.rotation(),
+            ..TrainParams::default()
+        };
+        params.anchor.anchors = cb.anchors();
+        Compressor {
+            ctx,
+            params,
+            codebook: Some(cb),
+            report: None,
+        }
+    }
+
+    pub fn params(&self) -> &TrainParams {
+        &self.params
+    }
+
+    /// Parameters can change until the next `train`.
+    pub fn params_mut(&mut self) -> &mut TrainParams {
+        &mut self.params
+    }
+
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Trains a codebook on `x` (n x d). On error the previous codebook, if any, is kept.
+    pub fn train(&mut self, x: &[f32], d: usize) -> Result<&TrainReport> {
+        self.train_with_progress(x, d, &NoProgress)
+    }
+
+    pub fn train_with_progress(
+        &mut self,
+        x: &[f32],
+        d: usize,
+        progress: &dyn Progress,
+    ) -> Result<&TrainReport> {
+        let cap = self.ctx.memory_cap();
+        if cap > 0 && d > 0 {
+            // Points, their norms and assignment, and one GEMM block per thread.
+            let n = x.len() / d;
+            let need = n * 12
+                + self.params.anchor.anchors * d * 8
+                + self.ctx.threads() * linalg::BLOCK * self.params.anchor.anchors * 4;
+            if need > cap {
+                return Err(Error::OutOfMemory(format!(
+                    "training needs about {need} bytes, the cap is {cap}"
+                )));
+            }
+        }
+        let params = self.params.clone();
+        let (cb, report) = self
+            .ctx
+            .run(|b| Codebook::train(b, x, d, &params, progress))?;
+        self.codebook = Some(Arc::new(cb));
+        Ok(self.report.insert(report))
+    }
+
+    pub fn codebook(&self) -> Result<&Arc<Codebook>> {
+        self.codebook
+            .as_ref()
+            .ok_or_else(|| Error::InvalidState("the compressor is not trained".into()))
+    }
+
+    pub fn report(&self) -> Option<&TrainReport> {
+        self.report.as_ref()
+    }
+
+    /// Codec mode: `codec_size()` bytes per vector.
+    pub fn encode(&self, x: Vectors<'_>) -> Result<Vec<u8>> {
+        let cb = self.codebook()?;
+        self.ctx.run(|b| cb.encode(b, x))
+    }
+
+    /// As `encode`, for `n` vectors (n x d f32) in CUDA device memory at address `at` (a
+    /// `CUdeviceptr`, or a pointer from `cudaMalloc`, `cudaMallocManaged` or a framework's
+    /// tensor on this context's device), read in place: the bytes do not cross to the host.
+    /// The range is checked first (device or managed memory of this context's device: else
+    /// `InvalidArgument`), then the values (`NonFinite`, naming the position, as `encode`).
+    /// Contexts on other backends answer `BackendUnavailable`.
+    ///
+    /// # Safety
+    /// Nothing writes the `n` vectors at `at` while the call runs.
+    pub unsafe fn encode_device(&self, at: u64, n: usize) -> Result<Vec<u8>> {
+        backend::need_device_memory(self.ctx.backend(), "encoding from device memory")?;
+        let cb = self.codebook()?;
+        // SAFETY: as the caller vouches.
+        self.ctx.run(|b| unsafe { cb.encode_device(b, at, n) })
+    }
+
+    /// Codec mode: approximate vectors from `encode`'s bytes.
+    pub fn decode(&self, codes: &[u8]) -> Result<Vec<f32>> {
+        let cb = self.codebook()?;
+        self.ctx.run(|_| cb.decode(codes))
+    }
+
+    /// An empty index on this compressor's codebook.
+    pub fn new_index(&self) -> Result<Index> {
+        Index::new(self.ctx.clone(), self.codebook()?.clone())
+    }
+}

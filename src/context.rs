@@ -1,0 +1,71 @@
+//! The context: a backend, its device and a thread pool, shared by everything made from it.
+
+use crate::backend::{self, Backend, BackendKind, BackendOptions};
+use crate::error::{Error, Result};
+
+/// A backend, its device and a thread pool: shared by everything made from it. All methods take
+/// `&self`; the pool and backend synchronize internally.
+pub struct Context {
+    backend: Box<dyn Backend>,
+    pool: rayon::ThreadPool,
+    memory_cap: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("backend", &self.backend.describe())
+            .finish()
+    }
+}
+
+impl Context {
+    /// Opens `kind` on `device` with `threads` CPU threads (0 = one per core). `Auto` falls back
+    /// to the CPU when no GPU backend can start.
+    pub fn new(kind: BackendKind, device: usize, threads: usize) -> Result<Context> {
+        Context::with_options(kind, device, threads, &BackendOptions::default())
+    }
+
+    /// As `new`, with the backend opened with `opts`.
+    pub fn with_options(
+        kind: BackendKind,
+        device: usize,
+        threads: usize,
+        opts: &BackendOptions,
+    ) -> Result<Context> {
+        let backend = backend::open(kind, device, opts)?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("vlcc-{i}"))
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("cannot start {threads} threads: {e}")))?;
+        Ok(Context {
+            backend,
+            pool,
+            memory_cap: 0.into(),
+        })
+    }
+
+    /// Runs `f` on this context's threads with its backend.
+    pub fn run<R: Send>(&self, f: impl FnOnce(&dyn Backend) -> R + Send) -> R {
+        self.pool.install(|| f(&*self.backend))
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.backend
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// Caps the working memory of one training call, in bytes (0 = no cap).
+    pub fn set_memory_cap(&self, bytes: usize) {
+        self.memory_cap
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn memory_cap(&self) -> usize {
+        self.memory_cap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
