@@ -146,6 +146,7 @@ typedef enum {
 /**
  * Training parameters for `vlcc_compressor_set_param` / `_get_param`. Values are doubles;
  * integer parameters must hold whole numbers (exact up to 2^53). Numbers are stable.
+ * `vlcc_param_bounds` tells each one's range and default.
  */
 typedef enum {
   /**
@@ -227,7 +228,7 @@ typedef enum {
    */
   VLCC_PARAM_OPQ_ITERS = 19,
   /**
-   * Anchor initialisation: 0 k-means++, 1 a seeded sample (default).
+   * Anchor initialisation: 0 k-means++, 1 a seeded sample. Default 1.
    */
   VLCC_PARAM_INIT = 20,
   /**
@@ -236,9 +237,9 @@ typedef enum {
    */
   VLCC_PARAM_OPQ_TRAIN_POINTS = 21,
   /**
-   * Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores with
-   * near ties re-checked in fp32 wherever no balancing bias is on (the final anchors are
-   * fp32 means of fp32 assignments; faster on large sets; CUDA only).
+   * Anchor-assignment distances on GPU backends: 0 fp32, 1 TF32 tensor cores with near ties
+   * re-checked in fp32 wherever no balancing bias is on (the final anchors are fp32 means
+   * of fp32 assignments; faster on large sets; CUDA only). Default 0.
    */
   VLCC_PARAM_PRECISION = 22,
 } vlcc_param;
@@ -267,6 +268,21 @@ typedef struct vlcc_context vlcc_context;
 typedef struct vlcc_index vlcc_index;
 
 /**
+ * A byte buffer owned by the library (a serialized codebook or index). Release it with
+ * `vlcc_buffer_free`. When `len` is 0, `data` may be NULL.
+ */
+typedef struct {
+  /**
+   * The bytes.
+   */
+  uint8_t *data;
+  /**
+   * Number of bytes.
+   */
+  size_t len;
+} vlcc_buffer;
+
+/**
  * What the last training measured.
  */
 typedef struct {
@@ -287,21 +303,6 @@ typedef struct {
    */
   double seconds;
 } vlcc_train_report;
-
-/**
- * A byte buffer owned by the library (a serialized codebook or index). Release it with
- * `vlcc_buffer_free`. When `len` is 0, `data` may be NULL.
- */
-typedef struct {
-  /**
-   * The bytes.
-   */
-  uint8_t *data;
-  /**
-   * Number of bytes.
-   */
-  size_t len;
-} vlcc_buffer;
 
 /**
  * Sizes and balance of an index.
@@ -346,6 +347,12 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Releases a library-owned buffer and sets it to `{NULL, 0}`. NULL, or a buffer already
+ * released, is a no-op.
+ */
+void vlcc_buffer_free(vlcc_buffer *buf);
+
+/**
  * Creates an untrained compressor with default parameters on `ctx` (which it keeps alive).
  * `*out` receives it, owned by the caller; free with `vlcc_compressor_free`.
  */
@@ -367,6 +374,19 @@ vlcc_status vlcc_compressor_set_param(vlcc_compressor *c, uint32_t param, double
  * Stores the current value of a training parameter in `*out`.
  */
 vlcc_status vlcc_compressor_get_param(const vlcc_compressor *c, uint32_t param, double *out);
+
+/**
+ * Stores what parameter `param` accepts and its default: `*min` and `*max` are the smallest
+ * and largest values `vlcc_compressor_set_param` takes (both included; bits also needs 4 or
+ * 8, and anchors at most the training vectors), `*is_whole` is 1 where only whole numbers
+ * are taken. Any output may be NULL. An unknown parameter fails with INVALID_ARGUMENT.
+ * Thread-safe.
+ */
+vlcc_status vlcc_param_bounds(uint32_t param,
+                              double *min,
+                              double *max,
+                              double *default_value,
+                              uint32_t *is_whole);
 
 /**
  * Trains a codebook on `n` vectors of dimension `d` (`x` holds n*d floats, row-major; it is not
@@ -653,12 +673,6 @@ vlcc_status vlcc_index_deserialize(const vlcc_context *ctx,
                                    const uint8_t *data,
                                    size_t len,
                                    vlcc_index **out);
-
-/**
- * Releases a library-owned buffer and sets it to `{NULL, 0}`. NULL, or a buffer already
- * released, is a no-op.
- */
-void vlcc_buffer_free(vlcc_buffer *buf);
 
 /**
  * Writes every stored vector's id into `ids` (`len` slots) and its approximate vector (decoded

@@ -96,3 +96,54 @@ fn the_library_reads_no_environment_and_writes_no_stderr() {
     assert!(files.len() > 40, "found {} sources", files.len());
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
+
+#[test]
+fn the_header_parameters_are_the_table() {
+    // `vlcc_param` in the header: each member's number, its name and the default its doc
+    // states are the parameter table's (`vlcc_param_bounds` reads the table).
+    let header = read("include/vlc_compress.h");
+    let body = header
+        .split("enum {")
+        .find(|b| b.contains("VLCC_PARAM_ANCHORS"))
+        .unwrap();
+    let body = body.split('}').next().unwrap();
+    let mut doc = String::new();
+    let mut seen = Vec::new();
+    for line in body.lines().map(str::trim) {
+        if let Some(t) = line.strip_prefix("* ") {
+            doc.push_str(t);
+            doc.push(' ');
+            continue;
+        }
+        let Some((name, id)) = line.trim_end_matches(',').split_once(" = ") else {
+            continue;
+        };
+        let id: u32 = id.parse().unwrap();
+        let p = vlc_compress::params::param(id).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            name.strip_prefix("VLCC_PARAM_").unwrap().to_lowercase(),
+            p.name,
+            "id {id}"
+        );
+        let stated = doc
+            .split("Default ")
+            .nth(1)
+            .map(|t| t.split([' ', ')']).next().unwrap().trim_end_matches('.'));
+        let default = match stated {
+            Some("L2") => 0.0,
+            Some(v) => v
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("{name}: default {v:?}")),
+            None => panic!("{name}: its doc states no default: {doc}"),
+        };
+        assert!(
+            (default - p.default).abs() <= 1e-6 * p.default.abs(),
+            "{name}: the header says {default}, the table {}",
+            p.default
+        );
+        seen.push(id);
+        doc.clear();
+    }
+    let all: Vec<u32> = vlc_compress::params::params().map(|p| p.id).collect();
+    assert_eq!(seen, all, "the header's parameters and the table's");
+}

@@ -14,6 +14,12 @@ int main(int argc, char** argv) {
 
     vlcc::Context ctx(VLCC_BACKEND_CPU, 0, 2);
     vlcc::Compressor comp(ctx);
+    // Each parameter's range and default come from the library.
+    const vlcc::ParamBounds bpv = vlcc::param_bounds(VLCC_PARAM_BYTES_PER_VECTOR);
+    if (bpv.min != 1 || bpv.max != 4096 || !bpv.whole || comp.get(VLCC_PARAM_BYTES_PER_VECTOR) != bpv.default_value) {
+        std::fprintf(stderr, "unexpected bounds of bytes per vector\n");
+        return 1;
+    }
     comp.set(VLCC_PARAM_ANCHORS, 64).set(VLCC_PARAM_BYTES_PER_VECTOR, 8);
     comp.train(x, d);
 

@@ -50,6 +50,21 @@ struct IndexFree { void operator()(vlcc_index* p) const noexcept { vlcc_index_fr
 }  // namespace detail
 
 /// A backend, its device and a thread pool. Copies share it (reference-counted in C too).
+// What a training parameter accepts (min and max included; whole numbers only where `whole`)
+// and its default.
+struct ParamBounds {
+    double min = 0, max = 0, default_value = 0;
+    bool whole = false;
+};
+
+inline ParamBounds param_bounds(vlcc_param param) {
+    ParamBounds b;
+    uint32_t whole = 0;
+    detail::check(vlcc_param_bounds(static_cast<uint32_t>(param), &b.min, &b.max, &b.default_value, &whole));
+    b.whole = whole != 0;
+    return b;
+}
+
 class Context {
 public:
     explicit Context(vlcc_backend backend = VLCC_BACKEND_AUTO, uint32_t device = 0, size_t threads = 0) {

@@ -298,6 +298,21 @@ func (c *Compressor) SetParam(p Param, v float64) error {
 	return err
 }
 
+// ParamBounds is what a training parameter accepts: Min and Max both included, whole numbers
+// only where Whole, and its default.
+type ParamBounds struct {
+	Min, Max, Default float64
+	Whole             bool
+}
+
+// Bounds tells what parameter p accepts and its default.
+func (p Param) Bounds() (ParamBounds, error) {
+	var lo, hi, def C.double
+	var whole C.uint32_t
+	err := call(func() C.vlcc_status { return C.vlcc_param_bounds(C.uint32_t(p), &lo, &hi, &def, &whole) })
+	return ParamBounds{Min: float64(lo), Max: float64(hi), Default: float64(def), Whole: whole != 0}, err
+}
+
 // Param reads a training parameter.
 func (c *Compressor) Param(p Param) (float64, error) {
 	var v C.double

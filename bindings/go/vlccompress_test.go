@@ -159,6 +159,24 @@ func TestErrorsCarryStatusAndMessage(t *testing.T) {
 	if err := c.SetParam(ParamBits, 5); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument || ve.Message == "" {
 		t.Fatalf("bits=5: %v", err)
 	}
+	// Bounds name the range, and a new compressor reads back each default.
+	b, err := ParamBytesPerVector.Bounds()
+	if err != nil || b.Min != 1 || b.Max != 4096 || !b.Whole || b.Default != 16 {
+		t.Fatalf("bytes per vector bounds: %+v %v", b, err)
+	}
+	if err := c.SetParam(ParamBytesPerVector, b.Max+1); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
+		t.Fatalf("bytes above the bound: %v", err)
+	}
+	for _, p := range []Param{ParamAnchors, ParamTrim, ParamPQIters, ParamSeed} {
+		b, err := p.Bounds()
+		v, _ := c.Param(p)
+		if err != nil || v != b.Default || b.Min > v || v > b.Max {
+			t.Fatalf("param %d: %+v, value %v, %v", p, b, v, err)
+		}
+	}
+	if _, err := Param(999).Bounds(); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
+		t.Fatalf("unknown param: %v", err)
+	}
 	if _, err := c.Encode(make([]float32, dim)); !errors.As(err, &ve) || ve.Status != StatusInvalidState {
 		t.Fatalf("encode before train: %v", err)
 	}

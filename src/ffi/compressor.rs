@@ -7,8 +7,7 @@ use super::boundary::{
 use super::buffer::vlcc_buffer;
 use super::context::{context_arc, vlcc_context};
 use super::status::vlcc_status;
-use crate::error::num;
-use crate::params::{Init, Metric, Precision, Rotation, TrainParams};
+use crate::params::TrainParams;
 use crate::{format, Compressor, Vectors};
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -35,6 +34,7 @@ pub enum vlcc_metric {
 
 /// Training parameters for `vlcc_compressor_set_param` / `_get_param`. Values are doubles;
 /// integer parameters must hold whole numbers (exact up to 2^53). Numbers are stable.
+/// `vlcc_param_bounds` tells each one's range and default.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum vlcc_param {
@@ -78,14 +78,14 @@ pub enum vlcc_param {
     /// Alternations of the learned rotation after its eigenvalue-allocation start (0 = that
     /// start alone, about a tenth of the time). Default 32.
     OpqIters = 19,
-    /// Anchor initialisation: 0 k-means++, 1 a seeded sample (default).
+    /// Anchor initialisation: 0 k-means++, 1 a seeded sample. Default 1.
     Init = 20,
     /// Training vectors the learned rotation is fitted on (0 = all of the PQ sample).
     /// Default 65536.
     OpqTrainPoints = 21,
-    /// Anchor-assignment distances on GPU backends: 0 fp32 (default), 1 TF32 tensor cores with
-    /// near ties re-checked in fp32 wherever no balancing bias is on (the final anchors are
-    /// fp32 means of fp32 assignments; faster on large sets; CUDA only).
+    /// Anchor-assignment distances on GPU backends: 0 fp32, 1 TF32 tensor cores with near ties
+    /// re-checked in fp32 wherever no balancing bias is on (the final anchors are fp32 means
+    /// of fp32 assignments; faster on large sets; CUDA only). Default 0.
     Precision = 22,
 }
 
@@ -99,118 +99,6 @@ unsafe fn compressor_mut<'a>(p: *mut vlcc_compressor) -> FfiResult<&'a mut Compr
 
 fn boxed(c: Compressor) -> *mut vlcc_compressor {
     Box::into_raw(Box::new(c)) as *mut vlcc_compressor
-}
-
-/// 2^53: the largest whole number every double below it holds exactly.
-const BIG: f64 = 9_007_199_254_740_992.0;
-
-fn whole(v: f64, name: &str, max: f64) -> FfiResult<u64> {
-    if !(v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= max) {
-        let range = if max == BIG {
-            "0..=2^53".to_string()
-        } else {
-            format!("0..={}", num(max))
-        };
-        return fail(
-            vlcc_status::InvalidArgument,
-            format!("{name} = {}: must be a whole number in {range}", num(v)),
-        );
-    }
-    Ok(v as u64)
-}
-
-fn set(p: &mut TrainParams, param: u32, v: f64) -> FfiResult {
-    let a = &mut p.anchor;
-    let usize_of = |name: &str| whole(v, name, BIG).map(|x| x as usize);
-    let f32_of = |name: &str| -> FfiResult<f32> {
-        if !(v.is_finite() && v.abs() <= f32::MAX as f64) {
-            return fail(
-                vlcc_status::InvalidArgument,
-                format!("{name} = {}: must be a finite 32-bit float", num(v)),
-            );
-        }
-        Ok(v as f32)
-    };
-    match param {
-        1 => a.anchors = usize_of("anchors")?,
-        2 => p.bytes_per_vector = usize_of("bytes_per_vector")?,
-        3 => p.bits = whole(v, "bits", 8.0)? as u32,
-        4 => {
-            p.metric = Metric::from_code(whole(v, "metric", 2.0)? as u32).expect("range checked");
-        }
-        5 => {
-            p.rotation =
-                Rotation::from_code(whole(v, "rotation", 2.0)? as u32).expect("range checked")
-        }
-        6 => a.max_iters = usize_of("max_iters")?,
-        7 => {
-            if !v.is_finite() {
-                return fail(
-                    vlcc_status::InvalidArgument,
-                    format!("tol = {}: must be finite", num(v)),
-                );
-            }
-            a.tol = v
-        }
-        8 => a.initial_temp = f32_of("initial_temp")?,
-        9 => a.cooling_rate = f32_of("cooling_rate")?,
-        10 => a.trim = f32_of("trim")?,
-        11 => a.balance = f32_of("balance")?,
-        12 => a.maintenance_interval = usize_of("maintenance_interval")?,
-        13 => a.merge_threshold = f32_of("merge_threshold")?,
-        14 => a.split_factor = f32_of("split_factor")?,
-        15 => a.max_points_per_anchor = usize_of("max_points_per_anchor")?,
-        16 => a.seed = whole(v, "seed", BIG)?,
-        17 => p.pq_iters = usize_of("pq_iters")?,
-        18 => p.pq_train_points = usize_of("pq_train_points")?,
-        19 => p.opq_iters = usize_of("opq_iters")?,
-        20 => a.init = [Init::KMeansPlusPlus, Init::Sample][whole(v, "init", 1.0)? as usize],
-        21 => p.opq_train_points = usize_of("opq_train_points")?,
-        22 => {
-            a.precision = [Precision::Exact, Precision::Tf32][whole(v, "precision", 1.0)? as usize]
-        }
-        _ => {
-            return fail(
-                vlcc_status::InvalidArgument,
-                format!("param = {param}: not a vlcc_param value"),
-            )
-        }
-    }
-    Ok(())
-}
-
-fn get(p: &TrainParams, param: u32) -> FfiResult<f64> {
-    let a = &p.anchor;
-    Ok(match param {
-        1 => a.anchors as f64,
-        2 => p.bytes_per_vector as f64,
-        3 => p.bits as f64,
-        4 => p.metric.code() as f64,
-        5 => p.rotation.code() as f64,
-        6 => a.max_iters as f64,
-        7 => a.tol,
-        8 => a.initial_temp as f64,
-        9 => a.cooling_rate as f64,
-        10 => a.trim as f64,
-        11 => a.balance as f64,
-        12 => a.maintenance_interval as f64,
-        13 => a.merge_threshold as f64,
-        14 => a.split_factor as f64,
-        15 => a.max_points_per_anchor as f64,
-        16 => a.seed as f64,
-        17 => p.pq_iters as f64,
-        18 => p.pq_train_points as f64,
-        19 => p.opq_iters as f64,
-        20 => (a.init == Init::Sample) as u32 as f64,
-        21 => p.opq_train_points as f64,
-        22 => (a.precision == Precision::Tf32) as u8 as f64,
-        _ => {
-            return fail(
-                vlcc_status::InvalidArgument,
-                format!("param = {param}: not a vlcc_param value"),
-            )
-        }
-    })
 }
 
 /// Creates an untrained compressor with default parameters on `ctx` (which it keeps alive).
@@ -245,12 +133,7 @@ pub unsafe extern "C" fn vlcc_compressor_set_param(
     value: f64,
 ) -> vlcc_status {
     ffi_boundary! {
-        let c = compressor_mut(c)?;
-        let mut p = c.params().clone();
-        set(&mut p, param, value)?;
-        p.validate()?;
-        *c.params_mut() = p;
-        Ok(())
+        Ok(compressor_mut(c)?.params_mut().set(param, value)?)
     }
 }
 
@@ -262,8 +145,35 @@ pub unsafe extern "C" fn vlcc_compressor_get_param(
     out: *mut f64,
 ) -> vlcc_status {
     ffi_boundary! {
-        let v = get(compressor_ref(c)?.params(), param)?;
+        let v = compressor_ref(c)?.params().get(param)?;
         write_out(out, v, "out")
+    }
+}
+
+/// Stores what parameter `param` accepts and its default: `*min` and `*max` are the smallest
+/// and largest values `vlcc_compressor_set_param` takes (both included; bits also needs 4 or
+/// 8, and anchors at most the training vectors), `*is_whole` is 1 where only whole numbers
+/// are taken. Any output may be NULL. An unknown parameter fails with INVALID_ARGUMENT.
+/// Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_param_bounds(
+    param: u32,
+    min: *mut f64,
+    max: *mut f64,
+    default_value: *mut f64,
+    is_whole: *mut u32,
+) -> vlcc_status {
+    ffi_boundary! {
+        let p = crate::params::param(param)?;
+        for (out, v) in [(min, p.min), (max, p.max), (default_value, p.default)] {
+            if !out.is_null() {
+                write_out(out, v, "bounds")?;
+            }
+        }
+        if !is_whole.is_null() {
+            write_out(is_whole, p.whole as u32, "is_whole")?;
+        }
+        Ok(())
     }
 }
 

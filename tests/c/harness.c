@@ -165,7 +165,27 @@ static void test_compressor(vlcc_context *ctx, const float *x) {
     for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
         expect_status(vlcc_compressor_get_param(c, params[i], &v), VLCC_STATUS_OK);
         expect_status(vlcc_compressor_set_param(c, params[i], v), VLCC_STATUS_OK);
+        /* The bounds hold the default, which is what a new compressor reads back. */
+        double lo = 0, hi = 0, def = -1;
+        uint32_t whole = 2;
+        expect_status(vlcc_param_bounds(params[i], &lo, &hi, &def, &whole), VLCC_STATUS_OK);
+        expect(lo <= def && def <= hi && def == v && whole <= 1, "bounds hold the default");
+        expect_status(vlcc_param_bounds(params[i], NULL, NULL, NULL, NULL), VLCC_STATUS_OK);
     }
+    double lo = 0, hi = 0;
+    uint32_t whole = 0;
+    expect_status(vlcc_param_bounds(VLCC_PARAM_BYTES_PER_VECTOR, &lo, &hi, NULL, &whole), VLCC_STATUS_OK);
+    expect(lo == 1 && hi == 4096 && whole == 1, "bytes per vector: whole, 1..4096");
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_BYTES_PER_VECTOR, hi), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_BYTES_PER_VECTOR, hi + 1), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_BYTES_PER_VECTOR, lo - 1), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_BYTES_PER_VECTOR, 16), VLCC_STATUS_OK);
+    expect_status(vlcc_param_bounds(VLCC_PARAM_TRIM, &lo, &hi, NULL, &whole), VLCC_STATUS_OK);
+    expect(lo == 0 && hi < 0.5 && whole == 0, "trim: [0, 0.5)");
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_TRIM, hi), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_TRIM, 0.5), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_TRIM, 0.05), VLCC_STATUS_OK);
+    expect_status(vlcc_param_bounds(999, &lo, &hi, NULL, NULL), VLCC_STATUS_INVALID_ARGUMENT);
 
     size_t cs = 0, d = 0;
     uint8_t codes1[64];

@@ -1,5 +1,9 @@
 //! Parameters: every one has a default and is validated before any work starts.
 
+mod table;
+
+pub use table::{param, params, ParamInfo};
+
 use crate::error::{invalid, num, Result};
 
 /// How vectors are compared.
