@@ -23,7 +23,7 @@
 #define VLCC_VERSION_PATCH 0
 #define VLCC_VERSION_NUMBER (VLCC_VERSION_MAJOR * 10000 + VLCC_VERSION_MINOR * 100 + VLCC_VERSION_PATCH)
 #define VLCC_VERSION_STRING "0.1.0"
-#define VLCC_ABI_VERSION 1
+#define VLCC_ABI_VERSION 2
 /* Id written for result slots no vector fills. */
 #define VLCC_NO_ID UINT64_MAX
 
@@ -245,6 +245,25 @@ typedef enum {
 } vlcc_param;
 
 /**
+ * Search parameters for `vlcc_search_params_set` / `_get`. Values are doubles holding whole
+ * numbers. Numbers are stable.
+ */
+typedef enum {
+  /**
+   * Results per query, >= 1. Default 10.
+   */
+  VLCC_SEARCH_PARAM_K = 1,
+  /**
+   * Lists probed per query, >= 1 (values above the list count probe every list). Default 16.
+   */
+  VLCC_SEARCH_PARAM_NPROBE = 2,
+  /**
+   * Candidates re-scored exactly against raw vectors: 0 (none) or >= k. Default 0.
+   */
+  VLCC_SEARCH_PARAM_RERANK = 3,
+} vlcc_search_param;
+
+/**
  * Opaque handle to a compressor (parameters plus, once trained, a codebook). Owned by the
  * caller; free with `vlcc_compressor_free`. Thread rules: `set_param`, `train` and
  * `load`-style calls need exclusive access; the calls taking `const vlcc_compressor*`
@@ -266,6 +285,13 @@ typedef struct vlcc_context vlcc_context;
  * on the same index at the same time).
  */
 typedef struct vlcc_index vlcc_index;
+
+/**
+ * Opaque handle to a set of search parameters. Owned by the caller; free with
+ * `vlcc_search_params_free`. Searches read it (const); any number may share one while
+ * nothing changes it.
+ */
+typedef struct vlcc_search_params vlcc_search_params;
 
 /**
  * A byte buffer owned by the library (a serialized codebook or index). Release it with
@@ -569,16 +595,16 @@ vlcc_status vlcc_index_add_f16(vlcc_index *ix, const uint16_t *x, size_t n, cons
 vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, const uint64_t *ids);
 
 /**
- * Searches `nq` queries (`queries`: nq*d floats). Writes `nq * k` results, best first, into
- * `ids` and `distances` (caller-allocated, nq*k each): squared L2 distances for L2, inner
- * products (similarities, descending) for IP and cosine. Slots beyond the reachable vectors
- * (k larger than the probed lists hold) get id UINT64_MAX and distance +inf (L2) / -inf.
+ * Searches `nq` queries (`queries`: nq*d floats) as `params` asks (`vlcc_search_params`; k
+ * results per query). Writes `nq * k` results, best first, into `ids` and `distances`
+ * (caller-allocated, nq*k each): squared L2 distances for L2, inner products (similarities,
+ * descending) for IP and cosine. Slots beyond the reachable vectors (k larger than the probed
+ * lists hold) get id UINT64_MAX and distance +inf (L2) / -inf.
  *
- * - `nprobe`: lists probed per query (>= 1; values above the list count probe every list).
- * - `rerank`: 0, or >= k: the best `rerank` candidates are re-scored exactly against `raw`,
- *   `raw_n` vectors of dimension d where the vector of id i is row i (`raw` may be NULL when
- *   `rerank` is 0). An id without a row fails with INVALID_ARGUMENT, a row whose distance is
- *   not finite with NON_FINITE.
+ * With rerank above 0 (it must then be >= k), the best `rerank` candidates are re-scored
+ * exactly against `raw`: `raw_n` vectors of dimension d where the vector of id i is row i
+ * (`raw` may be NULL when rerank is 0). An id without a row fails with INVALID_ARGUMENT, a
+ * row whose distance is not finite with NON_FINITE.
  *
  * Thread-safe: any number of threads may search one index at once, and get exactly what
  * sequential calls return. Outputs are written only on success and must not overlap the inputs.
@@ -586,9 +612,7 @@ vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, cons
 vlcc_status vlcc_index_search(const vlcc_index *ix,
                               const float *queries,
                               size_t nq,
-                              size_t k,
-                              size_t nprobe,
-                              size_t rerank,
+                              const vlcc_search_params *params,
                               const float *raw,
                               size_t raw_n,
                               uint64_t *ids,
@@ -599,17 +623,15 @@ vlcc_status vlcc_index_search(const vlcc_index *ix,
  * device pointer to `raw_n` x d floats on the device of the index's context (row i holds the
  * vector of id i), read in place, where the candidates stay: only the k results per query
  * come to the host. The context must run on CUDA, else BACKEND_UNAVAILABLE; a range that is
- * not device memory of that device, or `rerank` above 128 (the candidates the device keeps
+ * not device memory of that device, or rerank above 128 (the candidates the device keeps
  * per query), fails with INVALID_ARGUMENT. `queries` and the outputs are host memory. With
- * `rerank` 0, `raw` is not read. Thread-safe as `vlcc_index_search`; nothing may write `raw`
+ * rerank 0, `raw` is not read. Thread-safe as `vlcc_index_search`; nothing may write `raw`
  * while the call runs.
  */
 vlcc_status vlcc_index_search_device_raw(const vlcc_index *ix,
                                          const float *queries,
                                          size_t nq,
-                                         size_t k,
-                                         size_t nprobe,
-                                         size_t rerank,
+                                         const vlcc_search_params *params,
                                          const float *raw,
                                          size_t raw_n,
                                          uint64_t *ids,
@@ -685,6 +707,30 @@ vlcc_status vlcc_index_reconstruct(const vlcc_index *ix,
                                    float *vectors,
                                    size_t len,
                                    size_t *out_n);
+
+/**
+ * Creates search parameters with their defaults (k 10, nprobe 16, rerank 0). `*out`
+ * receives them, owned by the caller.
+ */
+vlcc_status vlcc_search_params_new(vlcc_search_params **out);
+
+/**
+ * Frees search parameters. NULL is a no-op.
+ */
+void vlcc_search_params_free(vlcc_search_params *p);
+
+/**
+ * Sets a search parameter (a `vlcc_search_param` value). An unknown parameter, or a value that
+ * is not a whole number within its range, fails with INVALID_ARGUMENT and changes nothing;
+ * whether the set holds together (rerank 0 or >= k) is checked by the search. Exclusive
+ * access.
+ */
+vlcc_status vlcc_search_params_set(vlcc_search_params *p, uint32_t param, double value);
+
+/**
+ * Stores the current value of a search parameter in `*out`.
+ */
+vlcc_status vlcc_search_params_get(const vlcc_search_params *p, uint32_t param, double *out);
 
 /**
  * A static, NUL-terminated name for `status` ("VLCC_STATUS_OK", ...); never NULL, never freed.

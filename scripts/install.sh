@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs libvlc_compress into PREFIX: the shared library with its soname
-# (lib/libvlc_compress.so.MAJOR -> .so.VERSION, plus the .so link for linkers), the static
+# (lib/libvlc_compress.so.ABI -> .so.VERSION, plus the .so link for linkers; ABI is the C
+# ABI's version, VLCC_ABI_VERSION), the static
 # library, the C header and C++ wrapper, and a pkg-config file:
 #
 #   scripts/install.sh /usr/local            # builds in release mode first
@@ -10,7 +11,7 @@ prefix=${1:?usage: install.sh PREFIX}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VLCC_SONAME=1 cargo build --release --lib -q
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
-major=${version%%.*}
+major=$(sed -n 's/^const ABI_VERSION: u32 = \([0-9]*\);/\1/p' src/ffi/version.rs)
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 lib=$prefix/lib

@@ -79,7 +79,8 @@ ASAN_OPTIONS=detect_leaks=1 "$tmp/example-asan" "$tmp"
 step "install, soname and pkg-config"
 scripts/install.sh "$tmp/prefix"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
-readelf -d "$tmp/prefix/lib/libvlc_compress.so.$version" | grep -q "SONAME.*libvlc_compress.so.${version%%.*}" \
+abi=$(sed -n 's/^#define VLCC_ABI_VERSION \([0-9]*\)/\1/p' include/vlc_compress.h)
+readelf -d "$tmp/prefix/lib/libvlc_compress.so.$version" | grep -q "SONAME.*libvlc_compress.so.$abi\b" \
   || { echo "missing soname"; exit 1; }
 # The README's C example, built against the installed copy, shared and static.
 awk '/^```c$/{on=1; next} /^```$/{if (on) exit} on' README.md > "$tmp/readme.c"

@@ -273,35 +273,42 @@ fn every_status_message_names_the_argument_and_the_value() {
         let ids: Vec<u64> = (0..2000).collect();
         assert_eq!(vlcc_index_add(ix, x.as_ptr(), 2000, ids.as_ptr()), Ok);
         let (mut oi, mut od) = (vec![0u64; 100], vec![0f32; 100]);
-        let search = |k, nprobe, rerank, oi: &mut Vec<u64>, od: &mut Vec<f32>| {
-            vlcc_index_search(
-                ix,
-                x.as_ptr(),
-                2,
-                k,
-                nprobe,
-                rerank,
-                x.as_ptr(),
-                2000,
-                oi.as_mut_ptr(),
-                od.as_mut_ptr(),
-            )
+        // Through a parameters object: the first call that fails gives the status.
+        let search = |k: f64, nprobe: f64, rerank: f64, oi: &mut Vec<u64>, od: &mut Vec<f32>| {
+            let mut p = null_mut();
+            assert_eq!(vlcc_search_params_new(&mut p), Ok);
+            let mut st = Ok;
+            for (id, v) in [
+                (vlcc_search_param::K, k),
+                (vlcc_search_param::Nprobe, nprobe),
+                (vlcc_search_param::Rerank, rerank),
+            ] {
+                if st == Ok {
+                    st = vlcc_search_params_set(p, id as u32, v);
+                }
+            }
+            if st == Ok {
+                let (q, n) = (x.as_ptr(), 2000);
+                st = vlcc_index_search(ix, q, 2, p, q, n, oi.as_mut_ptr(), od.as_mut_ptr());
+            }
+            vlcc_search_params_free(p);
+            st
         };
         says(
             "k 0",
-            search(0, 4, 0, &mut oi, &mut od),
+            search(0.0, 4.0, 0.0, &mut oi, &mut od),
             InvalidArgument,
             &["k = 0"],
         );
         says(
             "nprobe 0",
-            search(10, 0, 0, &mut oi, &mut od),
+            search(10.0, 0.0, 0.0, &mut oi, &mut od),
             InvalidArgument,
             &["nprobe = 0"],
         );
         says(
             "rerank 5 < k",
-            search(10, 4, 5, &mut oi, &mut od),
+            search(10.0, 4.0, 5.0, &mut oi, &mut od),
             InvalidArgument,
             &["rerank = 5", "k = 10"],
         );

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) ids[i] = i;
     index.add(x, ids);
 
-    auto r = index.search(std::span<const float>(x).subspan(0, 10 * d), 5, 16, 50, x);
+    const vlcc::SearchParams sp(5, 16, 50);  // k, nprobe, re-rank depth
+    auto r = index.search(std::span<const float>(x).subspan(0, 10 * d), sp, x);
     int self = 0;
     for (size_t q = 0; q < 10; q++) self += r.ids[q * 5] == q && r.distances[q * 5] == 0.0f;
 

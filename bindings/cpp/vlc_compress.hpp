@@ -47,6 +47,7 @@ inline void check(vlcc_status s) {
 struct ContextFree { void operator()(vlcc_context* p) const noexcept { vlcc_context_free(p); } };
 struct CompressorFree { void operator()(vlcc_compressor* p) const noexcept { vlcc_compressor_free(p); } };
 struct IndexFree { void operator()(vlcc_index* p) const noexcept { vlcc_index_free(p); } };
+struct SearchParamsFree { void operator()(vlcc_search_params* p) const noexcept { vlcc_search_params_free(p); } };
 }  // namespace detail
 
 /// A backend, its device and a thread pool. Copies share it (reference-counted in C too).
@@ -191,6 +192,36 @@ private:
     std::unique_ptr<vlcc_compressor, detail::CompressorFree> p_;
 };
 
+/// What a search asks for (vlcc_search_params): k results per query over nprobe lists, the best
+/// rerank candidates re-scored exactly (0: none).
+class SearchParams {
+public:
+    SearchParams() {
+        vlcc_search_params* p = nullptr;
+        detail::check(vlcc_search_params_new(&p));
+        p_.reset(p);
+    }
+    SearchParams(size_t k, size_t nprobe, size_t rerank = 0) : SearchParams() {
+        set(VLCC_SEARCH_PARAM_K, static_cast<double>(k))
+            .set(VLCC_SEARCH_PARAM_NPROBE, static_cast<double>(nprobe))
+            .set(VLCC_SEARCH_PARAM_RERANK, static_cast<double>(rerank));
+    }
+    SearchParams& set(vlcc_search_param param, double value) {
+        detail::check(vlcc_search_params_set(p_.get(), static_cast<uint32_t>(param), value));
+        return *this;
+    }
+    double get(vlcc_search_param param) const {
+        double v = 0;
+        detail::check(vlcc_search_params_get(p_.get(), static_cast<uint32_t>(param), &v));
+        return v;
+    }
+    size_t k() const { return static_cast<size_t>(get(VLCC_SEARCH_PARAM_K)); }
+    const vlcc_search_params* get() const noexcept { return p_.get(); }
+
+private:
+    std::unique_ptr<vlcc_search_params, detail::SearchParamsFree> p_;
+};
+
 /// Search results, best first: k per query.
 struct Results {
     size_t k = 0;
@@ -229,13 +260,16 @@ public:
     void add_device(const float* x_device, std::span<const uint64_t> ids) {
         detail::check(vlcc_index_add_device(p_.get(), x_device, ids.size(), ids.data()));
     }
-    Results search(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank = 0,
-                   std::span<const float> raw = {}) const {
-        const size_t d = dim(), nq = queries.size() / d;
+    Results search(std::span<const float> queries, const SearchParams& p, std::span<const float> raw = {}) const {
+        const size_t d = dim(), nq = queries.size() / d, k = p.k();
         Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
-        detail::check(vlcc_index_search(p_.get(), queries.data(), nq, k, nprobe, rerank, raw.data(), raw.size() / d,
+        detail::check(vlcc_index_search(p_.get(), queries.data(), nq, p.get(), raw.data(), raw.size() / d,
                                         r.ids.data(), r.distances.data()));
         return r;
+    }
+    Results search(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank = 0,
+                   std::span<const float> raw = {}) const {
+        return search(queries, SearchParams(k, nprobe, rerank), raw);
     }
     // search, with the re-rank against raw_n rows in CUDA device memory (row i = id i), read
     // in place: only the results come to the host.
@@ -243,8 +277,9 @@ public:
                               const float* raw_device, size_t raw_n) const {
         const size_t d = dim(), nq = queries.size() / d;
         Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
-        detail::check(vlcc_index_search_device_raw(p_.get(), queries.data(), nq, k, nprobe, rerank, raw_device,
-                                                   raw_n, r.ids.data(), r.distances.data()));
+        const SearchParams p(k, nprobe, rerank);
+        detail::check(vlcc_index_search_device_raw(p_.get(), queries.data(), nq, p.get(), raw_device, raw_n,
+                                                   r.ids.data(), r.distances.data()));
         return r;
     }
     size_t remove(std::span<const uint64_t> ids) {

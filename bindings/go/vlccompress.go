@@ -27,10 +27,16 @@ static vlcc_status index_add_device(vlcc_index* ix, uintptr_t x, size_t n, const
 	return vlcc_index_add_device(ix, (const float*)x, n, ids);
 }
 static vlcc_status index_search_device_raw(const vlcc_index* ix, const float* q, size_t nq,
-                                           size_t k, size_t nprobe, size_t rerank, uintptr_t raw,
+                                           const vlcc_search_params* p, uintptr_t raw,
                                            size_t raw_n, uint64_t* ids, float* dist) {
-	return vlcc_index_search_device_raw(ix, q, nq, k, nprobe, rerank, (const float*)raw, raw_n,
-	                                    ids, dist);
+	return vlcc_index_search_device_raw(ix, q, nq, p, (const float*)raw, raw_n, ids, dist);
+}
+// One call sets the three numbers a search takes, and stops at the first refusal.
+static vlcc_status search_params(vlcc_search_params* p, size_t k, size_t nprobe, size_t rerank) {
+	vlcc_status s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_K, (double)k);
+	if (s == VLCC_STATUS_OK) s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_NPROBE, (double)nprobe);
+	if (s == VLCC_STATUS_OK) s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_RERANK, (double)rerank);
+	return s;
 }
 */
 import "C"
@@ -605,9 +611,8 @@ func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32,
 	if p.Raw != nil && ix.dim > 0 {
 		rawRows = len(p.Raw) / ix.dim
 	}
-	ids, dist, err := ix.search(queries, p, func(nq int, ids *C.uint64_t, dist *C.float) C.vlcc_status {
-		return C.vlcc_index_search(ix.p, floatPtr(queries), C.size_t(nq), C.size_t(p.K), C.size_t(p.NProbe),
-			C.size_t(p.Rerank), floatPtr(p.Raw), C.size_t(rawRows), ids, dist)
+	ids, dist, err := ix.search(queries, p, func(nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+		return C.vlcc_index_search(ix.p, floatPtr(queries), C.size_t(nq), sp, floatPtr(p.Raw), C.size_t(rawRows), ids, dist)
 	})
 	runtime.KeepAlive(p.Raw)
 	return ids, dist, err
@@ -617,14 +622,14 @@ func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32,
 // at address raw (row i = id i; p.Raw is ignored), read in place on the device: only the
 // results come to the host. The context must run on CUDA.
 func (ix *Index) SearchDeviceRaw(queries []float32, p SearchParams, raw uintptr, rows int) ([]uint64, []float32, error) {
-	return ix.search(queries, p, func(nq int, ids *C.uint64_t, dist *C.float) C.vlcc_status {
-		return C.index_search_device_raw(ix.p, floatPtr(queries), C.size_t(nq), C.size_t(p.K), C.size_t(p.NProbe),
-			C.size_t(p.Rerank), C.uintptr_t(raw), C.size_t(rows), ids, dist)
+	return ix.search(queries, p, func(nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+		return C.index_search_device_raw(ix.p, floatPtr(queries), C.size_t(nq), sp, C.uintptr_t(raw), C.size_t(rows), ids, dist)
 	})
 }
 
-// search checks the shapes, makes the result slices and runs one search call into them.
-func (ix *Index) search(queries []float32, p SearchParams, run func(nq int, ids *C.uint64_t, dist *C.float) C.vlcc_status) ([]uint64, []float32, error) {
+// search checks the shapes, makes the result slices and the C parameters, and runs one search
+// call into them.
+func (ix *Index) search(queries []float32, p SearchParams, run func(nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status) ([]uint64, []float32, error) {
 	if ix.dim == 0 || len(queries)%ix.dim != 0 || p.K <= 0 || p.NProbe <= 0 || p.Rerank < 0 {
 		return nil, nil, &Error{Status: StatusInvalidArgument, Message: "queries must be whole rows; K and NProbe >= 1"}
 	}
@@ -635,7 +640,15 @@ func (ix *Index) search(queries []float32, p SearchParams, run func(nq int, ids 
 		return ids, dist, nil
 	}
 	err := call(func() C.vlcc_status {
-		return run(nq, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
+		var sp *C.vlcc_search_params
+		if s := C.vlcc_search_params_new(&sp); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		defer C.vlcc_search_params_free(sp)
+		if s := C.search_params(sp, C.size_t(p.K), C.size_t(p.NProbe), C.size_t(p.Rerank)); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		return run(nq, sp, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
 	})
 	runtime.KeepAlive(queries)
 	runtime.KeepAlive(ix)

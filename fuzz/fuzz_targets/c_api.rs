@@ -200,18 +200,31 @@ fuzz_target!(|input: Input| {
                     let raw = floats(v, raw_n as usize * s.d, step + 2);
                     let mut ids = vec![0u64; nq * k];
                     let mut dist = vec![0f32; nq * k];
-                    let st = vlcc_index_search(
-                        s.ix,
-                        q.as_ptr(),
-                        nq,
-                        k,
-                        nprobe as usize,
-                        rerank as usize,
-                        raw.as_ptr(),
-                        raw_n as usize,
-                        ids.as_mut_ptr(),
-                        dist.as_mut_ptr(),
-                    );
+                    let mut p = null_mut();
+                    assert_eq!(vlcc_search_params_new(&mut p), vlcc_status::Ok);
+                    let mut st = vlcc_status::Ok;
+                    for (id, v) in [
+                        (vlcc_search_param::K, k as f64),
+                        (vlcc_search_param::Nprobe, nprobe as f64),
+                        (vlcc_search_param::Rerank, rerank as f64),
+                    ] {
+                        if st == vlcc_status::Ok {
+                            st = vlcc_search_params_set(p, id as u32, v);
+                        }
+                    }
+                    if st == vlcc_status::Ok {
+                        st = vlcc_index_search(
+                            s.ix,
+                            q.as_ptr(),
+                            nq,
+                            p,
+                            raw.as_ptr(),
+                            raw_n as usize,
+                            ids.as_mut_ptr(),
+                            dist.as_mut_ptr(),
+                        );
+                    }
+                    vlcc_search_params_free(p);
                     if st == vlcc_status::Ok {
                         assert!(dist.iter().all(|d| !d.is_nan()), "NaN distance with OK");
                         assert!(ids

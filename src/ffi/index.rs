@@ -7,6 +7,7 @@ use super::boundary::{
 use super::buffer::vlcc_buffer;
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
+use super::search_params::{search_params_ref, vlcc_search_params};
 use super::status::vlcc_status;
 use crate::{DenseRaw, Index, RawVectors, SearchParams, Vectors};
 use std::ffi::c_char;
@@ -147,16 +148,16 @@ pub unsafe extern "C" fn vlcc_index_add_device(
     }
 }
 
-/// Searches `nq` queries (`queries`: nq*d floats). Writes `nq * k` results, best first, into
-/// `ids` and `distances` (caller-allocated, nq*k each): squared L2 distances for L2, inner
-/// products (similarities, descending) for IP and cosine. Slots beyond the reachable vectors
-/// (k larger than the probed lists hold) get id UINT64_MAX and distance +inf (L2) / -inf.
+/// Searches `nq` queries (`queries`: nq*d floats) as `params` asks (`vlcc_search_params`; k
+/// results per query). Writes `nq * k` results, best first, into `ids` and `distances`
+/// (caller-allocated, nq*k each): squared L2 distances for L2, inner products (similarities,
+/// descending) for IP and cosine. Slots beyond the reachable vectors (k larger than the probed
+/// lists hold) get id UINT64_MAX and distance +inf (L2) / -inf.
 ///
-/// - `nprobe`: lists probed per query (>= 1; values above the list count probe every list).
-/// - `rerank`: 0, or >= k: the best `rerank` candidates are re-scored exactly against `raw`,
-///   `raw_n` vectors of dimension d where the vector of id i is row i (`raw` may be NULL when
-///   `rerank` is 0). An id without a row fails with INVALID_ARGUMENT, a row whose distance is
-///   not finite with NON_FINITE.
+/// With rerank above 0 (it must then be >= k), the best `rerank` candidates are re-scored
+/// exactly against `raw`: `raw_n` vectors of dimension d where the vector of id i is row i
+/// (`raw` may be NULL when rerank is 0). An id without a row fails with INVALID_ARGUMENT, a
+/// row whose distance is not finite with NON_FINITE.
 ///
 /// Thread-safe: any number of threads may search one index at once, and get exactly what
 /// sequential calls return. Outputs are written only on success and must not overlap the inputs.
@@ -165,20 +166,18 @@ pub unsafe extern "C" fn vlcc_index_search(
     ix: *const vlcc_index,
     queries: *const f32,
     nq: usize,
-    k: usize,
-    nprobe: usize,
-    rerank: usize,
+    params: *const vlcc_search_params,
     raw: *const f32,
     raw_n: usize,
     ids: *mut u64,
     distances: *mut f32,
 ) -> vlcc_status {
     ffi_boundary! {
-        let (h, q, p) = search_args(ix, queries, nq, k, nprobe, rerank)?;
+        let (h, q, p) = search_args(ix, queries, nq, params)?;
         let d = h.codebook().dim();
-        let raw = if rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
+        let raw = if p.rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
         let inputs = [("queries", q), ("raw vectors", raw.as_ref().map_or(&[][..], |r| r.data))];
-        write_results(&inputs, nq, k, ids, distances, || {
+        write_results(&inputs, nq, p.k, ids, distances, || {
             h.search(q, &p, raw.as_ref().map(|r| r as &dyn RawVectors))
         })
     }
@@ -188,31 +187,29 @@ pub unsafe extern "C" fn vlcc_index_search(
 /// device pointer to `raw_n` x d floats on the device of the index's context (row i holds the
 /// vector of id i), read in place, where the candidates stay: only the k results per query
 /// come to the host. The context must run on CUDA, else BACKEND_UNAVAILABLE; a range that is
-/// not device memory of that device, or `rerank` above 128 (the candidates the device keeps
+/// not device memory of that device, or rerank above 128 (the candidates the device keeps
 /// per query), fails with INVALID_ARGUMENT. `queries` and the outputs are host memory. With
-/// `rerank` 0, `raw` is not read. Thread-safe as `vlcc_index_search`; nothing may write `raw`
+/// rerank 0, `raw` is not read. Thread-safe as `vlcc_index_search`; nothing may write `raw`
 /// while the call runs.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_search_device_raw(
     ix: *const vlcc_index,
     queries: *const f32,
     nq: usize,
-    k: usize,
-    nprobe: usize,
-    rerank: usize,
+    params: *const vlcc_search_params,
     raw: *const f32,
     raw_n: usize,
     ids: *mut u64,
     distances: *mut f32,
 ) -> vlcc_status {
     ffi_boundary! {
-        let (h, q, p) = search_args(ix, queries, nq, k, nprobe, rerank)?;
+        let (h, q, p) = search_args(ix, queries, nq, params)?;
         let d = h.codebook().dim();
-        if rerank > 0 && raw_n > 0 {
+        if p.rerank > 0 && raw_n > 0 {
             check_ptr(raw, count(raw_n, d, "raw vectors")?, "raw")?;
         }
         let at = raw as u64;
-        write_results(&[("queries", q)], nq, k, ids, distances, || {
+        write_results(&[("queries", q)], nq, p.k, ids, distances, || {
             // SAFETY: the caller vouches that nothing writes the rows meanwhile; the backend
             // checks the range before reading it.
             unsafe { h.search_device_raw(q, &p, at, raw_n) }
@@ -225,14 +222,13 @@ unsafe fn search_args<'a>(
     ix: *const vlcc_index,
     queries: *const f32,
     nq: usize,
-    k: usize,
-    nprobe: usize,
-    rerank: usize,
+    params: *const vlcc_search_params,
 ) -> FfiResult<(&'a Index, &'a [f32], SearchParams)> {
     let h = index_ref(ix)?;
+    let p = *search_params_ref(params)?;
     let d = h.codebook().dim();
     let q = slice(queries, count(nq, d, "queries")?, "queries")?;
-    Ok((h, q, SearchParams { k, nprobe, rerank }))
+    Ok((h, q, p))
 }
 
 /// Runs `search` and copies its results to the caller's `ids` and `distances` (nq*k each),

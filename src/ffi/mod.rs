@@ -16,6 +16,7 @@ pub mod buffer;
 pub mod compressor;
 pub mod context;
 pub mod index;
+pub mod search_params;
 pub mod status;
 pub mod version;
 
@@ -23,5 +24,6 @@ pub use buffer::*;
 pub use compressor::*;
 pub use context::*;
 pub use index::*;
+pub use search_params::*;
 pub use status::*;
 pub use version::*;

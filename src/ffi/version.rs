@@ -2,8 +2,10 @@
 
 use std::ffi::c_char;
 
-/// ABI version: raised only when a change breaks binary compatibility.
-const ABI_VERSION: u32 = 1;
+/// ABI version: raised only when a change breaks binary compatibility; the installed
+/// library's soname is `libvlc_compress.so.<ABI_VERSION>` (build.rs reads this line).
+/// 2: searches take a `vlcc_search_params` object instead of k, nprobe and rerank.
+const ABI_VERSION: u32 = 2;
 
 /// The library version as a static NUL-terminated string ("MAJOR.MINOR.PATCH"); never freed.
 #[no_mangle]

@@ -3,7 +3,7 @@
 //! `vlcc_param_bounds`, the command's flags and the bindings' constants all follow it
 //! (tests/drift.rs fails on any difference).
 
-use super::{Init, Metric, Precision, Rotation, TrainParams, MAX_BYTES_PER_VECTOR};
+use super::{Init, Metric, Precision, Rotation, SearchParams, TrainParams, MAX_BYTES_PER_VECTOR};
 use crate::error::{num, Error, Result};
 
 /// 2^53: every whole number up to it is exact in a double.
@@ -160,6 +160,80 @@ impl TrainParams {
         (p.put)(&mut next, v);
         next.validate()?;
         *self = next;
+        Ok(())
+    }
+}
+
+/// A search parameter, as the C ABI's `vlcc_search_param` numbers it. All are whole numbers.
+struct SearchParamInfo {
+    id: u32,
+    name: &'static str,
+    /// Bounds, both included.
+    min: f64,
+    max: f64,
+    get: fn(&SearchParams) -> usize,
+    put: fn(&mut SearchParams, usize),
+}
+
+const SEARCH: &[SearchParamInfo] = &[
+    SearchParamInfo {
+        id: 1,
+        name: "k",
+        min: 1.0,
+        max: BIG,
+        get: |p| p.k,
+        put: |p, v| p.k = v,
+    },
+    SearchParamInfo {
+        id: 2,
+        name: "nprobe",
+        min: 1.0,
+        max: BIG,
+        get: |p| p.nprobe,
+        put: |p, v| p.nprobe = v,
+    },
+    SearchParamInfo {
+        id: 3,
+        name: "rerank",
+        min: 0.0,
+        max: BIG,
+        get: |p| p.rerank,
+        put: |p, v| p.rerank = v,
+    },
+];
+
+fn search_param(id: u32) -> Result<&'static SearchParamInfo> {
+    SEARCH
+        .iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| Error::InvalidArgument(format!("param = {id}: not a search parameter id")))
+}
+
+impl SearchParams {
+    /// Search parameter `id`'s value.
+    pub fn get(&self, id: u32) -> Result<f64> {
+        Ok((search_param(id)?.get)(self) as f64)
+    }
+
+    /// Sets search parameter `id` to `value`, a whole number within its bounds. Whether the
+    /// set holds together (rerank 0 or >= k) is checked by the search that uses it.
+    pub fn set(&mut self, id: u32, value: f64) -> Result<()> {
+        let SearchParamInfo {
+            name,
+            min,
+            max,
+            put,
+            ..
+        } = search_param(id)?;
+        if !(value >= *min && value <= *max && value.fract() == 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "{name} = {}: must be a whole number in [{}, {}]",
+                num(value),
+                num(*min),
+                num(*max)
+            )));
+        }
+        put(self, value as usize);
         Ok(())
     }
 }

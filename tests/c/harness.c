@@ -69,6 +69,27 @@ static uint16_t to_half(float f) {
     return (uint16_t)h;
 }
 
+/* Searches through a fresh vlcc_search_params holding k, nprobe and rerank: the status of
+ * the first call that fails (setting a value out of range fails at the set). */
+typedef vlcc_status (*search_fn)(const vlcc_index *, const float *, size_t, const vlcc_search_params *,
+                                 const float *, size_t, uint64_t *, float *);
+
+static vlcc_status search_with(search_fn f, const vlcc_index *ix, const float *q, size_t nq, size_t k,
+                               size_t nprobe, size_t rerank, const float *raw, size_t raw_n, uint64_t *ids,
+                               float *dist) {
+    vlcc_search_params *p = NULL;
+    vlcc_status s = vlcc_search_params_new(&p);
+    if (s == VLCC_STATUS_OK) s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_K, (double)k);
+    if (s == VLCC_STATUS_OK) s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_NPROBE, (double)nprobe);
+    if (s == VLCC_STATUS_OK) s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_RERANK, (double)rerank);
+    if (s == VLCC_STATUS_OK) s = f(ix, q, nq, p, raw, raw_n, ids, dist);
+    vlcc_search_params_free(p);
+    return s;
+}
+
+#define search(...) search_with(vlcc_index_search, __VA_ARGS__)
+#define search_device_raw(...) search_with(vlcc_index_search_device_raw, __VA_ARGS__)
+
 struct search_job {
     const vlcc_index *ix;
     const float *q;
@@ -79,7 +100,7 @@ struct search_job {
 
 static void *search_thread(void *arg) {
     struct search_job *j = arg;
-    j->status = vlcc_index_search(j->ix, j->q, NQ, K, 8, 0, NULL, 0, j->ids, j->dist);
+    j->status = search(j->ix, j->q, NQ, K, 8, 0, NULL, 0, j->ids, j->dist);
     return NULL;
 }
 
@@ -297,22 +318,50 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     const float *q = x + 123 * D;
     uint64_t out_ids[NQ * K];
     float out_d[NQ * K];
-    expect_status(vlcc_index_search(ix, q, NQ, 0, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
-    expect_status(vlcc_index_search(ix, q, NQ, K, 0, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
-    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 5, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
-    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 50, NULL, N, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
-    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, NULL, out_d), VLCC_STATUS_NULL_POINTER);
-    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, (float *)out_ids), VLCC_STATUS_OVERLAP);
+    /* The parameters object: defaults, range checks that change nothing, NULL handling. */
+    vlcc_search_params *sp = NULL;
+    double spv = 0;
+    expect_status(vlcc_search_params_new(NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_new(&sp), VLCC_STATUS_OK);
+    expect_status(vlcc_search_params_get(sp, VLCC_SEARCH_PARAM_K, &spv), VLCC_STATUS_OK);
+    expect(spv == 10, "k defaults to 10");
+    expect_status(vlcc_search_params_get(sp, VLCC_SEARCH_PARAM_NPROBE, &spv), VLCC_STATUS_OK);
+    expect(spv == 16, "nprobe defaults to 16");
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_K, 2.5), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_NPROBE, -1), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_RERANK, NAN), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_set(sp, 99, 1), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_get(sp, 99, &spv), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_get(sp, VLCC_SEARCH_PARAM_K, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_set(NULL, VLCC_SEARCH_PARAM_K, 1), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_get(sp, VLCC_SEARCH_PARAM_K, &spv), VLCC_STATUS_OK);
+    expect(spv == 10, "refused values change nothing");
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_K, K), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, NULL, NULL, 0, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_search_device_raw(ix, q, NQ, NULL, x, N, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_search(ix, q, NQ, sp, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
+    /* rerank below k is refused by the search, not the set. */
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_RERANK, K - 1), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, sp, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    vlcc_search_params_free(sp);
+    vlcc_search_params_free(NULL);
+
+    expect_status(search(ix, q, NQ, 0, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(search(ix, q, NQ, K, 0, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(search(ix, q, NQ, K, 8, 5, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(search(ix, q, NQ, K, 8, 50, NULL, N, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(search(ix, q, NQ, K, 8, 0, NULL, 0, NULL, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, (float *)out_ids), VLCC_STATUS_OVERLAP);
     /* Raw rows are by id: ids start at 1000, so a raw array of N rows lacks most of them. */
-    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(search(ix, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
     /* Raw rows in device memory: pointer checks, then this CPU context's answer. */
-    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 50, NULL, N, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
-    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 50, x, N, NULL, out_d), VLCC_STATUS_NULL_POINTER);
-    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 5, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
-    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
-    expect_status(vlcc_index_search_device_raw(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
-    expect_status(vlcc_index_search_device_raw(ix, q, 0, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
-    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
+    expect_status(search_device_raw(ix, q, NQ, K, 8, 50, NULL, N, out_ids, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(search_device_raw(ix, q, NQ, K, 8, 50, x, N, NULL, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(search_device_raw(ix, q, NQ, K, 8, 5, x, N, out_ids, out_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(search_device_raw(ix, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
+    expect_status(search_device_raw(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
+    expect_status(search_device_raw(ix, q, 0, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
+    expect_status(search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
     size_t self_hits = 0;
     for (size_t i = 0; i < NQ; i++) self_hits += out_ids[i * K] == 1000 + 123 + i;
     expect(self_hits > NQ * 8 / 10, "a stored vector finds itself first");
@@ -346,7 +395,7 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     expect(size == 2, "f16 rows were added");
     uint64_t t_ids[5];
     float t_d[5];
-    expect_status(vlcc_index_search(tiny, q, 1, 5, 64, 0, NULL, 0, t_ids, t_d), VLCC_STATUS_OK);
+    expect_status(search(tiny, q, 1, 5, 64, 0, NULL, 0, t_ids, t_d), VLCC_STATUS_OK);
     expect(t_ids[3] == VLCC_NO_ID && t_ids[4] == VLCC_NO_ID && isinf(t_d[4]), "missing results marked");
 
     /* Save, load (mapped and copied), serialize: identical search results. */
@@ -361,7 +410,7 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
         expect_status(vlcc_index_load(ctx, path, mm, &back), VLCC_STATUS_OK);
         uint64_t b_ids[NQ * K];
         float b_d[NQ * K];
-        expect_status(vlcc_index_search(back, q, NQ, K, 8, 0, NULL, 0, b_ids, b_d), VLCC_STATUS_OK);
+        expect_status(search(back, q, NQ, K, 8, 0, NULL, 0, b_ids, b_d), VLCC_STATUS_OK);
         expect(memcmp(b_ids, out_ids, sizeof b_ids) == 0 && memcmp(b_d, out_d, sizeof b_d) == 0, "loaded index searches the same");
         expect_status(vlcc_index_stats(back, &st), VLCC_STATUS_OK);
         expect(st.memory_mapped == (uint32_t)mm, "memory-mapped flag");
@@ -374,7 +423,7 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     expect_status(vlcc_index_deserialize(ctx, buf.data, buf.len, &copy), VLCC_STATUS_OK);
     uint64_t c_ids[NQ * K];
     float c_d[NQ * K];
-    expect_status(vlcc_index_search(copy, q, NQ, K, 8, 0, NULL, 0, c_ids, c_d), VLCC_STATUS_OK);
+    expect_status(search(copy, q, NQ, K, 8, 0, NULL, 0, c_ids, c_d), VLCC_STATUS_OK);
     expect(memcmp(c_ids, out_ids, sizeof c_ids) == 0, "deserialized index searches the same");
     buf.data[buf.len / 2] ^= 0x40;
     vlcc_index *broken = NULL;
@@ -397,7 +446,7 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     for (size_t i = 0; i < N; i++) ids[i] = i;
     expect_status(vlcc_index_new(c, &byrow), VLCC_STATUS_OK);
     expect_status(vlcc_index_add(byrow, x, N, ids), VLCC_STATUS_OK);
-    expect_status(vlcc_index_search(byrow, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_OK);
+    expect_status(search(byrow, q, NQ, K, 8, 50, x, N, out_ids, out_d), VLCC_STATUS_OK);
     size_t exact = 0;
     for (size_t i = 0; i < NQ; i++) exact += out_ids[i * K] == 123 + i && out_d[i * K] == 0.0f;
     expect(exact == NQ, "re-ranked distances are exact: each query finds itself at distance 0");
@@ -463,7 +512,7 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
 
     /* The index outlives the compressor and context it came from. */
     vlcc_compressor_free(c);
-    expect_status(vlcc_index_search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
+    expect_status(search(ix, q, NQ, K, 8, 0, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
 
     vlcc_index_free(ix);
     vlcc_index_free(copy);
