@@ -8,7 +8,7 @@
  *  - Out-parameters come last and are written only on success.
  *  - A const handle argument means the call does not change the object.
  *  - Every _new/_load/_deserialize has a matching _free; _free(NULL) is a no-op.
- *  - The caller allocates hot-path outputs (sizes from _code_size, _dim); library-owned
+ *  - The caller allocates hot-path outputs (sizes from _codec_size, _dim); library-owned
  *    blobs come back as vlcc_buffer and are released with vlcc_buffer_free.
  *  - Thread rules are stated per handle type below. No panic crosses this boundary.
  */
@@ -347,9 +347,10 @@ typedef struct {
    */
   uint64_t dim;
   /**
-   * Bytes of residual code per vector (ids take 8 more).
+   * Bytes of residual code per vector (the list names the anchor; ids take 8 more). Not
+   * `vlcc_compressor_codec_size`, which adds the anchor id a standalone code carries.
    */
-  uint64_t code_size;
+  uint64_t residual_code_size;
   /**
    * Vectors in the largest list.
    */
@@ -428,10 +429,11 @@ vlcc_status vlcc_compressor_train(vlcc_compressor *c, const float *x, size_t n, 
 vlcc_status vlcc_compressor_dim(const vlcc_compressor *c, size_t *out);
 
 /**
- * Stores the codec-mode code size in bytes per vector (anchor id + residual code) in `*out`:
- * `vlcc_compressor_encode` writes `n * code_size` bytes. INVALID_STATE if untrained.
+ * Stores the bytes per vector of a standalone code (anchor id + residual code) in `*out`:
+ * `vlcc_compressor_encode` writes `n * codec_size` bytes (an index stores the residual code
+ * alone: `vlcc_index_info.residual_code_size`). INVALID_STATE if untrained.
  */
-vlcc_status vlcc_compressor_code_size(const vlcc_compressor *c, size_t *out);
+vlcc_status vlcc_compressor_codec_size(const vlcc_compressor *c, size_t *out);
 
 /**
  * Stores the codebook's fingerprint (a hash of its contents) in `*out`.
@@ -446,7 +448,7 @@ vlcc_status vlcc_compressor_train_report(const vlcc_compressor *c, vlcc_train_re
 
 /**
  * Encodes `n` vectors (`x`: n*d floats, d = the codebook's dimension) into `out`, which must hold
- * `out_len >= n * code_size` bytes (`vlcc_compressor_code_size`); nothing is written on error.
+ * `out_len >= n * codec_size` bytes (`vlcc_compressor_codec_size`); nothing is written on error.
  * `x` and `out` must not overlap. May run concurrently with other const calls.
  */
 vlcc_status vlcc_compressor_encode(const vlcc_compressor *c,
@@ -469,7 +471,7 @@ vlcc_status vlcc_compressor_encode_f16(const vlcc_compressor *c,
  * is a device pointer (`cudaMalloc`, `cudaMallocManaged`, `cuMemAlloc`, a framework's GPU
  * tensor) to n*d floats on the device of the compressor's context, which must run on the
  * CUDA backend (else BACKEND_UNAVAILABLE). Only the codes cross to the host, into `out` (host
- * memory, `out_len >= n * code_size` bytes). A range that is not device or managed memory of
+ * memory, `out_len >= n * codec_size` bytes). A range that is not device or managed memory of
  * that device (a host pointer, another device's memory, freed or too short) is
  * INVALID_ARGUMENT, checked before anything is read; NaN or infinity is NON_FINITE. Nothing
  * may write `x` while the call runs; nothing is written to `out` on error.
@@ -481,7 +483,7 @@ vlcc_status vlcc_compressor_encode_device(const vlcc_compressor *c,
                                           size_t out_len);
 
 /**
- * Decodes `n` codes (`codes`: n * code_size bytes) into approximate vectors in `out`, which must
+ * Decodes `n` codes (`codes`: n * codec_size bytes) into approximate vectors in `out`, which must
  * hold `out_len >= n * d` floats. Nothing is written on error (corrupt anchor ids fail with
  * INVALID_ARGUMENT). `codes` and `out` must not overlap.
  */

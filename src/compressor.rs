@@ -32,7 +32,7 @@ impl Compressor {
         let mut params = TrainParams {
             metric: cb.metric(),
             bits: cb.quantizer().bits,
-            bytes_per_vector: cb.code_size(),
+            bytes_per_vector: cb.residual_code_size(),
             rotation: cb.rotation(),
             ..TrainParams::default()
         };

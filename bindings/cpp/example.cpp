@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     const std::vector<uint16_t> ones16(2 * d, 0x3c00);
     caught = caught && same_codebook && comp.encode_f16(ones16) == comp.encode(ones);
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
-                index.size(), comp.code_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
+                index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");
     return self == 10 && again.ids == r.ids && caught ? 0 : 1;
 }

@@ -150,19 +150,19 @@ public:
         detail::check(vlcc_compressor_dim(p_.get(), &d));
         return d;
     }
-    size_t code_size() const {
+    size_t codec_size() const {
         size_t s = 0;
-        detail::check(vlcc_compressor_code_size(p_.get(), &s));
+        detail::check(vlcc_compressor_codec_size(p_.get(), &s));
         return s;
     }
     std::vector<uint8_t> encode(std::span<const float> x) const {
-        std::vector<uint8_t> out(x.size() / dim() * code_size());
+        std::vector<uint8_t> out(x.size() / dim() * codec_size());
         encode_into(x, out);
         return out;
     }
     // x as IEEE half-precision bit patterns.
     std::vector<uint8_t> encode_f16(std::span<const uint16_t> x) const {
-        std::vector<uint8_t> out(x.size() / dim() * code_size());
+        std::vector<uint8_t> out(x.size() / dim() * codec_size());
         detail::check(vlcc_compressor_encode_f16(p_.get(), x.data(), x.size() / dim(), out.data(), out.size()));
         return out;
     }
@@ -172,12 +172,12 @@ public:
     // n vectors already in CUDA device memory (the context's device), read in place; only the
     // codes come back. Throws with BACKEND_UNAVAILABLE on contexts that do not run on CUDA.
     std::vector<uint8_t> encode_device(const float* x_device, size_t n) const {
-        std::vector<uint8_t> out(n * code_size());
+        std::vector<uint8_t> out(n * codec_size());
         detail::check(vlcc_compressor_encode_device(p_.get(), x_device, n, out.data(), out.size()));
         return out;
     }
     std::vector<float> decode(std::span<const uint8_t> codes) const {
-        const size_t n = codes.size() / code_size();
+        const size_t n = codes.size() / codec_size();
         std::vector<float> out(n * dim());
         detail::check(vlcc_compressor_decode(p_.get(), codes.data(), n, out.data(), out.size()));
         return out;

@@ -355,10 +355,10 @@ func (c *Compressor) Dim() (int, error) {
 	return int(d), err
 }
 
-// CodeSize is the number of bytes Encode writes per vector.
-func (c *Compressor) CodeSize() (int, error) {
+// CodecSize is the number of bytes Encode writes per vector.
+func (c *Compressor) CodecSize() (int, error) {
 	var s C.size_t
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_code_size(c.p, &s) })
+	err := call(func() C.vlcc_status { return C.vlcc_compressor_codec_size(c.p, &s) })
 	runtime.KeepAlive(c)
 	return int(s), err
 }
@@ -374,13 +374,13 @@ func (c *Compressor) rows(x []float32) (int, error) {
 	return len(x) / d, nil
 }
 
-// Encode returns CodeSize() bytes per vector of x.
+// Encode returns CodecSize() bytes per vector of x.
 func (c *Compressor) Encode(x []float32) ([]byte, error) {
 	n, err := c.rows(x)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := c.CodeSize()
+	cs, err := c.CodecSize()
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +397,7 @@ func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := c.CodeSize()
+	cs, err := c.CodecSize()
 	if err != nil {
 		return nil, err
 	}
@@ -423,7 +423,7 @@ func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
 	return out, nil
 }
 
-// EncodeInto writes the codes of x into out (at least rows*CodeSize() bytes), without copies.
+// EncodeInto writes the codes of x into out (at least rows*CodecSize() bytes), without copies.
 func (c *Compressor) EncodeInto(x []float32, out []byte) error {
 	n, err := c.rows(x)
 	if err != nil {
@@ -448,7 +448,7 @@ func (c *Compressor) EncodeInto(x []float32, out []byte) error {
 // StatusBackendUnavailable); a range that is not device memory of its device is
 // StatusInvalidArgument. Nothing may write the vectors during the call.
 func (c *Compressor) EncodeDevice(x uintptr, n int) ([]byte, error) {
-	cs, err := c.CodeSize()
+	cs, err := c.CodecSize()
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +472,7 @@ func (c *Compressor) EncodeDevice(x uintptr, n int) ([]byte, error) {
 
 // Decode returns the approximate vectors of codes written by Encode.
 func (c *Compressor) Decode(codes []byte) ([]float32, error) {
-	cs, err := c.CodeSize()
+	cs, err := c.CodecSize()
 	if err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, _ := c.CodeSize()
+	cs, _ := c.CodecSize()
 	if len(codes) != 3000*cs {
 		t.Fatalf("%d code bytes", len(codes))
 	}

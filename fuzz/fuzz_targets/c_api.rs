@@ -142,7 +142,7 @@ fuzz_target!(|input: Input| {
                     null_out,
                 } => {
                     let mut cs = 0usize;
-                    if vlcc_compressor_code_size(s.c, &mut cs) != vlcc_status::Ok {
+                    if vlcc_compressor_codec_size(s.c, &mut cs) != vlcc_status::Ok {
                         continue;
                     }
                     let n = n as usize % 300;
@@ -158,7 +158,7 @@ fuzz_target!(|input: Input| {
                 }
                 Op::Decode { n, out_short } => {
                     let mut cs = 0usize;
-                    if vlcc_compressor_code_size(s.c, &mut cs) != vlcc_status::Ok {
+                    if vlcc_compressor_codec_size(s.c, &mut cs) != vlcc_status::Ok {
                         continue;
                     }
                     let n = n as usize % 300;

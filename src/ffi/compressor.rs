@@ -208,10 +208,11 @@ pub unsafe extern "C" fn vlcc_compressor_dim(
     }
 }
 
-/// Stores the codec-mode code size in bytes per vector (anchor id + residual code) in `*out`:
-/// `vlcc_compressor_encode` writes `n * code_size` bytes. INVALID_STATE if untrained.
+/// Stores the bytes per vector of a standalone code (anchor id + residual code) in `*out`:
+/// `vlcc_compressor_encode` writes `n * codec_size` bytes (an index stores the residual code
+/// alone: `vlcc_index_info.residual_code_size`). INVALID_STATE if untrained.
 #[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_code_size(
+pub unsafe extern "C" fn vlcc_compressor_codec_size(
     c: *const vlcc_compressor,
     out: *mut usize,
 ) -> vlcc_status {
@@ -303,7 +304,7 @@ unsafe fn encode_into(
 }
 
 /// Encodes `n` vectors (`x`: n*d floats, d = the codebook's dimension) into `out`, which must hold
-/// `out_len >= n * code_size` bytes (`vlcc_compressor_code_size`); nothing is written on error.
+/// `out_len >= n * codec_size` bytes (`vlcc_compressor_codec_size`); nothing is written on error.
 /// `x` and `out` must not overlap. May run concurrently with other const calls.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_encode(
@@ -340,7 +341,7 @@ pub unsafe extern "C" fn vlcc_compressor_encode_f16(
 /// is a device pointer (`cudaMalloc`, `cudaMallocManaged`, `cuMemAlloc`, a framework's GPU
 /// tensor) to n*d floats on the device of the compressor's context, which must run on the
 /// CUDA backend (else BACKEND_UNAVAILABLE). Only the codes cross to the host, into `out` (host
-/// memory, `out_len >= n * code_size` bytes). A range that is not device or managed memory of
+/// memory, `out_len >= n * codec_size` bytes). A range that is not device or managed memory of
 /// that device (a host pointer, another device's memory, freed or too short) is
 /// INVALID_ARGUMENT, checked before anything is read; NaN or infinity is NON_FINITE. Nothing
 /// may write `x` while the call runs; nothing is written to `out` on error.
@@ -370,7 +371,7 @@ pub unsafe extern "C" fn vlcc_compressor_encode_device(
     }
 }
 
-/// Decodes `n` codes (`codes`: n * code_size bytes) into approximate vectors in `out`, which must
+/// Decodes `n` codes (`codes`: n * codec_size bytes) into approximate vectors in `out`, which must
 /// hold `out_len >= n * d` floats. Nothing is written on error (corrupt anchor ids fail with
 /// INVALID_ARGUMENT). `codes` and `out` must not overlap.
 #[no_mangle]

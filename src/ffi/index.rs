@@ -30,8 +30,9 @@ pub struct vlcc_index_info {
     pub lists: u64,
     /// Vector dimension.
     pub dim: u64,
-    /// Bytes of residual code per vector (ids take 8 more).
-    pub code_size: u64,
+    /// Bytes of residual code per vector (the list names the anchor; ids take 8 more). Not
+    /// `vlcc_compressor_codec_size`, which adds the anchor id a standalone code carries.
+    pub residual_code_size: u64,
     /// Vectors in the largest list.
     pub largest_list: u64,
     /// Lists with no vector.
@@ -324,7 +325,7 @@ pub unsafe extern "C" fn vlcc_index_stats(
             vectors: s.vectors as u64,
             lists: s.lists as u64,
             dim: s.dim as u64,
-            code_size: s.code_size as u64,
+            residual_code_size: s.residual_code_size as u64,
             largest_list: s.largest_list as u64,
             empty_lists: s.empty_lists as u64,
             max_list_over_mean: s.max_list_over_mean,

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-/// An index's lists: per anchor, the ids and the codes (`code_size` bytes each) of its vectors.
+/// An index's lists: per anchor, the ids and the codes (the residual code size each) of its vectors.
 #[derive(Debug)]
 pub(crate) enum Lists {
     Owned {

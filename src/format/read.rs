@@ -280,7 +280,7 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
         .map_err(|_| Error::Corrupt("vector count too large".into()))?;
     let ids = l.need(sec::IDS, "ids")?;
     let codes = l.need(sec::CODES, "codes")?;
-    let cs = cb.code_size();
+    let cs = cb.residual_code_size();
     if Some(ids.len()) != n.checked_mul(8) || Some(codes.len()) != n.checked_mul(cs) {
         return corrupt("ids or codes section size does not match the vector count");
     }

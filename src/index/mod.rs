@@ -47,7 +47,8 @@ pub struct IndexStats {
     pub vectors: usize,
     pub lists: usize,
     pub dim: usize,
-    pub code_size: usize,
+    /// Bytes of residual code per vector (its list names its anchor; ids take 8 more).
+    pub residual_code_size: usize,
     pub largest_list: usize,
     pub empty_lists: usize,
     /// Largest list over the mean list size.
@@ -186,7 +187,7 @@ impl Index {
             vectors: n,
             lists: sizes.len(),
             dim: self.cb.dim(),
-            code_size: self.cb.code_size(),
+            residual_code_size: self.cb.residual_code_size(),
             largest_list: largest,
             empty_lists: sizes.iter().filter(|&&s| s == 0).count(),
             max_list_over_mean: if mean > 0.0 {
@@ -194,7 +195,7 @@ impl Index {
             } else {
                 0.0
             },
-            payload_bytes: n * (self.cb.code_size() + 8),
+            payload_bytes: n * (self.cb.residual_code_size() + 8),
             memory_mapped: matches!(self.lists, Lists::Mapped(_)),
         }
     }
@@ -258,7 +259,7 @@ impl Index {
 
     /// Appends encoded vectors (each one's anchor and code) to their lists under `ids`.
     fn append(&mut self, anchor: &[u32], codes: &[u8], ids: &[u64]) -> Result<()> {
-        let cs = self.cb.code_size();
+        let cs = self.cb.residual_code_size();
         let (lids, lcodes) = self.owned_lists()?;
         for (i, (&a, &id)) in anchor.iter().zip(ids).enumerate() {
             lids[a as usize].push(id);
@@ -270,7 +271,7 @@ impl Index {
     /// Removes every vector whose id is in `ids`; returns how many were removed.
     pub fn remove(&mut self, ids: &[u64]) -> Result<usize> {
         let set: std::collections::HashSet<u64> = ids.iter().copied().collect();
-        let cs = self.cb.code_size();
+        let cs = self.cb.residual_code_size();
         let (lids, lcodes) = self.owned_lists()?;
         let mut removed = 0;
         for (li, lc) in lids.iter_mut().zip(lcodes.iter_mut()) {
@@ -318,7 +319,7 @@ impl Index {
         let n = self.len();
         let mut ids = Vec::with_capacity(n);
         let mut anchors = Vec::with_capacity(n);
-        let mut codes = Vec::with_capacity(n * self.cb.code_size());
+        let mut codes = Vec::with_capacity(n * self.cb.residual_code_size());
         for j in 0..self.nlist() {
             let (i, c) = self.list(j);
             ids.extend_from_slice(i);

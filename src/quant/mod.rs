@@ -296,7 +296,7 @@ impl Codebook {
         self.fingerprint
     }
     /// Bytes of a residual code (what an index stores per vector).
-    pub fn code_size(&self) -> usize {
+    pub fn residual_code_size(&self) -> usize {
         self.pq.code_size()
     }
     /// This codebook as devices read it.
@@ -323,7 +323,7 @@ impl Codebook {
     }
     /// Bytes per vector in codec mode: anchor id, then the residual code.
     pub fn codec_size(&self) -> usize {
-        self.anchor_id_size() + self.code_size()
+        self.anchor_id_size() + self.residual_code_size()
     }
 
     /// Nearest anchor and residual code of each row of `x` (n x d).
@@ -342,7 +342,7 @@ impl Codebook {
             return Ok((ids, self.pq.pack_owned(idx)));
         }
         let mut ids = Vec::with_capacity(n);
-        let mut codes = Vec::with_capacity(n * self.code_size());
+        let mut codes = Vec::with_capacity(n * self.residual_code_size());
         // Block `start`, checked and prepared for the metric.
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, ENCODE_BLOCK.min(n - start), d);
@@ -371,7 +371,12 @@ impl Codebook {
 
     /// Approximate vectors (n x d) from anchor ids and residual codes.
     pub fn decode_parts(&self, anchor_ids: &[u32], codes: &[u8]) -> Result<Vec<f32>> {
-        let (d, dp, cs, dsub) = (self.d, self.pq.dim(), self.code_size(), self.pq.dsub);
+        let (d, dp, cs, dsub) = (
+            self.d,
+            self.pq.dim(),
+            self.residual_code_size(),
+            self.pq.dsub,
+        );
         let n = anchor_ids.len();
         if codes.len() != n * cs {
             return Err(Error::InvalidArgument(format!(
@@ -446,7 +451,7 @@ impl Codebook {
 
     /// Codec records: each anchor id (little-endian, `anchor_id_size()` bytes), then its code.
     fn records(&self, ids: &[u32], codes: &[u8]) -> Vec<u8> {
-        let (ab, cs) = (self.anchor_id_size(), self.code_size());
+        let (ab, cs) = (self.anchor_id_size(), self.residual_code_size());
         let mut out = vec![0u8; ids.len() * (ab + cs)];
         out.par_chunks_mut(ab + cs)
             .zip(ids.par_iter())
@@ -460,7 +465,7 @@ impl Codebook {
 
     /// Codec mode: approximate vectors from `encode`'s bytes.
     pub fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>> {
-        let (ab, cs) = (self.anchor_id_size(), self.code_size());
+        let (ab, cs) = (self.anchor_id_size(), self.residual_code_size());
         if bytes.len() % (ab + cs) != 0 {
             return Err(Error::InvalidArgument(format!(
                 "{} bytes are not a whole number of {}-byte codes",

@@ -210,7 +210,7 @@ static void test_compressor(vlcc_context *ctx, const float *x) {
 
     size_t cs = 0, d = 0;
     uint8_t codes1[64];
-    expect_status(vlcc_compressor_code_size(c, &cs), VLCC_STATUS_INVALID_STATE);
+    expect_status(vlcc_compressor_codec_size(c, &cs), VLCC_STATUS_INVALID_STATE);
     expect_status(vlcc_compressor_dim(c, &d), VLCC_STATUS_INVALID_STATE);
     expect_status(vlcc_compressor_encode(c, x, 1, codes1, sizeof codes1), VLCC_STATUS_INVALID_STATE);
 
@@ -231,7 +231,7 @@ static void test_compressor(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_compressor_train_report(c, &rep), VLCC_STATUS_OK);
     expect(rep.energy > 0 && rep.iterations >= 1 && rep.max_list_over_mean >= 1, "training report");
 
-    expect_status(vlcc_compressor_code_size(c, &cs), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_codec_size(c, &cs), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_dim(c, &d), VLCC_STATUS_OK);
     expect(cs == 9 && d == D, "1-byte anchor id + 8 code bytes");
     uint64_t fp = 0;
@@ -313,7 +313,11 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     expect(size == N && d == D, "size and dim");
     vlcc_index_info st;
     expect_status(vlcc_index_stats(ix, &st), VLCC_STATUS_OK);
-    expect(st.vectors == N && st.lists == ANCHORS && st.code_size == 8 && !st.memory_mapped, "stats");
+    expect(st.vectors == N && st.lists == ANCHORS && st.residual_code_size == 8 && !st.memory_mapped, "stats");
+    /* The two sizes are named apart: a standalone code adds the anchor id to the residual code. */
+    size_t codec = 0;
+    expect_status(vlcc_compressor_codec_size(c, &codec), VLCC_STATUS_OK);
+    expect(codec == st.residual_code_size + 1, "codec size = 1-byte anchor id + residual code");
 
     const float *q = x + 123 * D;
     uint64_t out_ids[NQ * K];

@@ -149,8 +149,8 @@ fn run_eval(
         rows.push(serde_json::json!({
             "backend": ctx.backend().kind().name(),
             "n": base.rows, "d": base.cols, "metric": train.metric.name(),
-            "anchors": train.anchors, "bytes_per_vector": stats.code_size,
-            "compression_ratio": (base.cols * 4) as f64 / stats.code_size as f64,
+            "anchors": train.anchors, "bytes_per_vector": stats.residual_code_size,
+            "compression_ratio": (base.cols * 4) as f64 / stats.residual_code_size as f64,
             "train_seconds": train_seconds, "encode_seconds": encode_seconds,
             "nprobe": nprobe, "rerank": rerank, "raw": if raw_d.is_some() { "device" } else { "host" },
             "recall_at_1": recall_at(&res.ids, 10, &gt.data, gt.cols, 1), "recall_at_10": recall_at(&res.ids, 10, &gt.data, gt.cols, 10),

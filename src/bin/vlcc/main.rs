@@ -381,7 +381,7 @@ fn train(a: TrainArgs) -> AnyResult {
     let cb = c.codebook()?;
     format::save_codebook(cb, &a.out)?;
     let out = serde_json::json!({
-        "n": x.rows, "d": x.cols, "anchors": cb.anchors(), "code_bytes": cb.code_size(),
+        "n": x.rows, "d": x.cols, "anchors": cb.anchors(), "code_bytes": cb.residual_code_size(),
         "codec_bytes": cb.codec_size(), "fingerprint": format!("{:016x}", cb.fingerprint()),
         "energy": rep.energy, "max_list_over_mean": rep.max_list_over_mean, "iterations": rep.iterations,
         "train_seconds": rep.anchor_seconds + rep.pq_seconds, "anchor_seconds": rep.anchor_seconds,
