@@ -566,6 +566,16 @@ vlcc_status vlcc_context_threads(const vlcc_context *ctx, size_t *out);
 vlcc_status vlcc_context_set_memory_cap(const vlcc_context *ctx, size_t bytes);
 
 /**
+ * Copies the message of the last failed call made **on this OS thread** into `buf` (at most
+ * `len` bytes including the terminating NUL; truncated to fit) and stores the message's full
+ * length (without NUL) in `*out_len` when `out_len` is not NULL. An empty message means the
+ * last call on this thread succeeded or none failed yet. `buf` may be NULL when `len` is 0
+ * (to query the length). From Go, call this on the same OS thread as the failed call
+ * (`runtime.LockOSThread` around both). Always returns VLCC_STATUS_OK.
+ */
+vlcc_status vlcc_last_error_message(char *buf, size_t len, size_t *out_len);
+
+/**
  * Creates an empty index on the compressor's trained codebook and context. The index keeps
  * what it needs: the compressor may be freed first. `*out` receives it, owned by the caller.
  */
@@ -739,16 +749,6 @@ vlcc_status vlcc_search_params_get(const vlcc_search_params *p, uint32_t param, 
  * Unknown numbers give "VLCC_STATUS_UNKNOWN". Thread-safe.
  */
 const char *vlcc_status_str(uint32_t status);
-
-/**
- * Copies the message of the last failed call made **on this OS thread** into `buf` (at most
- * `len` bytes including the terminating NUL; truncated to fit) and stores the message's full
- * length (without NUL) in `*out_len` when `out_len` is not NULL. An empty message means the
- * last call on this thread succeeded or none failed yet. `buf` may be NULL when `len` is 0
- * (to query the length). From Go, call this on the same OS thread as the failed call
- * (`runtime.LockOSThread` around both). Always returns VLCC_STATUS_OK.
- */
-vlcc_status vlcc_last_error_message(char *buf, size_t len, size_t *out_len);
 
 /**
  * The library version as a static NUL-terminated string ("MAJOR.MINOR.PATCH"); never freed.

@@ -1,41 +1,11 @@
-//! The boundary's machinery: panics caught and mapped, pointers and sizes checked, the
-//! per-thread error message kept.
+//! The boundary's machinery: panics caught and mapped, pointers and sizes checked.
 
+use super::error::set_last_error;
+pub(crate) use super::error::{fail, FfiError, FfiResult};
 use super::status::vlcc_status;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
-
-/// An error on its way out: a status and the message kept for `vlcc_last_error_message`.
-pub(crate) struct FfiError {
-    pub status: vlcc_status,
-    pub message: String,
-}
-
-pub(crate) type FfiResult<T = ()> = Result<T, FfiError>;
-
-pub(crate) fn fail<T>(status: vlcc_status, message: impl Into<String>) -> FfiResult<T> {
-    Err(FfiError {
-        status,
-        message: message.into(),
-    })
-}
-
-thread_local! {
-    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
-pub(crate) fn set_last_error(msg: &str) {
-    LAST_ERROR.with(|e| {
-        let mut e = e.borrow_mut();
-        e.clear();
-        e.push_str(msg);
-    });
-}
-
-pub(crate) fn last_error_copy() -> String {
-    LAST_ERROR.with(|e| e.borrow().clone())
-}
 
 thread_local! {
     /// Set while this thread runs a boundary call: its panics are caught and reported.
@@ -263,6 +233,7 @@ pub(crate) unsafe fn c_path<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ffi::error::last_error_copy;
 
     /// A panic caught at the boundary, on the calling thread or on a worker thread of the
     /// library's pool, comes back as a status and a message: nothing reaches stderr. Checked

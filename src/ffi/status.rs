@@ -1,6 +1,5 @@
-//! Status codes and error messages.
+//! Status codes.
 
-use super::boundary::{last_error_copy, FfiError};
 use crate::Error;
 use std::ffi::c_char;
 
@@ -63,15 +62,6 @@ impl From<&Error> for vlcc_status {
     }
 }
 
-impl From<Error> for FfiError {
-    fn from(e: Error) -> Self {
-        FfiError {
-            status: (&e).into(),
-            message: e.to_string(),
-        }
-    }
-}
-
 /// A static, NUL-terminated name for `status` ("VLCC_STATUS_OK", ...); never NULL, never freed.
 /// Unknown numbers give "VLCC_STATUS_UNKNOWN". Thread-safe.
 #[no_mangle]
@@ -97,28 +87,4 @@ pub extern "C" fn vlcc_status_str(status: u32) -> *const c_char {
         _ => b"VLCC_STATUS_UNKNOWN\0",
     };
     s.as_ptr().cast()
-}
-
-/// Copies the message of the last failed call made **on this OS thread** into `buf` (at most
-/// `len` bytes including the terminating NUL; truncated to fit) and stores the message's full
-/// length (without NUL) in `*out_len` when `out_len` is not NULL. An empty message means the
-/// last call on this thread succeeded or none failed yet. `buf` may be NULL when `len` is 0
-/// (to query the length). From Go, call this on the same OS thread as the failed call
-/// (`runtime.LockOSThread` around both). Always returns VLCC_STATUS_OK.
-#[no_mangle]
-pub unsafe extern "C" fn vlcc_last_error_message(
-    buf: *mut c_char,
-    len: usize,
-    out_len: *mut usize,
-) -> vlcc_status {
-    let msg = last_error_copy();
-    if !out_len.is_null() {
-        *out_len = msg.len();
-    }
-    if !buf.is_null() && len > 0 {
-        let n = msg.len().min(len - 1);
-        std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
-        *buf.add(n) = 0;
-    }
-    vlcc_status::Ok
 }
