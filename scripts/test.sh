@@ -57,6 +57,11 @@ cbindgen --config cbindgen.toml --output include/vlc_compress.h --verify \
 step "format"
 cargo fmt --all --check
 
+step "the C library carries none of the command's dependencies"
+if cargo tree -e normal --no-default-features --prefix none | grep -E '^(clap|indicatif|serde_json) '; then
+  echo "the library without the cli feature depends on the above"; exit 1
+fi
+
 step "lint"
 cargo clippy --release --all-targets --features test-hooks -- -D warnings
 

@@ -524,7 +524,7 @@ fn search(a: SearchArgs) -> AnyResult {
 }
 
 /// The backend options the environment asks for: the library reads no environment, the
-/// command does (README, "Environment").
+/// command does (docs/backends.md, "Environment").
 fn backend_options_from_env() -> vlc_compress::BackendOptions {
     use vlc_compress::backend::{Cooperative, ShaderChecks, TraceSink};
     let var = |name: &str| std::env::var(name).ok();
