@@ -141,23 +141,9 @@ impl TrainParams {
     /// then checks the whole set (`validate`): on error nothing changes.
     pub fn set(&mut self, id: u32, value: f64) -> Result<()> {
         let p = param(id)?;
-        let v = value;
-        if !(v >= p.min && v <= p.max) || (p.whole && v.fract() != 0.0) {
-            let what = if p.whole {
-                "a whole number"
-            } else {
-                "a number"
-            };
-            return Err(Error::InvalidArgument(format!(
-                "{} = {}: must be {what} in [{}, {}]",
-                p.name,
-                num(v),
-                num(p.min),
-                num(p.max)
-            )));
-        }
+        in_bounds(p.name, value, p.min, p.max, p.whole)?;
         let mut next = self.clone();
-        (p.put)(&mut next, v);
+        (p.put)(&mut next, value);
         next.validate()?;
         *self = next;
         Ok(())
@@ -225,15 +211,23 @@ impl SearchParams {
             put,
             ..
         } = search_param(id)?;
-        if !(value >= *min && value <= *max && value.fract() == 0.0) {
-            return Err(Error::InvalidArgument(format!(
-                "{name} = {}: must be a whole number in [{}, {}]",
-                num(value),
-                num(*min),
-                num(*max)
-            )));
-        }
+        in_bounds(name, value, *min, *max, true)?;
         put(self, value as usize);
         Ok(())
     }
+}
+
+/// `InvalidArgument` naming the parameter and its range unless `v` is within `[min, max]` (and
+/// whole, where it must be).
+fn in_bounds(name: &str, v: f64, min: f64, max: f64, whole: bool) -> Result<()> {
+    if v >= min && v <= max && (!whole || v.fract() == 0.0) {
+        return Ok(());
+    }
+    let what = if whole { "a whole number" } else { "a number" };
+    Err(Error::InvalidArgument(format!(
+        "{name} = {}: must be {what} in [{}, {}]",
+        num(v),
+        num(min),
+        num(max)
+    )))
 }
