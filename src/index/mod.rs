@@ -2,6 +2,7 @@
 //! context whose backend adds and searches. `search(&self)` is safe from many threads at
 //! once; `add`/`remove` take `&mut self`.
 
+mod fastscan;
 mod search;
 
 pub use search::{DenseRaw, RawVectors, SearchResults};
@@ -69,6 +70,9 @@ pub struct Index {
     /// Unique to this index and its contents: renewed by every change, so a device copy of
     /// the lists knows when it is stale.
     pub(crate) stamp: u64,
+    /// 4-bit lists in fast-scan blocks, made at the first search that scans them and
+    /// dropped by every change.
+    packed4: std::sync::OnceLock<Vec<Vec<u8>>>,
 }
 
 /// Source of index stamps, unique within the process.
@@ -134,6 +138,7 @@ impl Index {
             lists,
             tables,
             stamp: next_stamp(),
+            packed4: std::sync::OnceLock::new(),
         })
     }
 
@@ -154,6 +159,18 @@ impl Index {
     /// Ids and codes of list `j`.
     pub(crate) fn list(&self, j: usize) -> (&[u64], &[u8]) {
         self.lists.list(j)
+    }
+
+    /// Every list's 4-bit codes in fast-scan blocks (made once, in parallel).
+    pub(crate) fn packed4(&self) -> &[Vec<u8>] {
+        use rayon::prelude::*;
+        self.packed4.get_or_init(|| {
+            let nsub = self.cb.pq.nsub;
+            (0..self.nlist())
+                .into_par_iter()
+                .map(|j| fastscan::pack(self.list(j).1, nsub))
+                .collect()
+        })
     }
 
     /// Runs `f` with this index's codebook and lists as devices read them.
@@ -203,6 +220,7 @@ impl Index {
     /// Mapped lists are copied into memory before the first change.
     fn owned_lists(&mut self) -> Result<OwnedLists<'_>> {
         self.stamp = next_stamp();
+        self.packed4 = std::sync::OnceLock::new();
         if let Lists::Mapped(_) = &self.lists {
             let m = self.nlist();
             let mut ids = Vec::with_capacity(m);

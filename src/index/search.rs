@@ -6,7 +6,7 @@
 //! centroid), the last only on the query, so a list's table is one add per entry.
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
-use super::Index;
+use super::{fastscan, Index};
 use crate::backend::layout;
 use crate::backend::{Backend, DeviceRerank};
 use crate::error::{check_finite, raw_missing, raw_not_finite, try_vec, Error, Result};
@@ -551,6 +551,8 @@ impl Index {
         };
         let mut pair = Vec::new();
         let scale = if l2 { -2.0 } else { -1.0 };
+        // 4-bit codes within the byte sums' reach are scanned in blocks (`fastscan`).
+        let packed = (cb.pq.bits == 4 && nsub <= fastscan::MAX_NSUB).then(|| self.packed4());
         for i in 0..r {
             let qv = &qb[i * d..(i + 1) * d];
             let qn = linalg::dot(qv, qv);
@@ -589,13 +591,13 @@ impl Index {
                     for ((l, t), c) in lut.iter_mut().zip(terms).zip(&qci) {
                         *l = t + c;
                     }
-                    scan(
-                        coarse[a], &lut, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top,
-                    );
-                } else {
-                    scan(
-                        coarse[a], &qci, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top,
-                    );
+                }
+                let table = if l2 { &lut } else { &qci };
+                match packed {
+                    Some(p) => scan4_blocks(coarse[a], table, nsub, lids, lcodes, &p[a], &mut top),
+                    None => scan(
+                        coarse[a], table, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top,
+                    ),
                 }
             }
             let k = p.k;
@@ -609,6 +611,56 @@ impl Index {
         }
         Ok(())
     }
+}
+
+/// `scan` for 4-bit codes through their blocks (`packed`): the byte sums skip every vector
+/// whose bound cannot beat the worst kept, the rest are scored as `scan` scores them.
+fn scan4_blocks(
+    base: f32,
+    lut: &[f32],
+    nsub: usize,
+    ids: &[u64],
+    codes: &[u8],
+    packed: &[u8],
+    top: &mut TopK,
+) {
+    let table = fastscan::ByteTable::new(lut, nsub);
+    // The float sums start from `base`: their rounding grows with it too.
+    let floor = base + table.offset - table.slack - 4e-5 * base.abs();
+    let step = 1.0 / table.scale;
+    let nbytes = nsub.div_ceil(2);
+    let mut sums = [0u16; fastscan::BLOCK];
+    for (b, block) in packed.chunks_exact(fastscan::block_bytes(nsub)).enumerate() {
+        fastscan::block_sums(block, &table.bytes, &mut sums);
+        let v0 = b * fastscan::BLOCK;
+        for (t, &s) in sums.iter().enumerate().take(ids.len() - v0) {
+            if floor + s as f32 * step > top.worst {
+                continue;
+            }
+            let v = v0 + t;
+            top.push(
+                score4(base, lut, nsub, &codes[v * nbytes..(v + 1) * nbytes]),
+                ids[v],
+            );
+        }
+    }
+}
+
+/// One 4-bit code's distance, with `scan`'s float operations in `scan`'s order (its pair
+/// table holds `lo + hi` per byte, added to the running sum byte by byte).
+#[inline(always)]
+fn score4(base: f32, lut: &[f32], nsub: usize, code: &[u8]) -> f32 {
+    let mut s = base;
+    for (b, &c) in code.iter().enumerate() {
+        let lo = lut[2 * b * 16 + (c & 15) as usize];
+        let hi = if 2 * b + 1 < nsub {
+            lut[(2 * b + 1) * 16 + (c >> 4) as usize]
+        } else {
+            0.0
+        };
+        s += lo + hi;
+    }
+    s
 }
 
 /// Sums table entries over each code of one list and offers the totals to the heap.
@@ -656,6 +708,69 @@ fn scan(
                 s += t[c as usize];
             }
             top.push(s, id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seeded stream of values in [0, 1).
+    fn uniform(seed: u64) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        }
+    }
+
+    #[test]
+    fn the_block_scan_keeps_what_the_plain_scan_keeps() {
+        // Random codes under tables of several shapes: spread entries, entries within a hair
+        // of each other (many ties in bytes), large bases (float rounding near the bound).
+        let mut u = uniform(11);
+        for (nsub, n, base, spread) in [
+            (8usize, 1000usize, 0.0f32, 1.0f32),
+            (17, 700, 3.5, 0.01),
+            (64, 2000, 1e4, 2.0),
+            (64, 333, -50.0, 1e-4),
+            (255, 200, 7.0, 10.0),
+            (256, 97, 0.5, 1.0),
+        ] {
+            let nbytes = nsub.div_ceil(2);
+            let mut codes: Vec<u8> = (0..n * nbytes).map(|_| (u() * 256.0) as u8).collect();
+            if nsub % 2 == 1 {
+                for c in codes.chunks_mut(nbytes) {
+                    *c.last_mut().unwrap() &= 15;
+                }
+            }
+            let ids: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+            let lut: Vec<f32> = (0..nsub * 16).map(|_| (u() - 0.3) * spread).collect();
+            let packed = fastscan::pack(&codes, nsub);
+            for k in [1usize, 10, 100] {
+                let mut plain = TopK::new(k);
+                scan(
+                    base,
+                    &lut,
+                    4,
+                    nsub,
+                    &ids,
+                    &codes,
+                    &mut Vec::new(),
+                    &mut plain,
+                );
+                let mut blocks = TopK::new(k);
+                scan4_blocks(base, &lut, nsub, &ids, &codes, &packed, &mut blocks);
+                let (a, b) = (plain.sorted(), blocks.sorted());
+                let same = a.len() == b.len()
+                    && a.iter()
+                        .zip(&b)
+                        .all(|(x, y)| x.0.to_bits() == y.0.to_bits() && x.1 == y.1);
+                assert!(same, "nsub {nsub} n {n} base {base} spread {spread} k {k}");
+            }
         }
     }
 }

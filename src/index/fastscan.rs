@@ -1,0 +1,209 @@
+//! The 4-bit fast scan: a list's codes regrouped in blocks of 32 vectors so that one SIMD
+//! shuffle looks up 32 sub-codes in a 16-entry table of bytes, the sums kept in u16 lanes.
+//!
+//! The byte sums are a filter, never the answer: each table entry is rounded to a byte under
+//! one scale, so a vector's byte sum bounds its float distance from below within a known
+//! slack; only vectors whose bound can still beat the worst kept candidate are scored in f32,
+//! exactly as the plain scan scores them. The results are the plain scan's, bit for bit.
+//!
+//! Block layout (`pack`): for each sub-quantizer j (their count rounded up to even, the extra
+//! one all zeros), 16 bytes; byte t holds the code of vector t in its low nibble and that of
+//! vector t + 16 in its high nibble.
+
+use crate::quant::pq::get_code;
+
+/// Vectors per block.
+pub(crate) const BLOCK: usize = 32;
+
+/// The most sub-quantizers the u16 sums hold without overflow (255 per sub-code).
+pub(crate) const MAX_NSUB: usize = 256;
+
+/// Sub-quantizers as blocks hold them: rounded up to even.
+fn padded(nsub: usize) -> usize {
+    nsub + (nsub & 1)
+}
+
+/// Bytes per block.
+pub(crate) fn block_bytes(nsub: usize) -> usize {
+    padded(nsub) * 16
+}
+
+/// A list's 4-bit codes (`nbytes = ceil(nsub / 2)` bytes per vector, as the index holds them)
+/// in blocks; the last block's missing vectors have code 0.
+pub(crate) fn pack(codes: &[u8], nsub: usize) -> Vec<u8> {
+    let nbytes = nsub.div_ceil(2);
+    let n = codes.len() / nbytes.max(1);
+    let bb = block_bytes(nsub);
+    let mut out = vec![0u8; n.div_ceil(BLOCK) * bb];
+    for (v, code) in codes.chunks_exact(nbytes).enumerate() {
+        let (blk, t) = (v / BLOCK, v % BLOCK);
+        let base = blk * bb + t % 16;
+        let shift = if t < 16 { 0 } else { 4 };
+        for j in 0..nsub {
+            out[base + j * 16] |= get_code(code, j, 4) << shift;
+        }
+    }
+    out
+}
+
+/// A float table (`nsub` x 16, one list's for one query) as bytes: entry v of sub-quantizer j
+/// is `round((lut[j][v] - min_j) * scale)`, one scale for all, so that a byte sum s means
+/// about `offset + s / scale`.
+pub(crate) struct ByteTable {
+    /// `padded(nsub)` x 16 bytes (the padding sub-quantizer all zeros).
+    pub bytes: Vec<u8>,
+    /// Sum over sub-quantizers of their smallest entry.
+    pub offset: f32,
+    pub scale: f32,
+    /// How far `offset + s / scale` may exceed the float sum a vector gets: half a step per
+    /// sub-quantizer for the rounding, and a margin for the float sums' own rounding.
+    pub slack: f32,
+}
+
+impl ByteTable {
+    pub fn new(lut: &[f32], nsub: usize) -> ByteTable {
+        let mut bytes = vec![0u8; padded(nsub) * 16];
+        let (mut offset, mut span, mut magnitude) = (0f32, 0f32, 0f32);
+        let mins: Vec<f32> = lut
+            .chunks_exact(16)
+            .map(|t| {
+                let lo = t.iter().copied().fold(f32::INFINITY, f32::min);
+                let hi = t.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                offset += lo;
+                span = span.max(hi - lo);
+                magnitude += lo.abs().max(hi.abs());
+                lo
+            })
+            .collect();
+        let scale = if span > 0.0 { 255.0 / span } else { 1.0 };
+        for ((t, lo), out) in lut
+            .chunks_exact(16)
+            .zip(&mins)
+            .zip(bytes.chunks_exact_mut(16))
+        {
+            for (v, o) in t.iter().zip(out) {
+                *o = ((v - lo) * scale).round().clamp(0.0, 255.0) as u8;
+            }
+        }
+        // The float scan adds nsub terms to a base: each addition rounds by at most half an
+        // ulp of the running sum. 1e-5 of the magnitudes covers 256 of them with room.
+        let slack = nsub as f32 * 0.5 / scale * 1.001 + 1e-5 * (magnitude + offset.abs());
+        ByteTable {
+            bytes,
+            offset,
+            scale,
+            slack,
+        }
+    }
+}
+
+/// The byte sums of one block's 32 vectors: the reference every kernel equals.
+pub(crate) fn block_sums_scalar(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
+    *out = [0; BLOCK];
+    for (codes, t) in block.chunks_exact(16).zip(table.chunks_exact(16)) {
+        for (i, &c) in codes.iter().enumerate() {
+            out[i] = out[i].wrapping_add(t[(c & 15) as usize] as u16);
+            out[i + 16] = out[i + 16].wrapping_add(t[(c >> 4) as usize] as u16);
+        }
+    }
+}
+
+/// `block_sums_scalar` with AVX2: two sub-quantizers per step, one table in each 128-bit
+/// lane, `vpshufb` looking up 32 sub-codes at once.
+///
+/// # Safety
+/// The CPU has AVX2; `block` and `table` hold the same even number of 16-byte rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn block_sums_avx2(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
+    use std::arch::x86_64::*;
+    debug_assert!(block.len() == table.len() && block.len() % 32 == 0);
+    let low = _mm256_set1_epi8(0x0f);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [zero; 4];
+    for (c, t) in block.chunks_exact(32).zip(table.chunks_exact(32)) {
+        // SAFETY: both chunks are 32 bytes; unaligned loads.
+        let (c, t) = unsafe {
+            (
+                _mm256_loadu_si256(c.as_ptr().cast()),
+                _mm256_loadu_si256(t.as_ptr().cast()),
+            )
+        };
+        let lo = _mm256_shuffle_epi8(t, _mm256_and_si256(c, low));
+        let hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(c, 4), low));
+        acc[0] = _mm256_add_epi16(acc[0], _mm256_unpacklo_epi8(lo, zero));
+        acc[1] = _mm256_add_epi16(acc[1], _mm256_unpackhi_epi8(lo, zero));
+        acc[2] = _mm256_add_epi16(acc[2], _mm256_unpacklo_epi8(hi, zero));
+        acc[3] = _mm256_add_epi16(acc[3], _mm256_unpackhi_epi8(hi, zero));
+    }
+    // Each lane summed one sub-quantizer of every pair: add the lanes. acc[0] holds
+    // vectors 0-7, acc[1] 8-15, acc[2] 16-23, acc[3] 24-31.
+    for (a, o) in acc.iter().zip(out.chunks_exact_mut(8)) {
+        let s = _mm_add_epi16(_mm256_castsi256_si128(*a), _mm256_extracti128_si256(*a, 1));
+        // SAFETY: `o` is 8 u16.
+        unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
+    }
+}
+
+/// The kernel this CPU runs: AVX2 where it has it, else the reference.
+pub(crate) fn block_sums(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 checked; blocks and tables both hold `padded(nsub)` rows of 16.
+        return unsafe { block_sums_avx2(block, table, out) };
+    }
+    block_sums_scalar(block, table, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *seed >> 33
+    }
+
+    #[test]
+    fn the_simd_sums_equal_the_reference_bit_for_bit() {
+        let mut seed = 7;
+        for nsub in [1usize, 2, 3, 8, 17, 64, 255, 256] {
+            let nbytes = nsub.div_ceil(2);
+            let n = 75; // two full blocks and a ragged one
+            let codes: Vec<u8> = (0..n * nbytes).map(|_| lcg(&mut seed) as u8).collect();
+            // Odd nsub: the last byte's high nibble is no sub-code.
+            let codes: Vec<u8> = codes
+                .chunks(nbytes)
+                .flat_map(|c| {
+                    let mut c = c.to_vec();
+                    if nsub % 2 == 1 {
+                        *c.last_mut().unwrap() &= 15;
+                    }
+                    c
+                })
+                .collect();
+            let packed = pack(&codes, nsub);
+            let mut table = vec![0u8; block_bytes(nsub)];
+            for t in table[..nsub * 16].iter_mut() {
+                *t = lcg(&mut seed) as u8;
+            }
+            for (b, block) in packed.chunks_exact(block_bytes(nsub)).enumerate() {
+                let mut want = [0u16; BLOCK];
+                block_sums_scalar(block, &table, &mut want);
+                // The reference against the row-major codes it was packed from.
+                for t in 0..BLOCK.min(n - b * BLOCK) {
+                    let code = &codes[(b * BLOCK + t) * nbytes..][..nbytes];
+                    let s: u32 = (0..nsub)
+                        .map(|j| table[j * 16 + get_code(code, j, 4) as usize] as u32)
+                        .sum();
+                    assert_eq!(want[t] as u32, s, "nsub {nsub} block {b} vector {t}");
+                }
+                let mut got = [0u16; BLOCK];
+                block_sums(block, &table, &mut got);
+                assert_eq!(got, want, "nsub {nsub} block {b}");
+            }
+        }
+    }
+}
