@@ -61,39 +61,45 @@ pub(crate) struct ByteTable {
 }
 
 impl ByteTable {
-    pub fn new(lut: &[f32], nsub: usize) -> ByteTable {
-        let mut bytes = vec![0u8; padded(nsub) * 16];
+    pub fn new(nsub: usize) -> ByteTable {
+        ByteTable {
+            bytes: vec![0u8; padded(nsub) * 16],
+            offset: 0.0,
+            scale: 1.0,
+            slack: 0.0,
+        }
+    }
+
+    /// Fills the table from `lut` (nsub x 16 floats): called per probed list, so nothing
+    /// here allocates.
+    pub fn fill(&mut self, lut: &[f32]) {
         let (mut offset, mut span, mut magnitude) = (0f32, 0f32, 0f32);
-        let mins: Vec<f32> = lut
-            .chunks_exact(16)
-            .map(|t| {
-                let lo = t.iter().copied().fold(f32::INFINITY, f32::min);
-                let hi = t.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                offset += lo;
-                span = span.max(hi - lo);
-                magnitude += lo.abs().max(hi.abs());
-                lo
-            })
-            .collect();
+        for t in lut.chunks_exact(16) {
+            let (lo, hi) = t
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+                    (a.min(v), b.max(v))
+                });
+            offset += lo;
+            span = span.max(hi - lo);
+            magnitude += lo.abs().max(hi.abs());
+        }
         let scale = if span > 0.0 { 255.0 / span } else { 1.0 };
-        for ((t, lo), out) in lut
-            .chunks_exact(16)
-            .zip(&mins)
-            .zip(bytes.chunks_exact_mut(16))
-        {
+        for (t, out) in lut.chunks_exact(16).zip(self.bytes.chunks_exact_mut(16)) {
+            let lo = t.iter().copied().fold(f32::INFINITY, f32::min);
             for (v, o) in t.iter().zip(out) {
-                *o = ((v - lo) * scale).round().clamp(0.0, 255.0) as u8;
+                // Half a step up, then truncated: rounding without a libm call (`as`
+                // saturates to 0..=255).
+                *o = ((v - lo) * scale + 0.5) as u8;
             }
         }
-        // The float scan adds nsub terms to a base: each addition rounds by at most half an
-        // ulp of the running sum. 1e-5 of the magnitudes covers 256 of them with room.
-        let slack = nsub as f32 * 0.5 / scale * 1.001 + 1e-5 * (magnitude + offset.abs());
-        ByteTable {
-            bytes,
-            offset,
-            scale,
-            slack,
-        }
+        // Each entry is off by at most half a step (the rounding) plus a hair for the float
+        // arithmetic of the scaling, hence 0.501; the float scan's own sums round by half an
+        // ulp per addition, which 4e-5 of the magnitudes covers for 256 of them with room.
+        let nsub = lut.len() / 16;
+        self.slack = nsub as f32 * 0.501 / scale + 4e-5 * (magnitude + offset.abs());
+        self.offset = offset;
+        self.scale = scale;
     }
 }
 

@@ -553,6 +553,7 @@ impl Index {
         let scale = if l2 { -2.0 } else { -1.0 };
         // 4-bit codes within the byte sums' reach are scanned in blocks (`fastscan`).
         let packed = (cb.pq.bits == 4 && nsub <= fastscan::MAX_NSUB).then(|| self.packed4());
+        let mut bytes = fastscan::ByteTable::new(nsub);
         for i in 0..r {
             let qv = &qb[i * d..(i + 1) * d];
             let qn = linalg::dot(qv, qv);
@@ -594,7 +595,9 @@ impl Index {
                 }
                 let table = if l2 { &lut } else { &qci };
                 match packed {
-                    Some(p) => scan4_blocks(coarse[a], table, nsub, lids, lcodes, &p[a], &mut top),
+                    Some(p) => scan4_blocks(
+                        coarse[a], table, nsub, lids, lcodes, &p[a], &mut bytes, &mut top,
+                    ),
                     None => scan(
                         coarse[a], table, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top,
                     ),
@@ -622,9 +625,10 @@ fn scan4_blocks(
     ids: &[u64],
     codes: &[u8],
     packed: &[u8],
+    table: &mut fastscan::ByteTable,
     top: &mut TopK,
 ) {
-    let table = fastscan::ByteTable::new(lut, nsub);
+    table.fill(lut);
     // The float sums start from `base`: their rounding grows with it too.
     let floor = base + table.offset - table.slack - 4e-5 * base.abs();
     let step = 1.0 / table.scale;
@@ -763,7 +767,17 @@ mod tests {
                     &mut plain,
                 );
                 let mut blocks = TopK::new(k);
-                scan4_blocks(base, &lut, nsub, &ids, &codes, &packed, &mut blocks);
+                let mut table = fastscan::ByteTable::new(nsub);
+                scan4_blocks(
+                    base,
+                    &lut,
+                    nsub,
+                    &ids,
+                    &codes,
+                    &packed,
+                    &mut table,
+                    &mut blocks,
+                );
                 let (a, b) = (plain.sorted(), blocks.sorted());
                 let same = a.len() == b.len()
                     && a.iter()
