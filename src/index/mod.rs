@@ -161,13 +161,13 @@ impl Index {
         self.lists.list(j)
     }
 
-    /// Every list's 4-bit codes in fast-scan blocks (made once, in parallel).
+    /// Every list's 4-bit codes in fast-scan blocks, made once by the first search that needs
+    /// them. On one thread: searches call this from rayon tasks, and a parallel build there
+    /// could pick up another search task on the building thread, which would wait on itself.
     pub(crate) fn packed4(&self) -> &[Vec<u8>] {
-        use rayon::prelude::*;
         self.packed4.get_or_init(|| {
             let nsub = self.cb.pq.nsub;
             (0..self.nlist())
-                .into_par_iter()
                 .map(|j| fastscan::pack(self.list(j).1, nsub))
                 .collect()
         })
