@@ -116,25 +116,26 @@ __device__ void block_top(const float* kd, const unsigned* kp, int want, int hel
 }
 
 // One block per (probe, query): the list's table (terms + query table for L2, the query table
-// alone for inner product) in shared memory, a scan of its 8-bit codes, and the block's `want`
-// best candidates (distance, position in the flat lists) to cand_d / cand_p.
+// alone for inner product; ksub entries per sub-quantizer) in shared memory, a scan of its
+// codes (8-bit: a byte per sub-code; 4-bit: two per byte, low nibble first, nsub even), and
+// the block's `want` best candidates (distance, position in the flat lists) to cand_d / cand_p.
 extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
                                       const unsigned long long* __restrict__ start,
                                       const float* __restrict__ terms, int l2,
-                                      const float* __restrict__ qt, int nsub,
+                                      const float* __restrict__ qt, int nsub, int ksub,
                                       const unsigned* __restrict__ probes,
                                       const float* __restrict__ base, int nprobe, int want,
                                       float* __restrict__ cand_d,
                                       unsigned* __restrict__ cand_p) {
-    extern __shared__ float lut[];  // nsub * 256
+    extern __shared__ float lut[];  // nsub * ksub
     __shared__ float sd[32];
     __shared__ unsigned sp[32];
     __shared__ int st[33];
     const int p = blockIdx.x, qi = blockIdx.y;
     const unsigned a = probes[(size_t)qi * nprobe + p];
-    const float* qtq = qt + (size_t)qi * nsub * 256;
-    const float* ta = terms + (size_t)a * nsub * 256;
-    for (int e = threadIdx.x; e < nsub * 256; e += blockDim.x)
+    const float* qtq = qt + (size_t)qi * nsub * ksub;
+    const float* ta = terms + (size_t)a * nsub * ksub;
+    for (int e = threadIdx.x; e < nsub * ksub; e += blockDim.x)
         lut[e] = l2 ? ta[e] + qtq[e] : qtq[e];
     // A list probed twice (fewer lists than probes) is scanned once.
     bool repeat = false;
@@ -148,7 +149,15 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
         const unsigned long long s0 = start[a], s1 = start[a + 1];
         for (unsigned long long i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
             float v = b0;
-            if ((nsub & 3) == 0) {
+            if (ksub == 16) {
+                // Two sub-codes per byte, low nibble first.
+                const int nbytes = nsub >> 1;
+                const unsigned char* c = codes + i * nbytes;
+                for (int b = 0; b < nbytes; b++) {
+                    v += lut[(2 * b) * 16 + (c[b] & 15)];
+                    v += lut[(2 * b + 1) * 16 + (c[b] >> 4)];
+                }
+            } else if ((nsub & 3) == 0) {
                 // Four codes per load; the sum keeps the order of the byte loop below.
                 const unsigned* c = reinterpret_cast<const unsigned*>(codes + i * nsub);
                 for (int j = 0; j < nsub / 4; j++) {

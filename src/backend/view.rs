@@ -99,8 +99,8 @@ pub struct Caps {
     pub max_candidates: usize,
     /// Code widths (bits per sub-code) a device scan reads.
     pub scan_bits: &'static [u32],
-    /// Most sub-quantizers a device scan's table holds.
-    pub max_scan_nsub: usize,
+    /// Most entries (sub-quantizers x codewords, f32 each) a device scan's table holds.
+    pub max_scan_table: usize,
 }
 
 impl Caps {
@@ -111,7 +111,7 @@ impl Caps {
         list_search: false,
         max_candidates: 0,
         scan_bits: &[],
-        max_scan_nsub: 0,
+        max_scan_table: 0,
     };
 
     /// Whether a device scan takes these lists under this codebook with `want` candidates
@@ -120,7 +120,7 @@ impl Caps {
     pub fn scans(&self, cb: &CodebookView, lists: &ListsView, want: usize) -> bool {
         self.list_search
             && self.scan_bits.contains(&cb.bits)
-            && cb.nsub <= self.max_scan_nsub
+            && cb.nsub * cb.ksub() <= self.max_scan_table
             && want <= self.max_candidates
             && (cb.metric != Metric::L2 || lists.l2_terms.is_some())
             && lists.len < u32::MAX as usize

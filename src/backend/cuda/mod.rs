@@ -333,9 +333,10 @@ impl Backend for CudaBackend {
             device_pointers: true,
             list_search: true,
             max_candidates: MAX_WANT,
-            scan_bits: &[8],
-            // The scan's table (M x 256 floats) within 44 KB of shared memory.
-            max_scan_nsub: (44 << 10) / (256 * 4),
+            scan_bits: &[8, 4],
+            // The scan's table (M x ksub floats) within 44 KB of shared memory: 44 sub-
+            // quantizers at 8 bits, 704 at 4.
+            max_scan_table: (44 << 10) / 4,
         }
     }
     fn kmeans_session<'a>(

@@ -8,12 +8,14 @@ pub(super) struct DeviceLists {
     pub(super) d: usize,
     pub(super) dp: usize,
     pub(super) nsub: usize,
+    /// Codewords per sub-quantizer: 256 (8-bit codes) or 16 (4-bit).
+    pub(super) ksub: usize,
     pub(super) dsub: usize,
     pub(super) l2: bool,
     pub(super) codes: CudaSlice<u8>,
     pub(super) ids: CudaSlice<u64>,
     pub(super) start: CudaSlice<u64>,
-    /// m x nsub x 256 L2 table terms (one unused value for inner product).
+    /// m x nsub x ksub L2 table terms (one unused value for inner product).
     pub(super) terms: CudaSlice<f32>,
 }
 
@@ -85,6 +87,7 @@ impl DeviceLists {
             d: cb.d,
             dp: cb.dp(),
             nsub: cb.nsub,
+            ksub: cb.ksub(),
             dsub: cb.dsub,
             l2: cb.metric == crate::Metric::L2,
             codes: if codes.is_empty() {
@@ -230,7 +233,7 @@ impl CudaBackend {
         want: usize,
     ) -> Result<(CudaSlice<f32>, CudaSlice<u64>, CudaSlice<f32>)> {
         let s = &dev.stream;
-        let (d, dp, m, nsub) = (dl.d, dl.dp, dl.m, dl.nsub);
+        let (d, dp, m, nsub, ksub) = (dl.d, dl.dp, dl.m, dl.nsub, dl.ksub);
         let nb = q.len() / d;
         let qd = self.up(s, q)?;
         let mut dots = CudaBackend::zeros::<f32>(s, nb * m)?;
@@ -276,8 +279,8 @@ impl CudaBackend {
             "pad queries",
         )?;
         let y = rotated(dev, dc, y, nb, dp)?;
-        let mut qt = CudaBackend::zeros::<f32>(s, nb * nsub * 256)?;
-        let (dsi, ksi, nsi) = (dl.dsub as i32, 256i32, nsub as i32);
+        let mut qt = CudaBackend::zeros::<f32>(s, nb * nsub * ksub)?;
+        let (dsi, ksi, nsi) = (dl.dsub as i32, ksub as i32, nsub as i32);
         let scale: f32 = if dl.l2 { -2.0 } else { -1.0 };
         ran(
             unsafe {
@@ -311,6 +314,7 @@ impl CudaBackend {
                     .arg(&l2i)
                     .arg(&qt)
                     .arg(&nsi)
+                    .arg(&ksi)
                     .arg(&probes)
                     .arg(&base)
                     .arg(&npi)
@@ -320,7 +324,7 @@ impl CudaBackend {
                     .launch(LaunchConfig {
                         grid_dim: (nprobe as u32, nb as u32, 1),
                         block_dim: (128, 1, 1),
-                        shared_mem_bytes: (4 * nsub * 256) as u32,
+                        shared_mem_bytes: (4 * nsub * ksub) as u32,
                     })
             },
             "scan lists",

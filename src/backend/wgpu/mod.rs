@@ -300,7 +300,7 @@ impl Backend for WgpuBackend {
             scan_bits: &[8],
             // A query's table (M x 256 floats) in workgroup memory; the scan's own buffers
             // beside it are checked per call.
-            max_scan_nsub: self.limits.max_compute_workgroup_storage_size as usize / 1024,
+            max_scan_table: self.limits.max_compute_workgroup_storage_size as usize / 4,
         }
     }
     fn describe(&self) -> String {
