@@ -252,12 +252,18 @@ fn four_bit_codes_are_scanned_on_the_device() {
         let want = host.search(q, &sp, None).unwrap();
         let before = g.backend().transfers().d2h_bytes;
         let got = dev.search(q, &sp, None).unwrap();
-        assert!(g.backend().transfers().d2h_bytes > before, "{metric:?}: searched on the host");
+        assert!(
+            g.backend().transfers().d2h_bytes > before,
+            "{metric:?}: searched on the host"
+        );
         let frac = common::same_records(&want.ids, &got.ids, 1);
         eprintln!("{metric:?} 4-bit: same ids {frac:.4}");
         assert!(frac >= 0.99, "{metric:?}: {frac}");
         for (a, b) in want.distances.iter().zip(&got.distances) {
-            assert!((a - b).abs() <= 1e-3 * (1.0 + a.abs()), "{metric:?}: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
+                "{metric:?}: {a} vs {b}"
+            );
         }
     }
 }
