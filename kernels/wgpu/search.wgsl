@@ -15,7 +15,7 @@ struct Params {
     dsub: u32,
     want: u32,    // candidates kept per query
     dp: u32,
-    _p0: u32,
+    ksub: u32,    // codewords per sub-quantizer: 256 (8-bit codes) or 16 (4-bit)
     _p1: u32,
     _p2: u32,
 }
@@ -37,7 +37,7 @@ struct Params {
 // The query tables again, four floats at a time, for the scan's table fill.
 @group(0) @binding(16) var<storage, read> qt4: array<vec4<f32>>;
 
-// Threads per workgroup, the table size (nsub x 256) and the candidates kept per thread: set
+// Threads per workgroup, the table size (nsub x ksub) and the candidates kept per thread: set
 // when the pipelines are built (the last two per index shape).
 const WG: u32 = 128u;
 const LUT: u32 = 8192u;
@@ -134,12 +134,12 @@ fn query_tables(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     let qi = wg.x;
     let j = wg.y;
     let scale = select(-1.0, -2.0, P.l2 != 0u);
-    for (var c = lid.x; c < 256u; c += WG) {
+    for (var c = lid.x; c < P.ksub; c += WG) {
         var s = 0.0;
         for (var t = 0u; t < P.dsub; t++) {
-            s += q[qi * P.dp + j * P.dsub + t] * books[(j * 256u + c) * P.dsub + t];
+            s += q[qi * P.dp + j * P.dsub + t] * books[(j * P.ksub + c) * P.dsub + t];
         }
-        qt[(qi * P.nsub + j) * 256u + c] = scale * s;
+        qt[(qi * P.nsub + j) * P.ksub + c] = scale * s;
     }
 }
 
@@ -181,14 +181,14 @@ fn block_top(kd: ptr<function, array<f32, WANT>>, kp: ptr<function, array<u32, W
     workgroupBarrier();
 }
 
-// One workgroup per query: its table in workgroup memory, a scan of the 8-bit codes of every
-// list it probes, and its `want` best as ids (two words, little-endian; none = all ones) and
-// distances.
+// One workgroup per query: its table in workgroup memory, a scan of the codes of every list it
+// probes (8-bit: a byte per sub-code; 4-bit: two per byte, low nibble first, nsub even), and
+// its `want` best as ids (two words, little-endian; none = all ones) and distances.
 @compute @workgroup_size(WG)
 fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let qi = wg.x;
     let tid = lid.x;
-    let n4 = P.nsub * 64u;
+    let n4 = P.nsub * P.ksub / 4u;
     for (var e = tid; e < n4; e += WG) {
         let v = qt4[qi * n4 + e];
         lut[4u * e] = v.x;
@@ -219,6 +219,18 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
             var v = b0;
             if (P.l2 != 0u) {
                 v += vterm[i];
+            }
+            if (P.ksub == 16u) {
+                let nb = P.nsub / 2u;
+                let c0 = i * nb;
+                for (var j = 0u; j < nb; j++) {
+                    let byte = c0 + j;
+                    let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 255u;
+                    v += lut[j * 32u + (code & 15u)];
+                    v += lut[j * 32u + 16u + (code >> 4u)];
+                }
+                offer(&kd, &kp, v, i);
+                continue;
             }
             let c0 = i * P.nsub;
             if (P.nsub % 4u == 0u) {

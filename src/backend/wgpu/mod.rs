@@ -297,8 +297,8 @@ impl Backend for WgpuBackend {
             device_pointers: false,
             list_search: true,
             max_candidates: search::MAX_WANT,
-            scan_bits: &[8],
-            // A query's table (M x 256 floats) in workgroup memory; the scan's own buffers
+            scan_bits: &[8, 4],
+            // A query's table (M x ksub floats) in workgroup memory; the scan's own buffers
             // beside it are checked per call.
             max_scan_table: self.limits.max_compute_workgroup_storage_size as usize / 4,
         }

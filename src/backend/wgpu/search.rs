@@ -45,7 +45,14 @@ fn scan_extra(want: usize) -> usize {
 /// for its list's anchor a and its codeword c), list after list.
 fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
     use rayon::prelude::*;
-    let (nsub, per) = (cb.nsub, cb.nsub * 256);
+    let (nsub, ksub) = (cb.nsub, cb.ksub());
+    let per = nsub * ksub;
+    let nbytes = nsub * cb.bits as usize / 8;
+    // Sub-code s of a code: a byte at 8 bits, a nibble (low first) at 4.
+    let sub = move |c: &[u8], s: usize| match ksub {
+        256 => c[s] as usize,
+        _ => ((c[s / 2] >> ((s & 1) * 4)) & 15) as usize,
+    };
     let Some(terms) = lists.l2_terms else {
         return Vec::new();
     };
@@ -55,13 +62,8 @@ fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
             let t = &terms[j * per..(j + 1) * per];
             let (_, codes) = (lists.list)(j);
             codes
-                .chunks_exact(nsub)
-                .map(move |c| {
-                    c.iter()
-                        .enumerate()
-                        .map(|(s, &v)| t[s * 256 + v as usize])
-                        .sum::<f32>()
-                })
+                .chunks_exact(nbytes)
+                .map(move |c| (0..nsub).map(|s| t[s * ksub + sub(c, s)]).sum::<f32>())
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -118,12 +120,12 @@ pub(super) fn search_lists(
     nprobe: usize,
     want: usize,
 ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-    let lut = cb.nsub * 256;
+    let lut = cb.nsub * cb.ksub();
     let want_built = want.max(1).next_power_of_two();
     let m = lists.nlist;
     let fits = lut * 4 + scan_extra(want_built)
         <= b.limits.max_compute_workgroup_storage_size as usize
-        && (lists.len * cb.nsub) as u64 <= b.max_binding()
+        && (lists.len * cb.nsub * cb.bits as usize / 8) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
         return Ok(None);
@@ -169,7 +171,7 @@ fn search_batch(
     let scores = b.zeros(nb * m * 4, "coarse scores")?;
     let probes = b.zeros(nb * nprobe * 4, "probes")?;
     let base = b.zeros(nb * nprobe * 4, "probe bases")?;
-    let qt = b.zeros(nb * nsub * 256 * 4, "query tables")?;
+    let qt = b.zeros(nb * nsub * cb.ksub() * 4, "query tables")?;
     let out_d = b.zeros(nb * want * 4, "distances")?;
     let out_id = b.zeros(nb * want * 8, "ids")?;
     let p = || {
@@ -183,6 +185,7 @@ fn search_batch(
             cb.dsub as u32,
             want as u32,
             dp as u32,
+            cb.ksub() as u32,
         ])
     };
     let mut trace = Trace::new(b);
