@@ -182,6 +182,25 @@ func (c *Context) Backend() (Backend, error) {
 	return Backend(b), err
 }
 
+// Threads is the number of CPU threads the context's pool runs.
+func (c *Context) Threads() (int, error) {
+	var n C.size_t
+	err := call(func() C.vlcc_status { return C.vlcc_context_threads(c.p, &n) })
+	runtime.KeepAlive(c)
+	return int(n), err
+}
+
+// SetMemoryCap caps the working memory of one training call, in bytes (0 = no cap); a call
+// that would need more fails with StatusOutOfMemory.
+func (c *Context) SetMemoryCap(bytes int) error {
+	if bytes < 0 {
+		return &Error{Status: StatusInvalidArgument, Message: "the memory cap must be >= 0"}
+	}
+	err := call(func() C.vlcc_status { return C.vlcc_context_set_memory_cap(c.p, C.size_t(bytes)) })
+	runtime.KeepAlive(c)
+	return err
+}
+
 // Compressor holds training parameters and, once trained, a codebook.
 type Compressor struct{ p *C.vlcc_compressor }
 
@@ -554,6 +573,22 @@ func Load(ctx *Context, path string, mmap bool) (*Index, error) {
 	return newIndex(p)
 }
 
+// Deserialize makes an index on ctx from Serialize's bytes (copied).
+func Deserialize(ctx *Context, b []byte) (*Index, error) {
+	var bp *C.uint8_t
+	if len(b) > 0 {
+		bp = (*C.uint8_t)(unsafe.Pointer(&b[0]))
+	}
+	var p *C.vlcc_index
+	err := call(func() C.vlcc_status { return C.vlcc_index_deserialize(ctx.p, bp, C.size_t(len(b)), &p) })
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newIndex(p)
+}
+
 // Close frees the index. Safe to call twice.
 func (ix *Index) Close() error {
 	if ix != nil && ix.p != nil {
@@ -678,6 +713,85 @@ func (ix *Index) Len() (int, error) {
 	err := call(func() C.vlcc_status { return C.vlcc_index_size(ix.p, &n) })
 	runtime.KeepAlive(ix)
 	return int(n), err
+}
+
+// AddF16 is Add for vectors given as IEEE half-precision bit patterns.
+func (ix *Index) AddF16(x []uint16, ids []uint64) error {
+	if len(x) != len(ids)*ix.dim {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values for %d ids of dimension %d", len(x), len(ids), ix.dim)}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	err := call(func() C.vlcc_status {
+		return C.vlcc_index_add_f16(ix.p, (*C.uint16_t)(unsafe.Pointer(&x[0])), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(ids)
+	runtime.KeepAlive(ix)
+	return err
+}
+
+// Merge appends every vector of other, which must be built on the same codebook
+// (StatusCodebookMismatch otherwise).
+func (ix *Index) Merge(other *Index) error {
+	err := call(func() C.vlcc_status { return C.vlcc_index_merge(ix.p, other.p) })
+	runtime.KeepAlive(ix)
+	runtime.KeepAlive(other)
+	return err
+}
+
+// IndexStats are an index's sizes and balance.
+type IndexStats struct {
+	Vectors, Lists, Dim, ResidualCodeSize, LargestList, EmptyLists int
+	MaxListOverMean                                                float64 // 1 = perfectly balanced
+	MemoryMapped                                                   bool
+}
+
+// Stats reports the index's sizes and balance.
+func (ix *Index) Stats() (IndexStats, error) {
+	var s C.vlcc_index_info
+	err := call(func() C.vlcc_status { return C.vlcc_index_stats(ix.p, &s) })
+	runtime.KeepAlive(ix)
+	return IndexStats{
+		Vectors: int(s.vectors), Lists: int(s.lists), Dim: int(s.dim),
+		ResidualCodeSize: int(s.residual_code_size), LargestList: int(s.largest_list),
+		EmptyLists: int(s.empty_lists), MaxListOverMean: float64(s.max_list_over_mean),
+		MemoryMapped: s.memory_mapped != 0,
+	}, err
+}
+
+// Reconstruct returns every stored vector's id and its approximate vector (decoded from its
+// code; Len() x Dim() floats), list by list.
+func (ix *Index) Reconstruct() ([]uint64, []float32, error) {
+	var n C.size_t
+	if err := call(func() C.vlcc_status { return C.vlcc_index_reconstruct(ix.p, nil, nil, 0, &n) }); err != nil {
+		return nil, nil, err
+	}
+	ids := make([]uint64, int(n))
+	vecs := make([]float32, int(n)*ix.dim)
+	if n > 0 {
+		err := call(func() C.vlcc_status {
+			return C.vlcc_index_reconstruct(ix.p, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(vecs), n, &n)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	runtime.KeepAlive(ix)
+	return ids, vecs, nil
+}
+
+// Serialize returns the index's bytes (those of its file).
+func (ix *Index) Serialize() ([]byte, error) {
+	var b C.vlcc_buffer
+	err := call(func() C.vlcc_status { return C.vlcc_index_serialize(ix.p, &b) })
+	runtime.KeepAlive(ix)
+	if err != nil {
+		return nil, err
+	}
+	defer C.vlcc_buffer_free(&b)
+	return C.GoBytes(unsafe.Pointer(b.data), C.int(b.len)), nil
 }
 
 // Save writes the index to path atomically.

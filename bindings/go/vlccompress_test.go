@@ -311,3 +311,78 @@ func f16(v float32) uint16 {
 	}
 	return sign | uint16(e+15)<<10 | uint16((v-1)*1024)
 }
+
+func TestIndexLifecycle(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	if n, err := ctx.Threads(); err != nil || n != 2 {
+		t.Fatalf("threads: %d %v", n, err)
+	}
+	var ve *Error
+	if err := ctx.SetMemoryCap(-1); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
+		t.Fatalf("negative cap: %v", err)
+	}
+	if err := ctx.SetMemoryCap(0); err != nil {
+		t.Fatal(err)
+	}
+	x := clustered(3000, 5)
+	c := trained(t, ctx, x)
+	defer c.Close()
+	a, _ := NewIndex(c)
+	defer a.Close()
+	if err := a.Add(x[:2000*dim], rowIDs(2000)); err != nil {
+		t.Fatal(err)
+	}
+	// The second index takes f16 input: small whole numbers, exact in f16.
+	b, _ := NewIndex(c)
+	defer b.Close()
+	half := make([]uint16, 10*dim)
+	for i := range half {
+		half[i] = f16(float32(i % 7))
+	}
+	ids := rowIDs(10)
+	for i := range ids {
+		ids[i] += 5000
+	}
+	if err := b.AddF16(half, ids); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Merge(b); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Stats()
+	if err != nil || st.Vectors != 2010 || st.Dim != dim || st.ResidualCodeSize == 0 || st.MaxListOverMean < 1 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+	gotIDs, vecs, err := a.Reconstruct()
+	if err != nil || len(gotIDs) != 2010 || len(vecs) != 2010*dim {
+		t.Fatalf("reconstruct: %d ids, %d values, %v", len(gotIDs), len(vecs), err)
+	}
+	// Serialized and back: the same searches.
+	bytes, err := a.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Deserialize(ctx, bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	p := SearchParams{K: 5, NProbe: 8}
+	want, _, _ := a.Search(x[:20*dim], p)
+	got, _, err := back.Search(x[:20*dim], p)
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("search after deserialize: %v", err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("result %d: %d vs %d", i, got[i], want[i])
+		}
+	}
+	if _, err := Deserialize(ctx, bytes[:100]); !errors.As(err, &ve) || ve.Status != StatusCorrupt {
+		t.Fatalf("truncated bytes: %v", err)
+	}
+}
