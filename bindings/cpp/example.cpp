@@ -73,6 +73,18 @@ int main(int argc, char** argv) {
     const std::vector<float> ones(2 * d, 1.0f);
     const std::vector<uint16_t> ones16(2 * d, 0x3c00);
     caught = caught && same_codebook && comp.encode_f16(ones16) == comp.encode(ones);
+    // The index as bytes, merged with an f16-built one, its stats and reconstruction.
+    vlcc::Index copy_ix = vlcc::Index::deserialize(ctx, index.serialize());
+    vlcc::Index halves(comp);
+    const std::vector<uint64_t> half_ids{900001, 900002};
+    halves.add_f16(ones16, half_ids);
+    copy_ix.merge(halves);
+    const vlcc_index_info st = copy_ix.stats();
+    const auto [rec_ids, rec_vecs] = copy_ix.reconstruct();
+    const bool lifecycle = st.vectors == n + 2 && st.dim == d && rec_ids.size() == n + 2 &&
+                           rec_vecs.size() == (n + 2) * d && ctx.threads() == 2 &&
+                           std::string(vlcc::version()) == VLCC_VERSION_STRING;
+    caught = caught && lifecycle;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

@@ -18,6 +18,9 @@
 
 namespace vlcc {
 
+/// The loaded library's version, "MAJOR.MINOR.PATCH" (VLCC_VERSION_STRING of its header).
+inline const char* version() noexcept { return vlcc_version(); }
+
 /// The ABI version of the loaded library (VLCC_ABI_VERSION of the header it was built with).
 inline uint32_t abi_version() noexcept { return vlcc_abi_version(); }
 
@@ -79,6 +82,11 @@ public:
         return static_cast<vlcc_backend>(b);
     }
     void set_memory_cap(size_t bytes) const { detail::check(vlcc_context_set_memory_cap(p_.get(), bytes)); }
+    size_t threads() const {
+        size_t n = 0;
+        detail::check(vlcc_context_threads(p_.get(), &n));
+        return n;
+    }
     const vlcc_context* get() const noexcept { return p_.get(); }
 
 private:
@@ -242,6 +250,36 @@ public:
         detail::check(vlcc_index_load(ctx.get(), path.c_str(), mmap ? 1 : 0, &p));
         return Index(p);
     }
+    // An index on ctx from serialize()'s bytes (copied).
+    static Index deserialize(const Context& ctx, std::span<const uint8_t> bytes) {
+        vlcc_index* p = nullptr;
+        detail::check(vlcc_index_deserialize(ctx.get(), bytes.data(), bytes.size(), &p));
+        return Index(p);
+    }
+    // The index's bytes (those of its file).
+    std::vector<uint8_t> serialize() const {
+        vlcc_buffer b{nullptr, 0};
+        detail::check(vlcc_index_serialize(p_.get(), &b));
+        std::vector<uint8_t> out(b.data, b.data + b.len);
+        vlcc_buffer_free(&b);
+        return out;
+    }
+    vlcc_index_info stats() const {
+        vlcc_index_info s{};
+        detail::check(vlcc_index_stats(p_.get(), &s));
+        return s;
+    }
+    // Appends every vector of other (built on the same codebook).
+    void merge(const Index& other) { detail::check(vlcc_index_merge(p_.get(), other.p_.get())); }
+    // Every stored vector's id and its approximate vector (size() x dim() floats), list by list.
+    std::pair<std::vector<uint64_t>, std::vector<float>> reconstruct() const {
+        size_t n = 0;
+        detail::check(vlcc_index_reconstruct(p_.get(), nullptr, nullptr, 0, &n));
+        std::pair<std::vector<uint64_t>, std::vector<float>> out{std::vector<uint64_t>(n),
+                                                                 std::vector<float>(n * dim())};
+        detail::check(vlcc_index_reconstruct(p_.get(), out.first.data(), out.second.data(), n, &n));
+        return out;
+    }
     size_t dim() const {
         size_t d = 0;
         detail::check(vlcc_index_dim(p_.get(), &d));
@@ -255,6 +293,11 @@ public:
     void add(std::span<const float> x, std::span<const uint64_t> ids) {
         if (x.size() != ids.size() * dim()) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x must hold one row per id");
         detail::check(vlcc_index_add(p_.get(), x.data(), ids.size(), ids.data()));
+    }
+    // IEEE half-precision input (binary16 bit patterns, one row per id).
+    void add_f16(std::span<const uint16_t> x, std::span<const uint64_t> ids) {
+        if (x.size() != ids.size() * dim()) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x must hold one row per id");
+        detail::check(vlcc_index_add_f16(p_.get(), x.data(), ids.size(), ids.data()));
     }
     // Vectors already in CUDA device memory (one row per id), read in place.
     void add_device(const float* x_device, std::span<const uint64_t> ids) {
