@@ -252,34 +252,7 @@ fn four_bit_codes_are_scanned_on_the_device() {
     // host's, and they came from the device.
     let Some(g) = gpu() else { return };
     let s = small(6000, 100);
-    let cpu = common::ctx(0);
-    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
-        let mut p = common::small_params(64, 32);
-        (p.metric, p.bits) = (metric, 4);
-        let host = common::indexed(&cpu, p, &s.base);
-        let dev = host.to_context(g.clone()).unwrap();
-        let sp = vlc_compress::SearchParams {
-            k: 10,
-            nprobe: 8,
-            rerank: 0,
-        };
-        let want = host.search(&s.query, &sp, None).unwrap();
-        let before = g.backend().transfers().d2h_bytes;
-        let got = dev.search(&s.query, &sp, None).unwrap();
-        assert!(
-            g.backend().transfers().d2h_bytes > before,
-            "{metric:?}: searched on the host"
-        );
-        let frac = common::same_records(&want.ids, &got.ids, 1);
-        eprintln!("{metric:?} 4-bit: same ids {frac:.4}");
-        assert!(frac >= 0.99, "{metric:?}: {frac}");
-        for (a, b) in want.distances.iter().zip(&got.distances) {
-            assert!(
-                (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
-                "{metric:?}: {a} vs {b}"
-            );
-        }
-    }
+    common::four_bit_search_parity(&g, &s.base, &s.query);
 }
 
 #[test]
