@@ -58,6 +58,8 @@ pub(crate) struct ByteTable {
     /// How far `offset + s / scale` may exceed the float sum a vector gets: half a step per
     /// sub-quantizer for the rounding, and a margin for the float sums' own rounding.
     pub slack: f32,
+    /// Each sub-quantizer's smallest entry, from the first pass for the second.
+    mins: Vec<f32>,
 }
 
 impl ByteTable {
@@ -67,6 +69,7 @@ impl ByteTable {
             offset: 0.0,
             scale: 1.0,
             slack: 0.0,
+            mins: vec![0.0; nsub],
         }
     }
 
@@ -74,19 +77,20 @@ impl ByteTable {
     /// here allocates.
     pub fn fill(&mut self, lut: &[f32]) {
         let (mut offset, mut span, mut magnitude) = (0f32, 0f32, 0f32);
-        for t in lut.chunks_exact(16) {
+        for (t, m) in lut.chunks_exact(16).zip(self.mins.iter_mut()) {
             let (lo, hi) = t
                 .iter()
                 .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
                     (a.min(v), b.max(v))
                 });
+            *m = lo;
             offset += lo;
             span = span.max(hi - lo);
             magnitude += lo.abs().max(hi.abs());
         }
         let scale = if span > 0.0 { 255.0 / span } else { 1.0 };
-        for (t, out) in lut.chunks_exact(16).zip(self.bytes.chunks_exact_mut(16)) {
-            let lo = t.iter().copied().fold(f32::INFINITY, f32::min);
+        let rows = lut.chunks_exact(16).zip(&self.mins);
+        for ((t, &lo), out) in rows.zip(self.bytes.chunks_exact_mut(16)) {
             for (v, o) in t.iter().zip(out) {
                 // Half a step up, then truncated: rounding without a libm call (`as`
                 // saturates to 0..=255).
