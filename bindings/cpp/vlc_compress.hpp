@@ -50,6 +50,15 @@ inline void check(vlcc_status s) {
 struct ContextFree { void operator()(vlcc_context* p) const noexcept { vlcc_context_free(p); } };
 struct CompressorFree { void operator()(vlcc_compressor* p) const noexcept { vlcc_compressor_free(p); } };
 struct IndexFree { void operator()(vlcc_index* p) const noexcept { vlcc_index_free(p); } };
+// The bytes of a library-owned buffer that `fill` makes, copied out; the buffer is released.
+template <class Fill>
+std::vector<uint8_t> take_buffer(Fill fill) {
+    vlcc_buffer b{nullptr, 0};
+    check(fill(&b));
+    std::vector<uint8_t> out(b.data, b.data + b.len);
+    vlcc_buffer_free(&b);
+    return out;
+}
 struct SearchParamsFree { void operator()(vlcc_search_params* p) const noexcept { vlcc_search_params_free(p); } };
 }  // namespace detail
 
@@ -114,11 +123,7 @@ public:
     }
     // The codebook's bytes (those of its file).
     std::vector<uint8_t> serialize_codebook() const {
-        vlcc_buffer b{nullptr, 0};
-        detail::check(vlcc_compressor_serialize_codebook(p_.get(), &b));
-        std::vector<uint8_t> out(b.data, b.data + b.len);
-        vlcc_buffer_free(&b);
-        return out;
+        return detail::take_buffer([&](vlcc_buffer* b) { return vlcc_compressor_serialize_codebook(p_.get(), b); });
     }
     // A hash of the codebook's contents: indexes on equal fingerprints merge.
     uint64_t fingerprint() const {
@@ -258,11 +263,7 @@ public:
     }
     // The index's bytes (those of its file).
     std::vector<uint8_t> serialize() const {
-        vlcc_buffer b{nullptr, 0};
-        detail::check(vlcc_index_serialize(p_.get(), &b));
-        std::vector<uint8_t> out(b.data, b.data + b.len);
-        vlcc_buffer_free(&b);
-        return out;
+        return detail::take_buffer([&](vlcc_buffer* b) { return vlcc_index_serialize(p_.get(), b); });
     }
     vlcc_index_info stats() const {
         vlcc_index_info s{};

@@ -297,10 +297,15 @@ func (c *Compressor) Anchors() ([]float32, error) {
 
 // SerializeCodebook returns the codebook's bytes (those of its file).
 func (c *Compressor) SerializeCodebook() ([]byte, error) {
-	var b C.vlcc_buffer
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_serialize_codebook(c.p, &b) })
+	out, err := takeBuffer(func(b *C.vlcc_buffer) C.vlcc_status { return C.vlcc_compressor_serialize_codebook(c.p, b) })
 	runtime.KeepAlive(c)
-	if err != nil {
+	return out, err
+}
+
+// takeBuffer copies out the library-owned buffer that fill makes, and releases it.
+func takeBuffer(fill func(*C.vlcc_buffer) C.vlcc_status) ([]byte, error) {
+	var b C.vlcc_buffer
+	if err := call(func() C.vlcc_status { return fill(&b) }); err != nil {
 		return nil, err
 	}
 	defer C.vlcc_buffer_free(&b)
@@ -784,14 +789,9 @@ func (ix *Index) Reconstruct() ([]uint64, []float32, error) {
 
 // Serialize returns the index's bytes (those of its file).
 func (ix *Index) Serialize() ([]byte, error) {
-	var b C.vlcc_buffer
-	err := call(func() C.vlcc_status { return C.vlcc_index_serialize(ix.p, &b) })
+	out, err := takeBuffer(func(b *C.vlcc_buffer) C.vlcc_status { return C.vlcc_index_serialize(ix.p, b) })
 	runtime.KeepAlive(ix)
-	if err != nil {
-		return nil, err
-	}
-	defer C.vlcc_buffer_free(&b)
-	return C.GoBytes(unsafe.Pointer(b.data), C.int(b.len)), nil
+	return out, err
 }
 
 // Save writes the index to path atomically.
