@@ -166,11 +166,11 @@ typedef enum {
    */
   VLCC_PARAM_METRIC = 4,
   /**
-   * Residual rotation: 0 none, 1 random orthogonal, 2 learned (OPQ). Default 0.
+   * Residual rotation: 0 none, 1 random orthogonal, 2 learned (OPQ). Default 2 (the eigenvalue-allocation start).
    */
   VLCC_PARAM_ROTATION = 5,
   /**
-   * Anchor training iterations. Default 25.
+   * Anchor training iterations. Default 10.
    */
   VLCC_PARAM_MAX_ITERS = 6,
   /**
@@ -224,7 +224,7 @@ typedef enum {
   VLCC_PARAM_PQ_TRAIN_POINTS = 18,
   /**
    * Alternations of the learned rotation after its eigenvalue-allocation start (0 = that
-   * start alone, about a tenth of the time). Default 32.
+   * start alone, about a tenth of the time). Default 0.
    */
   VLCC_PARAM_OPQ_ITERS = 19,
   /**

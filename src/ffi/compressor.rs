@@ -46,9 +46,9 @@ pub enum vlcc_param {
     Bits = 3,
     /// A `vlcc_metric` value. Default L2.
     Metric = 4,
-    /// Residual rotation: 0 none, 1 random orthogonal, 2 learned (OPQ). Default 0.
+    /// Residual rotation: 0 none, 1 random orthogonal, 2 learned (OPQ). Default 2 (the eigenvalue-allocation start).
     Rotation = 5,
-    /// Anchor training iterations. Default 25.
+    /// Anchor training iterations. Default 10.
     MaxIters = 6,
     /// Stop when the relative energy change is below this. Default 1e-4.
     Tol = 7,
@@ -76,7 +76,7 @@ pub enum vlcc_param {
     /// Training vectors for the PQ sub-codebooks (0 = all). Default 65536.
     PqTrainPoints = 18,
     /// Alternations of the learned rotation after its eigenvalue-allocation start (0 = that
-    /// start alone, about a tenth of the time). Default 32.
+    /// start alone, about a tenth of the time). Default 0.
     OpqIters = 19,
     /// Anchor initialisation: 0 k-means++, 1 a seeded sample. Default 1.
     Init = 20,

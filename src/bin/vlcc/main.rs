@@ -112,10 +112,10 @@ pub(crate) struct TrainOpts {
     #[arg(long, default_value = "l2")]
     metric: Metric,
     /// none, random or learned.
-    #[arg(long, default_value = "none")]
+    #[arg(long, default_value_t = TrainParams::default().rotation)]
     rotation: Rotation,
     /// Anchor training iterations.
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = TrainParams::default().anchor.max_iters)]
     iters: usize,
     /// Lloyd iterations per PQ sub-codebook.
     #[arg(long, default_value_t = TrainParams::default().pq_iters)]
@@ -123,7 +123,7 @@ pub(crate) struct TrainOpts {
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
     /// Alternations of the learned rotation after its eigenvalue-allocation start
-    /// (0 = that start alone) [default: 32].
+    /// (0 = that start alone) [default: 0].
     #[arg(long)]
     opq_iters: Option<usize>,
     /// Training points for the learned rotation (0 = all of the PQ sample).
