@@ -232,12 +232,10 @@ fn device_search_matches_the_host() {
 }
 
 #[test]
-fn four_bit_codes_are_scanned_on_the_device() {
-    // 4-bit codes at 64 sub-quantizers (more than the 44 an 8-bit table fits) under every
-    // metric: the device's results are the host's, and they came from the device.
+fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();
-    common::four_bit_search_parity(&g, &demo.base, &demo.query.data);
+    common::wide_table_search_parity(&g, &demo.base, &demo.query.data);
 }
 
 #[test]

@@ -247,12 +247,10 @@ fn device_search_matches_the_host() {
 }
 
 #[test]
-fn four_bit_codes_are_scanned_on_the_device() {
-    // 4-bit codes at 64 sub-quantizers under every metric: the device's results are the
-    // host's, and they came from the device.
+fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
     let Some(g) = gpu() else { return };
     let s = small(6000, 100);
-    common::four_bit_search_parity(&g, &s.base, &s.query);
+    common::wide_table_search_parity(&g, &s.base, &s.query);
 }
 
 #[test]

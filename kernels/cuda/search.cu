@@ -115,8 +115,57 @@ __device__ void block_top(const float* kd, const unsigned* kp, int want, int hel
     }
 }
 
+// A list's table entry e: staged in shared memory when the table fits there, otherwise read
+// through the read-only cache as the same sum (so the same bits either way).
+struct SharedLut {
+    const float* lut;
+    __device__ float operator()(int e) const { return lut[e]; }
+};
+struct GlobalLut {
+    const float* ta;
+    const float* qt;
+    int l2;
+    __device__ float operator()(int e) const {
+        return l2 ? __ldg(ta + e) + __ldg(qt + e) : __ldg(qt + e);
+    }
+};
+
+// This thread's share of one list's codes [s0, s1), offered to its `want` best.
+template <class Lut>
+__device__ __forceinline__ void scan_codes(const unsigned char* __restrict__ codes, unsigned long long s0,
+                           unsigned long long s1, int nsub, int ksub, float b0, Lut lut,
+                           float* kd, unsigned* kp, int want, int& held) {
+    for (unsigned long long i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
+        float v = b0;
+        if (ksub == 16) {
+            // Two sub-codes per byte, low nibble first.
+            const int nbytes = nsub >> 1;
+            const unsigned char* c = codes + i * nbytes;
+            for (int b = 0; b < nbytes; b++) {
+                v += lut((2 * b) * 16 + (c[b] & 15));
+                v += lut((2 * b + 1) * 16 + (c[b] >> 4));
+            }
+        } else if ((nsub & 3) == 0) {
+            // Four codes per load; the sum keeps the order of the byte loop below.
+            const unsigned* c = reinterpret_cast<const unsigned*>(codes + i * nsub);
+            for (int j = 0; j < nsub / 4; j++) {
+                const unsigned w = c[j];
+                v += lut((4 * j) * 256 + (w & 255));
+                v += lut((4 * j + 1) * 256 + ((w >> 8) & 255));
+                v += lut((4 * j + 2) * 256 + ((w >> 16) & 255));
+                v += lut((4 * j + 3) * 256 + (w >> 24));
+            }
+        } else {
+            const unsigned char* c = codes + i * nsub;
+            for (int j = 0; j < nsub; j++) v += lut(j * 256 + c[j]);
+        }
+        offer(kd, kp, want, held, v, (unsigned)i);
+    }
+}
+
 // One block per (probe, query): the list's table (terms + query table for L2, the query table
-// alone for inner product; ksub entries per sub-quantizer) in shared memory, a scan of its
+// alone for inner product; ksub entries per sub-quantizer), in shared memory when `staged`
+// (the launch gives it nsub * ksub floats) or read from global memory otherwise, a scan of its
 // codes (8-bit: a byte per sub-code; 4-bit: two per byte, low nibble first, nsub even), and
 // the block's `want` best candidates (distance, position in the flat lists) to cand_d / cand_p.
 extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
@@ -126,8 +175,8 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
                                       const unsigned* __restrict__ probes,
                                       const float* __restrict__ base, int nprobe, int want,
                                       float* __restrict__ cand_d,
-                                      unsigned* __restrict__ cand_p) {
-    extern __shared__ float lut[];  // nsub * ksub
+                                      unsigned* __restrict__ cand_p, int staged) {
+    extern __shared__ float lut[];  // nsub * ksub when staged
     __shared__ float sd[32];
     __shared__ unsigned sp[32];
     __shared__ int st[33];
@@ -135,8 +184,9 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
     const unsigned a = probes[(size_t)qi * nprobe + p];
     const float* qtq = qt + (size_t)qi * nsub * ksub;
     const float* ta = terms + (size_t)a * nsub * ksub;
-    for (int e = threadIdx.x; e < nsub * ksub; e += blockDim.x)
-        lut[e] = l2 ? ta[e] + qtq[e] : qtq[e];
+    if (staged)
+        for (int e = threadIdx.x; e < nsub * ksub; e += blockDim.x)
+            lut[e] = l2 ? ta[e] + qtq[e] : qtq[e];
     // A list probed twice (fewer lists than probes) is scanned once.
     bool repeat = false;
     for (int o = 0; o < p; o++) repeat |= probes[(size_t)qi * nprobe + o] == a;
@@ -147,32 +197,10 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
     if (!repeat) {
         const float b0 = base[(size_t)qi * nprobe + p];
         const unsigned long long s0 = start[a], s1 = start[a + 1];
-        for (unsigned long long i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
-            float v = b0;
-            if (ksub == 16) {
-                // Two sub-codes per byte, low nibble first.
-                const int nbytes = nsub >> 1;
-                const unsigned char* c = codes + i * nbytes;
-                for (int b = 0; b < nbytes; b++) {
-                    v += lut[(2 * b) * 16 + (c[b] & 15)];
-                    v += lut[(2 * b + 1) * 16 + (c[b] >> 4)];
-                }
-            } else if ((nsub & 3) == 0) {
-                // Four codes per load; the sum keeps the order of the byte loop below.
-                const unsigned* c = reinterpret_cast<const unsigned*>(codes + i * nsub);
-                for (int j = 0; j < nsub / 4; j++) {
-                    const unsigned w = c[j];
-                    v += lut[(4 * j) * 256 + (w & 255)];
-                    v += lut[(4 * j + 1) * 256 + ((w >> 8) & 255)];
-                    v += lut[(4 * j + 2) * 256 + ((w >> 16) & 255)];
-                    v += lut[(4 * j + 3) * 256 + (w >> 24)];
-                }
-            } else {
-                const unsigned char* c = codes + i * nsub;
-                for (int j = 0; j < nsub; j++) v += lut[j * 256 + c[j]];
-            }
-            offer(kd, kp, want, held, v, (unsigned)i);
-        }
+        if (staged)
+            scan_codes(codes, s0, s1, nsub, ksub, b0, SharedLut{lut}, kd, kp, want, held);
+        else
+            scan_codes(codes, s0, s1, nsub, ksub, b0, GlobalLut{ta, qtq, l2}, kd, kp, want, held);
     }
     const size_t o = ((size_t)qi * nprobe + p) * want;
     block_top(kd, kp, want, held, sd, sp, st, cand_d + o, cand_p + o);

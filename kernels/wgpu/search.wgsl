@@ -37,10 +37,13 @@ struct Params {
 // The query tables again, four floats at a time, for the scan's table fill.
 @group(0) @binding(16) var<storage, read> qt4: array<vec4<f32>>;
 
-// Threads per workgroup, the table size (nsub x ksub) and the candidates kept per thread: set
-// when the pipelines are built (the last two per index shape).
+// Threads per workgroup, the table size (nsub x ksub), whether the table is staged in
+// workgroup memory (1) or read from the query tables in storage (0, when it does not fit; LUT
+// is then a token size) and the candidates kept per thread: set when the pipelines are built
+// (the last three per index shape).
 const WG: u32 = 128u;
 const LUT: u32 = 8192u;
+const STAGED: u32 = 1u;
 const WANT: u32 = 128u;
 const INF: f32 = 3.40282347e38;
 const NONE: u32 = 0xffffffffu;
@@ -51,6 +54,15 @@ var<workgroup> red_t: array<u32, WG>;
 var<workgroup> lut: array<f32, LUT>;
 var<workgroup> top_d: array<f32, WANT>;
 var<workgroup> top_p: array<u32, WANT>;
+
+// Entry e of query qi's table, from workgroup memory or from storage (the same value).
+fn entry(qi: u32, e: u32) -> f32 {
+    if (STAGED != 0u) {
+        return lut[e];
+    }
+    let f = qi * P.nsub * P.ksub + e;
+    return qt4[f >> 2u][f & 3u];
+}
 
 // Workgroup argmin of (v, p) (ties to the smaller p); every thread gets the winner, its
 // position and the thread that offered it.
@@ -181,14 +193,14 @@ fn block_top(kd: ptr<function, array<f32, WANT>>, kp: ptr<function, array<u32, W
     workgroupBarrier();
 }
 
-// One workgroup per query: its table in workgroup memory, a scan of the codes of every list it
+// One workgroup per query: its table in workgroup memory (or read from storage), a scan of the codes of every list it
 // probes (8-bit: a byte per sub-code; 4-bit: two per byte, low nibble first, nsub even), and
 // its `want` best as ids (two words, little-endian; none = all ones) and distances.
 @compute @workgroup_size(WG)
 fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let qi = wg.x;
     let tid = lid.x;
-    let n4 = P.nsub * P.ksub / 4u;
+    let n4 = P.nsub * P.ksub / 4u * STAGED;
     for (var e = tid; e < n4; e += WG) {
         let v = qt4[qi * n4 + e];
         lut[4u * e] = v.x;
@@ -226,8 +238,8 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
                 for (var j = 0u; j < nb; j++) {
                     let byte = c0 + j;
                     let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 255u;
-                    v += lut[j * 32u + (code & 15u)];
-                    v += lut[j * 32u + 16u + (code >> 4u)];
+                    v += entry(qi, j * 32u + (code & 15u));
+                    v += entry(qi, j * 32u + 16u + (code >> 4u));
                 }
                 offer(&kd, &kp, v, i);
                 continue;
@@ -238,16 +250,16 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
                 for (var w = 0u; w < P.nsub / 4u; w++) {
                     let word = codes[c0 / 4u + w];
                     let t = w * 1024u;
-                    v += lut[t + (word & 255u)];
-                    v += lut[t + 256u + ((word >> 8u) & 255u)];
-                    v += lut[t + 512u + ((word >> 16u) & 255u)];
-                    v += lut[t + 768u + (word >> 24u)];
+                    v += entry(qi, t + (word & 255u));
+                    v += entry(qi, t + 256u + ((word >> 8u) & 255u));
+                    v += entry(qi, t + 512u + ((word >> 16u) & 255u));
+                    v += entry(qi, t + 768u + (word >> 24u));
                 }
             } else {
                 for (var j = 0u; j < P.nsub; j++) {
                     let byte = c0 + j;
                     let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 255u;
-                    v += lut[j * 256u + code];
+                    v += entry(qi, j * 256u + code);
                 }
             }
             offer(&kd, &kp, v, i);

@@ -399,39 +399,55 @@ pub fn encoding_parity_and_bad_values(
     assert_eq!(on_cpu, train(dev));
 }
 
-/// 4-bit codes at 64 sub-quantizers under every metric, encoded on the host and searched on
-/// `dev`: the device's results are the host's, and they came from the device.
-pub fn four_bit_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
+/// Codes the device scans with tables of every size, under every metric: 4-bit (32 B), 8-bit
+/// at 64 sub-quantizers (beyond WGPU's workgroup memory) on `base`, and 8-bit at 256 (beyond
+/// CUDA's shared memory) on 256-d clusters. The device's results are the host's, and they came
+/// from the device.
+pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
     let cpu = ctx(0);
-    for metric in [
-        vlc_compress::Metric::L2,
-        vlc_compress::Metric::InnerProduct,
-        vlc_compress::Metric::Cosine,
-    ] {
-        let mut p = small_params(64, 32);
-        (p.metric, p.bits) = (metric, 4);
-        let host = indexed(&cpu, p, base);
-        let on_dev = host.to_context(dev.clone()).unwrap();
-        let sp = vlc_compress::SearchParams {
-            k: 10,
-            nprobe: 8,
-            rerank: 0,
-        };
-        let want = host.search(query, &sp, None).unwrap();
-        let before = dev.backend().transfers().d2h_bytes;
-        let got = on_dev.search(query, &sp, None).unwrap();
-        assert!(
-            dev.backend().transfers().d2h_bytes > before,
-            "{metric:?}: searched on the host"
-        );
-        let frac = same_records(&want.ids, &got.ids, 1);
-        eprintln!("{metric:?} 4-bit: same ids {frac:.4}");
-        assert!(frac >= 0.99, "{metric:?}: {frac}");
-        for (a, b) in want.distances.iter().zip(&got.distances) {
+    let wide = vecio::Matrix {
+        rows: 3000,
+        cols: 256,
+        data: clustered(3000, 256, 24, 7),
+    };
+    let wide_q = clustered(60, 256, 24, 8);
+    let shapes: [(&vecio::Matrix<f32>, &[f32], usize, u32); 3] = [
+        (base, query, 32, 4),
+        (base, query, 64, 8),
+        (&wide, &wide_q, 256, 8),
+    ];
+    for (base, query, bytes, bits) in shapes {
+        for metric in [
+            vlc_compress::Metric::L2,
+            vlc_compress::Metric::InnerProduct,
+            vlc_compress::Metric::Cosine,
+        ] {
+            let what = format!("{metric:?} {bytes} B {bits}-bit");
+            let mut p = small_params(64, bytes);
+            (p.metric, p.bits) = (metric, bits);
+            let host = indexed(&cpu, p, base);
+            let on_dev = host.to_context(dev.clone()).unwrap();
+            let sp = vlc_compress::SearchParams {
+                k: 10,
+                nprobe: 8,
+                rerank: 0,
+            };
+            let want = host.search(query, &sp, None).unwrap();
+            let before = dev.backend().transfers().d2h_bytes;
+            let got = on_dev.search(query, &sp, None).unwrap();
             assert!(
-                (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
-                "{metric:?}: {a} vs {b}"
+                dev.backend().transfers().d2h_bytes > before,
+                "{what}: searched on the host"
             );
+            let frac = same_records(&want.ids, &got.ids, 1);
+            eprintln!("{what}: same ids {frac:.4}");
+            assert!(frac >= 0.99, "{what}: {frac}");
+            for (a, b) in want.distances.iter().zip(&got.distances) {
+                assert!(
+                    (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
+                    "{what}: {a} vs {b}"
+                );
+            }
         }
     }
 }

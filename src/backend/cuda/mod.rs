@@ -109,6 +109,8 @@ pub struct CudaBackend {
     codebook: Mutex<Resident<DeviceCodebook>>,
     name: String,
     sms: u32,
+    /// Bytes of shared memory the list scan may give its table (`scan_shared_memory`).
+    scan_smem: usize,
     h2d: AtomicU64,
     d2h: AtomicU64,
     opts: BackendOptions,
@@ -195,6 +197,7 @@ pub fn open(ordinal: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
         merge_candidates: f(2, "merge_candidates")?,
         rerank_rows: [f(2, "rerank_rows")?, f(2, "rerank_rows4")?],
     };
+    let scan_smem = scan_shared_memory(&ctx, &k.scan_lists)?;
     Ok(Box::new(CudaBackend {
         dev: Mutex::new(Device {
             stream,
@@ -207,10 +210,28 @@ pub fn open(ordinal: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
         codebook: Mutex::new(Resident::new()),
         name,
         sms,
+        scan_smem,
         opts: opts.clone(),
         h2d: 0.into(),
         d2h: 0.into(),
     }))
+}
+
+/// Bytes of shared memory the list scan may take for its table: what a block may opt in to
+/// (227 KB on H100), less the scan's own 400-odd bytes. Larger tables are read from global
+/// memory instead.
+fn scan_shared_memory(ctx: &CudaContext, scan: &CudaFunction) -> Result<usize> {
+    use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+    let optin = ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| dev_err("query device", e))?;
+    let bytes = (optin.max(48 << 10) - 1024) as usize;
+    scan.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        bytes as i32,
+    )
+    .map_err(|e| dev_err("set the scan's shared memory", e))?;
+    Ok(bytes)
 }
 
 /// Grid for a grid-stride loop over `n` items: enough blocks to fill every SM a few times.
@@ -334,9 +355,8 @@ impl Backend for CudaBackend {
             list_search: true,
             max_candidates: MAX_WANT,
             scan_bits: &[8, 4],
-            // The scan's table (M x ksub floats) within 44 KB of shared memory: 44 sub-
-            // quantizers at 8 bits, 704 at 4.
-            max_scan_table: (44 << 10) / 4,
+            // Tables beyond shared memory are read from global memory: any size.
+            max_scan_table: usize::MAX,
         }
     }
     fn kmeans_session<'a>(

@@ -305,6 +305,9 @@ impl CudaBackend {
         let mut cand_d = CudaBackend::zeros::<f32>(s, nb * per)?;
         let mut cand_p = CudaBackend::zeros::<u32>(s, nb * per)?;
         let wi = want as i32;
+        let table = 4 * nsub * ksub;
+        let staged = table <= self.scan_smem;
+        let si = staged as i32;
         ran(
             unsafe {
                 s.launch_builder(&dev.k.scan_lists)
@@ -321,10 +324,11 @@ impl CudaBackend {
                     .arg(&wi)
                     .arg(&mut cand_d)
                     .arg(&mut cand_p)
+                    .arg(&si)
                     .launch(LaunchConfig {
                         grid_dim: (nprobe as u32, nb as u32, 1),
                         block_dim: (128, 1, 1),
-                        shared_mem_bytes: (4 * nsub * ksub) as u32,
+                        shared_mem_bytes: if staged { table as u32 } else { 0 },
                     })
             },
             "scan lists",

@@ -298,9 +298,9 @@ impl Backend for WgpuBackend {
             list_search: true,
             max_candidates: search::MAX_WANT,
             scan_bits: &[8, 4],
-            // A query's table (M x ksub floats) in workgroup memory; the scan's own buffers
-            // beside it are checked per call.
-            max_scan_table: self.limits.max_compute_workgroup_storage_size as usize / 4,
+            // A query's table (M x ksub floats) in workgroup memory where it fits beside the
+            // scan's own buffers, else read from storage: any size.
+            max_scan_table: usize::MAX,
         }
     }
     fn describe(&self) -> String {

@@ -92,9 +92,17 @@ impl DeviceLists {
 }
 
 impl WgpuBackend {
+    /// Pipelines for a table of `lut` entries staged in workgroup memory (0: read from
+    /// storage) and `want` candidates.
     fn search_pipes(&self, lut: u32, want: u32) -> Result<Arc<Pipes>> {
         super::cached(&self.search, (lut, want), || {
-            let extra = [("WG", SEARCH_WG), ("LUT", lut), ("WANT", want)];
+            let staged = (lut > 0) as u32;
+            let extra = [
+                ("WG", SEARCH_WG),
+                ("LUT", lut.max(4)),
+                ("STAGED", staged),
+                ("WANT", want),
+            ];
             let m = super::module(
                 &self.device,
                 &self.limits,
@@ -123,14 +131,16 @@ pub(super) fn search_lists(
     let lut = cb.nsub * cb.ksub();
     let want_built = want.max(1).next_power_of_two();
     let m = lists.nlist;
-    let fits = lut * 4 + scan_extra(want_built)
-        <= b.limits.max_compute_workgroup_storage_size as usize
+    let room = b.limits.max_compute_workgroup_storage_size as usize;
+    // A table beyond workgroup memory is read from the query tables in storage.
+    let staged = lut * 4 + scan_extra(want_built) <= room;
+    let fits = scan_extra(want_built) + 16 <= room
         && (lists.len * cb.nsub * cb.bits as usize / 8) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
         return Ok(None);
     }
-    let pipes = b.search_pipes(lut as u32, want_built as u32)?;
+    let pipes = b.search_pipes(if staged { lut as u32 } else { 0 }, want_built as u32)?;
     let mut resident = b.lists.lock().unwrap_or_else(|e| e.into_inner());
     let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
     let dc = slot.get(cb.key, || DeviceCodebook::upload(b, cb))?;
