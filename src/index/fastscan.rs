@@ -113,9 +113,18 @@ impl ByteTable {
         use std::arch::x86_64::*;
         let nsub = lut.len() / 16;
         let mut his = [0f32; MAX_NSUB];
-        for ((t, m), h) in lut.chunks_exact(16).zip(self.mins.iter_mut()).zip(his.iter_mut()) {
+        for ((t, m), h) in lut
+            .chunks_exact(16)
+            .zip(self.mins.iter_mut())
+            .zip(his.iter_mut())
+        {
             // SAFETY: `t` is 16 floats; unaligned loads.
-            let (a, b) = unsafe { (_mm256_loadu_ps(t.as_ptr()), _mm256_loadu_ps(t.as_ptr().add(8))) };
+            let (a, b) = unsafe {
+                (
+                    _mm256_loadu_ps(t.as_ptr()),
+                    _mm256_loadu_ps(t.as_ptr().add(8)),
+                )
+            };
             let (lo, hi) = (_mm256_min_ps(a, b), _mm256_max_ps(a, b));
             let lo = _mm_min_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1));
             let hi = _mm_max_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1));
@@ -136,7 +145,10 @@ impl ByteTable {
             // (v - lo) * scale + 0.5, truncated: `as u8` on values within 0..=255.5.
             let q = |v: __m256| {
                 let x = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, l), sc), half);
-                _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x), _mm256_setzero_si256()), top)
+                _mm256_min_epi32(
+                    _mm256_max_epi32(_mm256_cvttps_epi32(x), _mm256_setzero_si256()),
+                    top,
+                )
             };
             // SAFETY: `t` is 16 floats, `out` 16 bytes; unaligned loads and store.
             unsafe {
@@ -252,7 +264,8 @@ mod tests {
                 got.fill(&lut);
                 assert_eq!(got.bytes, want.bytes, "nsub {nsub} spread {spread}");
                 assert_eq!(got.mins, want.mins);
-                let bits = |t: &ByteTable| [t.offset.to_bits(), t.scale.to_bits(), t.slack.to_bits()];
+                let bits =
+                    |t: &ByteTable| [t.offset.to_bits(), t.scale.to_bits(), t.slack.to_bits()];
                 assert_eq!(bits(&got), bits(&want), "nsub {nsub} spread {spread}");
             }
         }
