@@ -1,6 +1,5 @@
 //! Orthogonal rotations of the residual space (dp x dp, row-major, `y = R x`).
 
-use crate::linalg;
 use crate::rng::Rng;
 use faer::Mat;
 use rayon::prelude::*;
@@ -23,31 +22,30 @@ pub(crate) fn random_orthogonal(dp: usize, seed: u64) -> Vec<f32> {
     out
 }
 
-/// `X^T Y` (dp x dp), accumulated in f64 over fixed row blocks (deterministic).
+/// `X^T Y` (dp x dp): a GEMM per fixed chunk of rows in f32, the chunks summed in f64 in
+/// order. Each output entry is computed whole by one thread, so the result does not depend
+/// on the thread count.
 fn cross(x: &[f32], y: &[f32], dp: usize) -> Mat<f64> {
-    let partial: Vec<Vec<f64>> = x
-        .par_chunks(linalg::BLOCK * dp)
-        .zip(y.par_chunks(linalg::BLOCK * dp))
-        .map(|(xb, yb)| {
-            let mut m = vec![0f64; dp * dp];
-            for (xr, yr) in xb.chunks_exact(dp).zip(yb.chunks_exact(dp)) {
-                for (a, &xa) in xr.iter().enumerate() {
-                    if xa == 0.0 {
-                        continue;
-                    }
-                    let row = &mut m[a * dp..(a + 1) * dp];
-                    for (r, &yv) in row.iter_mut().zip(yr) {
-                        *r += xa as f64 * yv as f64;
-                    }
-                }
-            }
-            m
-        })
-        .collect();
+    use faer::{linalg::matmul::matmul, Accum, MatMut, MatRef, Par};
+    const CHUNK: usize = 4096;
+    const BAND: usize = 64;
+    let mut part = vec![0f32; dp * dp];
     let mut m = vec![0f64; dp * dp];
-    for p in partial {
-        for (a, b) in m.iter_mut().zip(p) {
-            *a += b;
+    for (xc, yc) in x.chunks(CHUNK * dp).zip(y.chunks(CHUNK * dp)) {
+        let r = xc.len() / dp;
+        let xa = MatRef::from_row_major_slice(xc, r, dp);
+        let ya = MatRef::from_row_major_slice(yc, r, dp);
+        // Bands of output rows in parallel: rows a0.. of X^T Y are X[:, a0..]^T Y.
+        part.par_chunks_mut(BAND * dp)
+            .enumerate()
+            .for_each(|(b, band)| {
+                let rows = band.len() / dp;
+                let o = MatMut::from_row_major_slice_mut(band, rows, dp);
+                let xb = xa.subcols(b * BAND, rows);
+                matmul(o, Accum::Replace, xb.transpose(), ya, 1.0f32, Par::Seq);
+            });
+        for (a, &b) in m.iter_mut().zip(&part) {
+            *a += b as f64;
         }
     }
     Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j])
