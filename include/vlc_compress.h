@@ -207,7 +207,7 @@ typedef enum {
    */
   VLCC_PARAM_SPLIT_FACTOR = 14,
   /**
-   * Training vectors used per anchor (0 = all). Default 256.
+   * Training vectors used per anchor (0 = all). Default 128.
    */
   VLCC_PARAM_MAX_POINTS_PER_ANCHOR = 15,
   /**

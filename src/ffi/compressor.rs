@@ -67,7 +67,7 @@ pub enum vlcc_param {
     MergeThreshold = 13,
     /// Split anchors holding more than this times the mean load, > 1. Default 2.
     SplitFactor = 14,
-    /// Training vectors used per anchor (0 = all). Default 256.
+    /// Training vectors used per anchor (0 = all). Default 128.
     MaxPointsPerAnchor = 15,
     /// Random seed. Default 24301.
     Seed = 16,

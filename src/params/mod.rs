@@ -188,7 +188,9 @@ impl Default for AnchorParams {
             maintenance_interval: 5,
             merge_threshold: 0.05,
             split_factor: 2.0,
-            max_points_per_anchor: 256,
+            // 128 per anchor: GloVe (199K vectors) trained in 2.6 s instead of 3.1 s for
+            // 0.003 of recall@10 at nprobe 64; smaller sets are unaffected.
+            max_points_per_anchor: 128,
             // A seeded sample places anchors where the points are; k-means++ over-seeds outliers
             // (long-norm word vectors, say), which measured worse for IVF recall.
             init: Init::Sample,
