@@ -787,4 +787,87 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn the_block_scan_keeps_what_the_plain_scan_keeps_on_real_data() {
+        // GloVe demo vectors in a 4-bit index; each query's real L2 table for each of its
+        // lists (the list's terms plus -2 <y_j, c>), through both scans.
+        use crate::{BackendKind, Compressor, Context, TrainParams};
+        let base =
+            crate::vecio::parse_fvecs(include_bytes!("../../tests/data/glove-demo/base.fvecs"))
+                .unwrap();
+        let query =
+            crate::vecio::parse_fvecs(include_bytes!("../../tests/data/glove-demo/query.fvecs"))
+                .unwrap();
+        let ctx = std::sync::Arc::new(Context::new(BackendKind::Cpu, 0, 2).unwrap());
+        let mut p = TrainParams {
+            bytes_per_vector: 16,
+            bits: 4,
+            ..TrainParams::default()
+        };
+        p.anchor.anchors = 64;
+        let mut c = Compressor::new(ctx, p);
+        c.train(&base.data, base.cols).unwrap();
+        let mut ix = c.new_index().unwrap();
+        let ids: Vec<u64> = (0..base.rows as u64).collect();
+        ix.add(&base.data[..], &ids).unwrap();
+        let cb = &*ix.cb;
+        let (d, dp, nsub, ds, ks) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.pq.ksub());
+        let terms = ix.tables.l2_terms.as_ref().unwrap();
+        let qy = layout::rotate(&cb.rot, &layout::pad_rows(&query.data, d, ds, dp), dp);
+        let mut table = fastscan::ByteTable::new(nsub);
+        for y in qy.chunks_exact(dp).take(40) {
+            let mut qci = vec![0f32; nsub * ks];
+            for (j, out) in qci.chunks_exact_mut(ks).enumerate() {
+                for t in 0..ds {
+                    let col = &ix.tables.cent_t[(j * ds + t) * ks..(j * ds + t + 1) * ks];
+                    for (o, c) in out.iter_mut().zip(col) {
+                        *o += -2.0 * y[j * ds + t] * c;
+                    }
+                }
+            }
+            for a in 0..cb.anchors() {
+                let (lids, lcodes) = ix.list(a);
+                let t = &terms[a * nsub * ks..(a + 1) * nsub * ks];
+                let lut: Vec<f32> = t.iter().zip(&qci).map(|(t, q)| t + q).collect();
+                let mut want = fastscan::ByteTable::new(nsub);
+                want.fill_scalar(&lut);
+                table.fill(&lut);
+                assert_eq!(table.bytes, want.bytes, "list {a}");
+                let (mut plain, mut blocks) = (TopK::new(10), TopK::new(10));
+                scan(
+                    1.5,
+                    &lut,
+                    4,
+                    nsub,
+                    lids,
+                    lcodes,
+                    &mut Vec::new(),
+                    &mut plain,
+                );
+                let packed = &ix.packed4()[a];
+                scan4_blocks(
+                    1.5,
+                    &lut,
+                    nsub,
+                    lids,
+                    lcodes,
+                    packed,
+                    &mut table,
+                    &mut blocks,
+                );
+                let (x, z) = (plain.sorted(), blocks.sorted());
+                assert_eq!(x.len(), z.len());
+                for (u, v) in x.iter().zip(&z) {
+                    assert_eq!((u.0.to_bits(), u.1), (v.0.to_bits(), v.1), "list {a}");
+                }
+                for block in packed.chunks_exact(fastscan::block_bytes(nsub)) {
+                    let (mut s, mut r) = ([0u16; fastscan::BLOCK], [0u16; fastscan::BLOCK]);
+                    fastscan::block_sums(block, &want.bytes, &mut s);
+                    fastscan::block_sums_scalar(block, &want.bytes, &mut r);
+                    assert_eq!(s, r, "list {a}");
+                }
+            }
+        }
+    }
 }
