@@ -58,7 +58,7 @@ def run_faiss(name, dev, metric, budget, pad, out):
         return json.load(f)
 
 
-def run_ours(vlcc, dev, gt, metric, budget, extra):
+def run_ours(vlcc, dev, gt, metric, budget, extra, root):
     cmd = [vlcc, "eval", "--base", f"{dev}/base.fvecs", "--query", f"{dev}/query.fvecs",
            "--gt", f"{dev}/{gt}.ivecs", "--bytes", str(budget), "--threads", "2",
            "--nprobe", NPROBE_OURS, "--json"] + (["--metric", metric] if metric != "l2" else [])
@@ -66,7 +66,8 @@ def run_ours(vlcc, dev, gt, metric, budget, extra):
     log("$", " ".join(cmd))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    return {"cmd": " ".join(cmd[1:]), "rows": rows}
+    # The command as a reader reruns it: the datasets' root as $VLC_DATA.
+    return {"cmd": " ".join(cmd[1:]).replace(root, "$VLC_DATA"), "rows": rows}
 
 
 def interp_qps(curve, target):
@@ -149,8 +150,8 @@ def main():
         metric, gt, budget, pad, ours_metric = SETS[name]
         dev = os.path.join(args.root, name.removesuffix("-ip"), "dev")
         faiss_res = run_faiss(name, dev, metric, budget, pad, args.out)
-        ours = {"default": run_ours(args.vlcc, dev, gt, ours_metric, budget, []),
-                "4-bit": run_ours(args.vlcc, dev, gt, ours_metric, budget, ["--bits", "4"])}
+        ours = {"default": run_ours(args.vlcc, dev, gt, ours_metric, budget, [], args.root),
+                "4-bit": run_ours(args.vlcc, dev, gt, ours_metric, budget, ["--bits", "4"], args.root)}
         with open(os.path.join(args.out, f"{name}-vlc.json"), "w") as f:
             json.dump(ours, f, indent=1)
         parts.append(table(f"{name} ({metric}, {budget} B)", faiss_res, ours))
