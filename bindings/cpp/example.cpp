@@ -1,6 +1,7 @@
 // Builds an index with the C++ wrapper, searches it, saves and reloads it, and checks an error.
 // Compiled with -std=c++20 -Wall -Wextra -Wpedantic -Werror (and under ASan) by scripts/test.sh.
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,17 @@ int main(int argc, char** argv) {
                            rec_vecs.size() == (n + 2) * d && ctx.threads() == 2 &&
                            std::string(vlcc::version()) == VLCC_VERSION_STRING;
     caught = caught && lifecycle;
+    // A partial last row is refused, never dropped.
+    for (const auto& partial : {std::function<void()>([&] { comp.encode(std::span<const float>(x).subspan(0, d + 1)); }),
+                                std::function<void()>([&] { index.search(std::span<const float>(x).subspan(0, 2 * d - 1), sp); }),
+                                std::function<void()>([&] { comp.decode(std::span<const uint8_t>(bytes).subspan(0, comp.codec_size() + 1)); })}) {
+        try {
+            partial();
+            caught = false;
+        } catch (const vlcc::Error& e) {
+            caught = caught && e.status() == VLCC_STATUS_INVALID_ARGUMENT;
+        }
+    }
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

@@ -60,6 +60,14 @@ std::vector<uint8_t> take_buffer(Fill fill) {
     return out;
 }
 struct SearchParamsFree { void operator()(vlcc_search_params* p) const noexcept { vlcc_search_params_free(p); } };
+// The rows in `len` values of `width` each; a partial row throws (never silently dropped).
+inline size_t rows(size_t len, size_t width, const char* what, const char* unit = "values") {
+    if (width == 0 || len % width != 0)
+        throw Error(VLCC_STATUS_INVALID_ARGUMENT,
+                    std::string(what) + ": " + std::to_string(len) + " " + unit + " are not whole rows of " +
+                        std::to_string(width) + " (" + std::to_string(width ? len % width : len) + " left over)");
+    return len / width;
+}
 }  // namespace detail
 
 /// A backend, its device and a thread pool. Copies share it (reference-counted in C too).
@@ -155,8 +163,7 @@ public:
         return v;
     }
     void train(std::span<const float> x, size_t d) {
-        if (d == 0 || x.size() % d != 0) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x is not whole rows of d");
-        detail::check(vlcc_compressor_train(p_.get(), x.data(), x.size() / d, d));
+        detail::check(vlcc_compressor_train(p_.get(), x.data(), detail::rows(x.size(), d, "train: x"), d));
     }
     size_t dim() const {
         size_t d = 0;
@@ -169,18 +176,20 @@ public:
         return s;
     }
     std::vector<uint8_t> encode(std::span<const float> x) const {
-        std::vector<uint8_t> out(x.size() / dim() * codec_size());
+        std::vector<uint8_t> out(detail::rows(x.size(), dim(), "encode: x") * codec_size());
         encode_into(x, out);
         return out;
     }
     // x as IEEE half-precision bit patterns.
     std::vector<uint8_t> encode_f16(std::span<const uint16_t> x) const {
-        std::vector<uint8_t> out(x.size() / dim() * codec_size());
-        detail::check(vlcc_compressor_encode_f16(p_.get(), x.data(), x.size() / dim(), out.data(), out.size()));
+        const size_t n = detail::rows(x.size(), dim(), "encode_f16: x");
+        std::vector<uint8_t> out(n * codec_size());
+        detail::check(vlcc_compressor_encode_f16(p_.get(), x.data(), n, out.data(), out.size()));
         return out;
     }
     void encode_into(std::span<const float> x, std::span<uint8_t> out) const {
-        detail::check(vlcc_compressor_encode(p_.get(), x.data(), x.size() / dim(), out.data(), out.size()));
+        const size_t n = detail::rows(x.size(), dim(), "encode_into: x");
+        detail::check(vlcc_compressor_encode(p_.get(), x.data(), n, out.data(), out.size()));
     }
     // n vectors already in CUDA device memory (the context's device), read in place; only the
     // codes come back. Throws with BACKEND_UNAVAILABLE on contexts that do not run on CUDA.
@@ -190,7 +199,7 @@ public:
         return out;
     }
     std::vector<float> decode(std::span<const uint8_t> codes) const {
-        const size_t n = codes.size() / codec_size();
+        const size_t n = detail::rows(codes.size(), codec_size(), "decode: codes", "bytes");
         std::vector<float> out(n * dim());
         detail::check(vlcc_compressor_decode(p_.get(), codes.data(), n, out.data(), out.size()));
         return out;
@@ -305,9 +314,10 @@ public:
         detail::check(vlcc_index_add_device(p_.get(), x_device, ids.size(), ids.data()));
     }
     Results search(std::span<const float> queries, const SearchParams& p, std::span<const float> raw = {}) const {
-        const size_t d = dim(), nq = queries.size() / d, k = p.k();
+        const size_t d = dim(), nq = detail::rows(queries.size(), d, "search: queries"), k = p.k();
+        const size_t raw_n = raw.empty() ? 0 : detail::rows(raw.size(), d, "search: raw");
         Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
-        detail::check(vlcc_index_search(p_.get(), queries.data(), nq, p.get(), raw.data(), raw.size() / d,
+        detail::check(vlcc_index_search(p_.get(), queries.data(), nq, p.get(), raw.data(), raw_n,
                                         r.ids.data(), r.distances.data()));
         return r;
     }
@@ -319,7 +329,7 @@ public:
     // in place: only the results come to the host.
     Results search_device_raw(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank,
                               const float* raw_device, size_t raw_n) const {
-        const size_t d = dim(), nq = queries.size() / d;
+        const size_t nq = detail::rows(queries.size(), dim(), "search_device_raw: queries");
         Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
         const SearchParams p(k, nprobe, rerank);
         detail::check(vlcc_index_search_device_raw(p_.get(), queries.data(), nq, p.get(), raw_device, raw_n,
