@@ -649,6 +649,9 @@ type SearchParams struct {
 func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32, error) {
 	rawRows := 0
 	if p.Raw != nil && ix.dim > 0 {
+		if len(p.Raw)%ix.dim != 0 {
+			return nil, nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("Raw: %d values are not whole rows of dimension %d (%d left over)", len(p.Raw), ix.dim, len(p.Raw)%ix.dim)}
+		}
 		rawRows = len(p.Raw) / ix.dim
 	}
 	ids, dist, err := ix.search(queries, p, func(nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {

@@ -386,3 +386,44 @@ func TestIndexLifecycle(t *testing.T) {
 		t.Fatalf("truncated bytes: %v", err)
 	}
 }
+
+// A buffer that is not a whole number of rows is refused with InvalidArgument, never cut short.
+func TestPartialRowsAreRefused(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := clustered(3000, 9)
+	c := trained(t, ctx, x)
+	defer c.Close()
+	ix, _ := NewIndex(c)
+	defer ix.Close()
+	if err := ix.Add(x[:100*dim], rowIDs(100)); err != nil {
+		t.Fatal(err)
+	}
+	codes, err := c.Encode(x[:2*dim])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := SearchParams{K: 5, NProbe: 4, Rerank: 10, Raw: x[:100*dim]}
+	partial := map[string]func() error{
+		"encode":     func() error { _, err := c.Encode(x[:dim+1]); return err },
+		"encode f16": func() error { _, err := c.EncodeF16(make([]uint16, dim+1)); return err },
+		"decode":     func() error { _, err := c.Decode(codes[:len(codes)-1]); return err },
+		"add":        func() error { return ix.Add(x[:dim+1], rowIDs(1)) },
+		"queries":    func() error { _, _, err := ix.Search(x[:2*dim-1], p); return err },
+		"raw": func() error {
+			q := p
+			q.Raw = x[:100*dim-1]
+			_, _, err := ix.Search(x[:dim], q)
+			return err
+		},
+	}
+	for what, f := range partial {
+		var ve *Error
+		if err := f(); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+}
