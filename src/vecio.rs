@@ -18,6 +18,7 @@ pub struct Matrix<T> {
 pub enum NpyData {
     F32(Matrix<f32>),
     F16(Matrix<half::f16>),
+    F64(Matrix<f64>),
     U8(Matrix<u8>),
     I32(Matrix<i32>),
 }
@@ -132,92 +133,113 @@ pub fn write_ivecs(path: &Path, data: &[i32], cols: usize) -> Result<()> {
     write_vecs(path, data, cols)
 }
 
-/// Reads a 2-D (or 1-D, as one row) C-order little-endian `.npy` file.
+/// Reads a 1-D or 2-D `.npy` array (numpy's own header parser, `npyz`): float32, float16 and
+/// float64, int32 and uint8, in either byte order and in C or Fortran order (returned row
+/// major). A refusal names what the file holds: dtype, byte order and shape.
 pub fn read_npy(path: &Path) -> Result<NpyData> {
     let bytes = read_file(path)?;
-    if bytes.len() < 10 || &bytes[0..6] != b"\x93NUMPY" {
-        return Err(corrupt(path, "not a .npy file"));
-    }
-    let (hlen, hstart) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
-            12,
-        ),
-        v => return Err(corrupt(path, format!("unsupported .npy version {v}"))),
+    parse_npy(&bytes, path)
+}
+
+fn parse_npy(bytes: &[u8], path: &Path) -> Result<NpyData> {
+    use npyz::{DType, Endianness, NpyFile, NpyHeader, Order, TypeChar};
+    let mut body = bytes;
+    let header = NpyHeader::from_reader(&mut body)
+        .map_err(|e| corrupt(path, format!("not a readable .npy file ({e})")))?;
+    let shape = header.shape().to_vec();
+    let fortran = header.order() == Order::Fortran;
+    let DType::Plain(ts) = header.dtype() else {
+        return Err(corrupt(
+            path,
+            "a structured (record) array: expected plain numbers",
+        ));
     };
-    let header = bytes
-        .get(hstart..hstart.saturating_add(hlen))
-        .ok_or_else(|| corrupt(path, "truncated header"))?;
-    let header = std::str::from_utf8(header).map_err(|_| corrupt(path, "header is not text"))?;
-    let field = |key: &str| -> Option<&str> {
-        let at = header.find(&format!("'{key}'"))? + key.len() + 2;
-        let rest = header[at..].trim_start().strip_prefix(':')?.trim_start();
-        Some(rest)
+    let order = match ts.endianness() {
+        Endianness::Little => "little-endian",
+        Endianness::Big => "big-endian",
+        Endianness::Irrelevant => "single-byte",
     };
-    let descr = field("descr")
-        .and_then(|r| r.strip_prefix('\''))
-        .and_then(|r| r.split('\'').next());
-    let descr = descr.ok_or_else(|| corrupt(path, "no descr"))?;
-    if field("fortran_order").is_some_and(|r| r.starts_with("True")) {
-        return Err(corrupt(path, "Fortran-order arrays are not supported"));
-    }
-    let shape = field("shape")
-        .and_then(|r| r.strip_prefix('('))
-        .and_then(|r| r.split(')').next())
-        .ok_or_else(|| corrupt(path, "no shape"))?;
-    let dims: Vec<usize> = shape
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|_| corrupt(path, format!("bad shape ({shape})")))?;
-    let (rows, cols) = match dims[..] {
-        [n] => (1, n),
-        [r, c] => (r, c),
-        _ => {
-            return Err(corrupt(
-                path,
-                format!("expected a 1-D or 2-D array, shape ({shape})"),
-            ))
-        }
+    let what = format!(
+        "{} {order} ({ts}) array of shape ({}){}",
+        kind_name(ts.type_char(), ts.size_field()),
+        shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if fortran { " in Fortran order" } else { "" }
+    );
+    let refuse = |why: &str| corrupt(path, format!("{what}: {why}"));
+    let (rows, cols) = match shape[..] {
+        [n] => (1, n as usize),
+        [r, c] => (r as usize, c as usize),
+        _ => return Err(refuse("expected a 1-D or 2-D array")),
     };
-    let body = &bytes[hstart + hlen..];
     let count = rows
         .checked_mul(cols)
-        .ok_or_else(|| corrupt(path, "shape overflows"))?;
-    fn take<T: bytemuck::Pod>(
-        path: &Path,
+        .ok_or_else(|| refuse("the shape overflows"))?;
+    let item = ts.num_bytes().unwrap_or(0);
+    let need = count.checked_mul(item);
+    if need != Some(body.len()) {
+        return Err(refuse(&format!(
+            "{} data bytes where the shape needs {}",
+            body.len(),
+            need.map_or("more than memory holds".into(), |n| n.to_string())
+        )));
+    }
+    fn take<T: npyz::Deserialize + Copy>(
+        header: NpyHeader,
         body: &[u8],
         rows: usize,
         cols: usize,
-        count: usize,
+        fortran: bool,
+        refuse: &dyn Fn(&str) -> Error,
     ) -> Result<Matrix<T>> {
-        let need = count
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| corrupt(path, "shape overflows"))?;
-        if body.len() != need {
-            return Err(corrupt(
-                path,
-                format!("{} data bytes, shape needs {need}", body.len()),
-            ));
-        }
-        Ok(Matrix {
-            rows,
-            cols,
-            data: bytemuck::pod_collect_to_vec(body),
-        })
+        let v: Vec<T> = NpyFile::with_header(header, body)
+            .into_vec()
+            .map_err(|e| refuse(&e.to_string()))?;
+        // Column-major data: row i is every rows-th value from i.
+        let data = if fortran && rows > 1 && cols > 1 {
+            (0..rows * cols)
+                .map(|k| v[(k % cols) * rows + k / cols])
+                .collect()
+        } else {
+            v
+        };
+        Ok(Matrix { rows, cols, data })
     }
-    match descr {
-        "<f4" => Ok(NpyData::F32(take(path, body, rows, cols, count)?)),
-        "<f2" => Ok(NpyData::F16(take(path, body, rows, cols, count)?)),
-        "|u1" | "<u1" => Ok(NpyData::U8(take(path, body, rows, cols, count)?)),
-        "<i4" => Ok(NpyData::I32(take(path, body, rows, cols, count)?)),
-        other => Err(corrupt(
-            path,
-            format!("unsupported dtype {other:?} (f4, f2, u1, i4 little-endian)"),
-        )),
+    let (c, size) = (ts.type_char(), ts.size_field());
+    match (c, size) {
+        (TypeChar::Float, 4) => Ok(NpyData::F32(take(
+            header, body, rows, cols, fortran, &refuse,
+        )?)),
+        (TypeChar::Float, 2) => Ok(NpyData::F16(take(
+            header, body, rows, cols, fortran, &refuse,
+        )?)),
+        (TypeChar::Float, 8) => Ok(NpyData::F64(take(
+            header, body, rows, cols, fortran, &refuse,
+        )?)),
+        (TypeChar::Uint, 1) => Ok(NpyData::U8(take(
+            header, body, rows, cols, fortran, &refuse,
+        )?)),
+        (TypeChar::Int, 4) => Ok(NpyData::I32(take(
+            header, body, rows, cols, fortran, &refuse,
+        )?)),
+        _ => Err(refuse("expected float32, float16, float64, int32 or uint8")),
+    }
+}
+
+/// numpy's name for a type character and size: `float64`, `int16`, ...
+fn kind_name(c: npyz::TypeChar, size: u64) -> String {
+    use npyz::TypeChar;
+    let bits = size * 8;
+    match c {
+        TypeChar::Float => format!("float{bits}"),
+        TypeChar::Int => format!("int{bits}"),
+        TypeChar::Uint => format!("uint{bits}"),
+        TypeChar::Complex => format!("complex{bits}"),
+        TypeChar::Bool => "bool".into(),
+        other => format!("{other:?}").to_lowercase(),
     }
 }
 
@@ -259,13 +281,52 @@ pub fn read_vectors(path: &Path) -> Result<Matrix<f32>> {
                 cols: m.cols,
                 data: m.data.iter().map(|v| v.to_f32()).collect(),
             }),
-            _ => Err(corrupt(path, "expected float32 or float16 vectors")),
+            NpyData::F64(m) => narrow(path, m),
+            NpyData::U8(m) => Err(corrupt(
+                path,
+                format!(
+                    "a uint8 array ({} x {}): expected float vectors",
+                    m.rows, m.cols
+                ),
+            )),
+            NpyData::I32(m) => Err(corrupt(
+                path,
+                format!(
+                    "an int32 array ({} x {}): expected float vectors",
+                    m.rows, m.cols
+                ),
+            )),
         },
         _ => Err(Error::InvalidArgument(format!(
             "{}: expected a .fvecs or .npy file",
             path.display()
         ))),
     }
+}
+
+/// float64 values as float32 (numpy's default dtype); a finite value beyond float32's range
+/// is refused by position, as NaN and infinities are later by the library.
+fn narrow(path: &Path, m: Matrix<f64>) -> Result<Matrix<f32>> {
+    let mut data = Vec::with_capacity(m.data.len());
+    for (k, &v) in m.data.iter().enumerate() {
+        let f = v as f32;
+        if v.is_finite() && !f.is_finite() {
+            return Err(corrupt(
+                path,
+                format!(
+                    "float64 value {v:e} at row {}, column {} is beyond float32's range",
+                    k / m.cols.max(1),
+                    k % m.cols.max(1)
+                ),
+            ));
+        }
+        data.push(f);
+    }
+    Ok(Matrix {
+        rows: m.rows,
+        cols: m.cols,
+        data,
+    })
 }
 
 /// Writes float vectors as `.fvecs` or `.npy` by extension.
@@ -295,4 +356,92 @@ pub fn read_floats(path: &Path) -> Result<Floats> {
         }
     }
     read_vectors(path).map(Floats::F32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-1 `.npy` file: header for `descr`, `shape` and order, then `body`.
+    fn npy(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> {
+        let order = if fortran { "True" } else { "False" };
+        let mut h = format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape}, }}");
+        h.push_str(&" ".repeat((64 - (10 + h.len() + 1) % 64) % 64));
+        h.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    fn read(bytes: &[u8]) -> Result<Matrix<f32>> {
+        let dir = std::env::temp_dir().join(format!("vlcc-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{:x}.npy", xxhash_rust::xxh3::xxh3_64(bytes)));
+        std::fs::write(&path, bytes).unwrap();
+        let r = read_vectors(&path);
+        std::fs::remove_file(&path).unwrap();
+        r
+    }
+
+    const V: [f32; 6] = [1.5, -2.0, 3.25, 0.0, 1e-3, 7.0];
+
+    #[test]
+    fn every_float_kind_and_byte_order_reads_as_the_same_rows() {
+        let le4: Vec<u8> = V.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let be4: Vec<u8> = V.iter().flat_map(|v| v.to_be_bytes()).collect();
+        let le8: Vec<u8> = V.iter().flat_map(|&v| (v as f64).to_le_bytes()).collect();
+        let be8: Vec<u8> = V.iter().flat_map(|&v| (v as f64).to_be_bytes()).collect();
+        let h = |v: &f32| half::f16::from_f32(*v);
+        let le2: Vec<u8> = V.iter().flat_map(|v| h(v).to_le_bytes()).collect();
+        let be2: Vec<u8> = V.iter().flat_map(|v| h(v).to_be_bytes()).collect();
+        let halves: Vec<f32> = V.iter().map(|v| h(v).to_f32()).collect();
+        for (descr, body, want) in [
+            ("<f4", &le4, &V[..]),
+            (">f4", &be4, &V[..]),
+            ("<f8", &le8, &V[..]),
+            (">f8", &be8, &V[..]),
+            ("<f2", &le2, &halves[..]),
+            (">f2", &be2, &halves[..]),
+        ] {
+            let m = read(&npy(descr, false, "(2, 3)", body)).unwrap();
+            assert_eq!((m.rows, m.cols, &m.data[..]), (2, 3, want), "{descr}");
+        }
+        // Fortran order: the file holds the columns; the rows come back.
+        let cols: Vec<u8> = [0, 3, 1, 4, 2, 5]
+            .iter()
+            .flat_map(|&i| V[i].to_le_bytes())
+            .collect();
+        let m = read(&npy("<f4", true, "(2, 3)", &cols)).unwrap();
+        assert_eq!((m.rows, m.cols, &m.data[..]), (2, 3, &V[..]));
+    }
+
+    #[test]
+    fn refusals_name_the_dtype_order_and_shape() {
+        let msg = |b: Vec<u8>| read(&b).unwrap_err().to_string();
+        let e = msg(npy("<i8", false, "(2, 3)", &[0u8; 48]));
+        assert!(
+            e.contains("int64 little-endian (<i8) array of shape (2, 3)"),
+            "{e}"
+        );
+        let e = msg(npy(">f4", false, "(2, 3, 1)", &[0u8; 24]));
+        assert!(
+            e.contains("float32 big-endian (>f4) array of shape (2, 3, 1)"),
+            "{e}"
+        );
+        assert!(e.contains("1-D or 2-D"), "{e}");
+        let e = msg(npy("<f4", false, "(2, 3)", &[0u8; 20]));
+        assert!(e.contains("20 data bytes where the shape needs 24"), "{e}");
+        let big: Vec<u8> = [1.0f64, 1e300, 2.0, 3.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let e = msg(npy("<f8", false, "(2, 2)", &big));
+        assert!(e.contains("1e300 at row 0, column 1"), "{e}");
+        let e = msg(npy("|u1", false, "(2, 3)", &[0u8; 6]));
+        assert!(e.contains("uint8 array (2 x 3)"), "{e}");
+        let e = msg(b"\x93NUMPY\x01\x00\xff\xff{".to_vec());
+        assert!(e.contains("not a readable .npy file"), "{e}");
+    }
 }
