@@ -439,3 +439,77 @@ fn bad_paths_sizes_and_dimensions_fail_up_front_and_cleanly() {
         .is_fifo());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn search_writes_distances_and_refuses_ids_that_ivecs_cannot_hold() {
+    // An index whose ids are real keys (beyond int32), built through the library.
+    use vlc_compress::{BackendKind, Compressor, Context, TrainParams};
+    let dir = std::env::temp_dir().join(format!("vlcc-cli-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = vlc_compress::vecio::read_fvecs(Path::new(&data("base.fvecs"))).unwrap();
+    let ctx = std::sync::Arc::new(Context::new(BackendKind::Cpu, 0, 2).unwrap());
+    let mut p = TrainParams {
+        bytes_per_vector: 8,
+        ..TrainParams::default()
+    };
+    p.anchor.anchors = 32;
+    let mut c = Compressor::new(ctx, p);
+    c.train(&base.data, base.cols).unwrap();
+    let mut ix = c.new_index().unwrap();
+    let n = 2000;
+    let ids: Vec<u64> = (0..n as u64).map(|i| 1_000_000_000_000 + i).collect();
+    ix.add(&base.data[..n * base.cols], &ids).unwrap();
+    ix.save(dir.join("keys.vlcc")).unwrap();
+    let q = data("query.fvecs");
+    let args = |out: &'static str| {
+        [
+            "search",
+            "--index",
+            "keys.vlcc",
+            "--query",
+            &q,
+            "--k",
+            "5",
+            "--nprobe",
+            "8",
+            "--out",
+            out,
+            "--out-distances",
+            "d.npy",
+        ]
+        .map(String::from)
+    };
+    let run = |a: &[String]| vlc(&a.iter().map(String::as_str).collect::<Vec<_>>(), &dir);
+    let (ok, _, err) = run(&args("r.ivecs"));
+    assert!(!ok && err.contains("does not fit .ivecs"), "{err}");
+    let (ok, _, err) = run(&args("r.npy"));
+    assert!(ok, "{err}");
+    let d = vlc_compress::vecio::read_vectors(&dir.join("d.npy")).unwrap();
+    let query = vlc_compress::vecio::read_fvecs(Path::new(&q)).unwrap();
+    assert_eq!((d.rows, d.cols), (query.rows, 5));
+    // The library's own ids and squared L2 distances, nearest first.
+    let r = std::fs::read(dir.join("r.npy")).unwrap();
+    let got: Vec<i64> = bytemuck::pod_collect_to_vec(&r[r.len() - query.rows * 5 * 8..]);
+    let want = ix
+        .search(
+            &query.data,
+            &vlc_compress::SearchParams {
+                k: 5,
+                nprobe: 8,
+                rerank: 0,
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(got, want.ids.iter().map(|&i| i as i64).collect::<Vec<_>>());
+    assert_eq!(d.data, want.distances);
+    assert!(d
+        .data
+        .chunks(5)
+        .all(|row| row.windows(2).all(|w| w[0] <= w[1])));
+    let (ok, _, err) = run(&args("r.npy").map(|s| if s == "d.npy" { "d.txt".into() } else { s }));
+    assert!(
+        !ok && err.contains("--out-distances d.txt: must end in .fvecs or .npy"),
+        "{err}"
+    );
+}

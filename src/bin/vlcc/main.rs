@@ -319,9 +319,13 @@ struct SearchArgs {
     /// Raw vectors of the index (row number = id), for --rerank.
     #[arg(long)]
     raw: Option<PathBuf>,
-    /// Output: .ivecs (ids, -1 = none) or .npy (int64 ids).
+    /// Output: .ivecs (ids, -1 = none; ids must fit int32) or .npy (int64 ids).
     #[arg(long)]
     out: PathBuf,
+    /// Also the distances, k per query: .fvecs or .npy (float32): squared L2 (+inf where no
+    /// result), or the similarity for ip and cosine (-inf where no result).
+    #[arg(long)]
+    out_distances: Option<PathBuf>,
     #[command(flatten)]
     run: RunOpts,
 }
@@ -348,10 +352,14 @@ pub(crate) type AnyResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Refuses an output path whose extension is not one of `kinds`, before any work is done.
 fn output_kind(out: &Path, kinds: &[&str]) -> AnyResult {
+    flag_output_kind("--out", out, kinds)
+}
+
+fn flag_output_kind(flag: &str, out: &Path, kinds: &[&str]) -> AnyResult {
     match out.extension().and_then(|e| e.to_str()) {
         Some(e) if kinds.contains(&e) => Ok(()),
         _ => Err(format!(
-            "--out {}: must end in .{}",
+            "{flag} {}: must end in .{}",
             out.display(),
             kinds.join(" or .")
         )
@@ -474,6 +482,9 @@ fn build(a: BuildArgs) -> AnyResult {
 
 fn search(a: SearchArgs) -> AnyResult {
     output_kind(&a.out, &["ivecs", "npy"])?;
+    if let Some(p) = &a.out_distances {
+        flag_output_kind("--out-distances", p, &["fvecs", "npy"])?;
+    }
     let ctx = a.run.context()?;
     let index = vlc_compress::Index::load(ctx, &a.index, true)?;
     let d = index.codebook().dim();
@@ -501,11 +512,20 @@ fn search(a: SearchArgs) -> AnyResult {
     let secs = t.elapsed().as_secs_f64();
     match a.out.extension().and_then(|e| e.to_str()) {
         Some("ivecs") => {
-            let ids: Vec<i32> = res
-                .ids
-                .iter()
-                .map(|&i| i32::try_from(i).unwrap_or(-1))
-                .collect();
+            let mut ids = Vec::with_capacity(res.ids.len());
+            for &i in &res.ids {
+                ids.push(match i32::try_from(i) {
+                    Ok(v) => v,
+                    Err(_) if i == u64::MAX => -1,
+                    Err(_) => {
+                        return Err(format!(
+                            "--out {}: id {i} does not fit .ivecs (int32); write .npy (int64)",
+                            a.out.display()
+                        )
+                        .into())
+                    }
+                });
+            }
             vecio::write_ivecs(&a.out, &ids, a.k)?
         }
         Some("npy") => {
@@ -517,6 +537,9 @@ fn search(a: SearchArgs) -> AnyResult {
             vecio::write_npy(&a.out, &ids, q.rows, a.k, "<i8")?
         }
         _ => unreachable!("checked by output_kind"),
+    }
+    if let Some(p) = &a.out_distances {
+        vecio::write_vectors(p, &res.distances, a.k)?;
     }
     let out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs});
     eval::print_object(&out, a.run.json);
