@@ -74,12 +74,14 @@ cargo build --release
 step "go binding"
 (cd bindings/go && go vet ./... && go test -count=1 ./...)
 
-step "c++ wrapper"
-cxx=(g++ -std=c++20 -Wall -Wextra -Wpedantic -Werror -g -Iinclude -Ibindings/cpp bindings/cpp/example.cpp
-     -Ltarget/release "-Wl,-rpath,$root/target/release" -lvlc_compress)
-"${cxx[@]}" -o "$tmp/example" && "$tmp/example" "$tmp"
-"${cxx[@]}" -fsanitize=address,undefined -fno-omit-frame-pointer -o "$tmp/example-asan"
-ASAN_OPTIONS=detect_leaks=1 "$tmp/example-asan" "$tmp"
+step "c++ wrapper (C++17 and C++20)"
+for std in c++17 c++20; do
+  cxx=(g++ -std=$std -Wall -Wextra -Wpedantic -Werror -g -Iinclude -Ibindings/cpp bindings/cpp/example.cpp
+       -Ltarget/release "-Wl,-rpath,$root/target/release" -lvlc_compress)
+  "${cxx[@]}" -o "$tmp/example-$std" && "$tmp/example-$std" "$tmp"
+  "${cxx[@]}" -fsanitize=address,undefined -fno-omit-frame-pointer -o "$tmp/example-$std-asan"
+  ASAN_OPTIONS=detect_leaks=1 "$tmp/example-$std-asan" "$tmp"
+done
 
 step "install, soname and pkg-config"
 scripts/install.sh "$tmp/prefix"

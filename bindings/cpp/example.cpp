@@ -1,5 +1,6 @@
 // Builds an index with the C++ wrapper, searches it, saves and reloads it, and checks an error.
-// Compiled with -std=c++20 -Wall -Wextra -Wpedantic -Werror (and under ASan) by scripts/test.sh.
+// Compiled as C++17 and C++20 with -Wall -Wextra -Wpedantic -Werror (and under ASan) by
+// scripts/test.sh.
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -30,14 +31,14 @@ int main(int argc, char** argv) {
     index.add(x, ids);
 
     const vlcc::SearchParams sp(5, 16, 50);  // k, nprobe, re-rank depth
-    auto r = index.search(std::span<const float>(x).subspan(0, 10 * d), sp, x);
+    auto r = index.search(vlcc::span<const float>(x).subspan(0, 10 * d), sp, x);
     int self = 0;
     for (size_t q = 0; q < 10; q++) self += r.ids[q * 5] == q && r.distances[q * 5] == 0.0f;
 
     const std::string path = dir + "/example.vlcc";
     index.save(path);
     vlcc::Index back = vlcc::Index::load(ctx, path);
-    auto again = back.search(std::span<const float>(x).subspan(0, 10 * d), 5, 16, 50, x);
+    auto again = back.search(vlcc::span<const float>(x).subspan(0, 10 * d), 5, 16, 50, x);
 
     bool caught = false;
     try {
@@ -53,13 +54,13 @@ int main(int argc, char** argv) {
         caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE;
     }
     try {
-        index.add_device(x.data(), std::span<const uint64_t>(ids).subspan(0, 10));
+        index.add_device(x.data(), vlcc::span<const uint64_t>(ids).subspan(0, 10));
         caught = false;
     } catch (const vlcc::Error& e) {
         caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE && index.size() == n;
     }
     try {
-        index.search_device_raw(std::span<const float>(x).subspan(0, 10 * d), 5, 8, 20, x.data(), n);
+        index.search_device_raw(vlcc::span<const float>(x).subspan(0, 10 * d), 5, 8, 20, x.data(), n);
         caught = false;
     } catch (const vlcc::Error& e) {
         caught = caught && e.status() == VLCC_STATUS_BACKEND_UNAVAILABLE;
@@ -87,9 +88,9 @@ int main(int argc, char** argv) {
                            std::string(vlcc::version()) == VLCC_VERSION_STRING;
     caught = caught && lifecycle;
     // A partial last row is refused, never dropped.
-    for (const auto& partial : {std::function<void()>([&] { comp.encode(std::span<const float>(x).subspan(0, d + 1)); }),
-                                std::function<void()>([&] { index.search(std::span<const float>(x).subspan(0, 2 * d - 1), sp); }),
-                                std::function<void()>([&] { comp.decode(std::span<const uint8_t>(bytes).subspan(0, comp.codec_size() + 1)); })}) {
+    for (const auto& partial : {std::function<void()>([&] { comp.encode(vlcc::span<const float>(x).subspan(0, d + 1)); }),
+                                std::function<void()>([&] { index.search(vlcc::span<const float>(x).subspan(0, 2 * d - 1), sp); }),
+                                std::function<void()>([&] { comp.decode(vlcc::span<const uint8_t>(bytes).subspan(0, comp.codec_size() + 1)); })}) {
         try {
             partial();
             caught = false;

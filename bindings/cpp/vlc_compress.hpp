@@ -1,22 +1,59 @@
-// vlc_compress.hpp: header-only C++20 RAII wrapper over the vlc_compress C API.
+// vlc_compress.hpp: header-only C++17/C++20 RAII wrapper over the vlc_compress C API.
 //
 // Handles are move-only and free themselves; a failed call throws vlcc::Error carrying the
-// status and the library's message. Inputs and outputs are std::span, so vectors, arrays and
-// memory-mapped buffers pass without copies. Thread rules are the C API's: Index::search may run
+// status and the library's message. Inputs and outputs are vlcc::span (std::span under C++20,
+// a small equivalent under C++17), so vectors, arrays and memory-mapped buffers pass without
+// copies. Thread rules are the C API's: Index::search may run
 // from many threads at once; add/remove/train need exclusive access.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
-#include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
+#if __cplusplus >= 202002L && __has_include(<span>)
+#include <span>
+#define VLCC_STD_SPAN 1
+#endif
 
 #include "vlc_compress.h"
 
 namespace vlcc {
+
+#ifdef VLCC_STD_SPAN
+template <class T>
+using span = std::span<T>;
+#else
+// What this wrapper uses of std::span, for C++17: a pointer and a length over contiguous
+// elements (vectors, arrays, std::array, another span), unchecked like std::span.
+template <class T>
+class span {
+public:
+    constexpr span() noexcept = default;
+    constexpr span(T* p, size_t n) noexcept : p_(p), n_(n) {}
+    template <class C, class = std::enable_if_t<!std::is_same_v<std::decay_t<C>, span> &&
+                                                std::is_convertible_v<decltype(std::data(std::declval<C&>())), T*>>>
+    constexpr span(C&& c) noexcept : p_(std::data(c)), n_(std::size(c)) {}
+    template <class U, class = std::enable_if_t<std::is_convertible_v<U*, T*>>>
+    constexpr span(const span<U>& o) noexcept : p_(o.data()), n_(o.size()) {}
+    constexpr T* data() const noexcept { return p_; }
+    constexpr size_t size() const noexcept { return n_; }
+    constexpr bool empty() const noexcept { return n_ == 0; }
+    constexpr T* begin() const noexcept { return p_; }
+    constexpr T* end() const noexcept { return p_ + n_; }
+    constexpr T& operator[](size_t i) const noexcept { return p_[i]; }
+    constexpr span subspan(size_t offset, size_t count) const noexcept { return span(p_ + offset, count); }
+
+private:
+    T* p_ = nullptr;
+    size_t n_ = 0;
+};
+#endif
 
 /// The loaded library's version, "MAJOR.MINOR.PATCH" (VLCC_VERSION_STRING of its header).
 inline const char* version() noexcept { return vlcc_version(); }
@@ -124,7 +161,7 @@ public:
         return Compressor(p);
     }
     // A trained compressor from serialize_codebook's bytes (or an index's).
-    static Compressor deserialize_codebook(const Context& ctx, std::span<const uint8_t> bytes) {
+    static Compressor deserialize_codebook(const Context& ctx, span<const uint8_t> bytes) {
         vlcc_compressor* p = nullptr;
         detail::check(vlcc_compressor_deserialize_codebook(ctx.get(), bytes.data(), bytes.size(), &p));
         return Compressor(p);
@@ -162,7 +199,7 @@ public:
         detail::check(vlcc_compressor_get_param(p_.get(), static_cast<uint32_t>(param), &v));
         return v;
     }
-    void train(std::span<const float> x, size_t d) {
+    void train(span<const float> x, size_t d) {
         detail::check(vlcc_compressor_train(p_.get(), x.data(), detail::rows(x.size(), d, "train: x"), d));
     }
     size_t dim() const {
@@ -175,19 +212,19 @@ public:
         detail::check(vlcc_compressor_codec_size(p_.get(), &s));
         return s;
     }
-    std::vector<uint8_t> encode(std::span<const float> x) const {
+    std::vector<uint8_t> encode(span<const float> x) const {
         std::vector<uint8_t> out(detail::rows(x.size(), dim(), "encode: x") * codec_size());
         encode_into(x, out);
         return out;
     }
     // x as IEEE half-precision bit patterns.
-    std::vector<uint8_t> encode_f16(std::span<const uint16_t> x) const {
+    std::vector<uint8_t> encode_f16(span<const uint16_t> x) const {
         const size_t n = detail::rows(x.size(), dim(), "encode_f16: x");
         std::vector<uint8_t> out(n * codec_size());
         detail::check(vlcc_compressor_encode_f16(p_.get(), x.data(), n, out.data(), out.size()));
         return out;
     }
-    void encode_into(std::span<const float> x, std::span<uint8_t> out) const {
+    void encode_into(span<const float> x, span<uint8_t> out) const {
         const size_t n = detail::rows(x.size(), dim(), "encode_into: x");
         detail::check(vlcc_compressor_encode(p_.get(), x.data(), n, out.data(), out.size()));
     }
@@ -198,7 +235,7 @@ public:
         detail::check(vlcc_compressor_encode_device(p_.get(), x_device, n, out.data(), out.size()));
         return out;
     }
-    std::vector<float> decode(std::span<const uint8_t> codes) const {
+    std::vector<float> decode(span<const uint8_t> codes) const {
         const size_t n = detail::rows(codes.size(), codec_size(), "decode: codes", "bytes");
         std::vector<float> out(n * dim());
         detail::check(vlcc_compressor_decode(p_.get(), codes.data(), n, out.data(), out.size()));
@@ -265,7 +302,7 @@ public:
         return Index(p);
     }
     // An index on ctx from serialize()'s bytes (copied).
-    static Index deserialize(const Context& ctx, std::span<const uint8_t> bytes) {
+    static Index deserialize(const Context& ctx, span<const uint8_t> bytes) {
         vlcc_index* p = nullptr;
         detail::check(vlcc_index_deserialize(ctx.get(), bytes.data(), bytes.size(), &p));
         return Index(p);
@@ -300,20 +337,20 @@ public:
         detail::check(vlcc_index_size(p_.get(), &n));
         return n;
     }
-    void add(std::span<const float> x, std::span<const uint64_t> ids) {
+    void add(span<const float> x, span<const uint64_t> ids) {
         if (x.size() != ids.size() * dim()) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x must hold one row per id");
         detail::check(vlcc_index_add(p_.get(), x.data(), ids.size(), ids.data()));
     }
     // IEEE half-precision input (binary16 bit patterns, one row per id).
-    void add_f16(std::span<const uint16_t> x, std::span<const uint64_t> ids) {
+    void add_f16(span<const uint16_t> x, span<const uint64_t> ids) {
         if (x.size() != ids.size() * dim()) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x must hold one row per id");
         detail::check(vlcc_index_add_f16(p_.get(), x.data(), ids.size(), ids.data()));
     }
     // Vectors already in CUDA device memory (one row per id), read in place.
-    void add_device(const float* x_device, std::span<const uint64_t> ids) {
+    void add_device(const float* x_device, span<const uint64_t> ids) {
         detail::check(vlcc_index_add_device(p_.get(), x_device, ids.size(), ids.data()));
     }
-    Results search(std::span<const float> queries, const SearchParams& p, std::span<const float> raw = {}) const {
+    Results search(span<const float> queries, const SearchParams& p, span<const float> raw = {}) const {
         const size_t d = dim(), nq = detail::rows(queries.size(), d, "search: queries"), k = p.k();
         const size_t raw_n = raw.empty() ? 0 : detail::rows(raw.size(), d, "search: raw");
         Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
@@ -321,13 +358,13 @@ public:
                                         r.ids.data(), r.distances.data()));
         return r;
     }
-    Results search(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank = 0,
-                   std::span<const float> raw = {}) const {
+    Results search(span<const float> queries, size_t k, size_t nprobe, size_t rerank = 0,
+                   span<const float> raw = {}) const {
         return search(queries, SearchParams(k, nprobe, rerank), raw);
     }
     // search, with the re-rank against raw_n rows in CUDA device memory (row i = id i), read
     // in place: only the results come to the host.
-    Results search_device_raw(std::span<const float> queries, size_t k, size_t nprobe, size_t rerank,
+    Results search_device_raw(span<const float> queries, size_t k, size_t nprobe, size_t rerank,
                               const float* raw_device, size_t raw_n) const {
         const size_t nq = detail::rows(queries.size(), dim(), "search_device_raw: queries");
         Results r{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)};
@@ -336,7 +373,7 @@ public:
                                                    r.ids.data(), r.distances.data()));
         return r;
     }
-    size_t remove(std::span<const uint64_t> ids) {
+    size_t remove(span<const uint64_t> ids) {
         size_t n = 0;
         detail::check(vlcc_index_remove(p_.get(), ids.data(), ids.size(), &n));
         return n;
