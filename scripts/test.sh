@@ -72,7 +72,7 @@ cargo test --release --features test-hooks
 cargo build --release
 
 step "go binding"
-(cd bindings/go && go vet ./... && go test -count=1 ./...)
+(cd bindings/go && go vet ./... && go test -count=1 ./... && go test -race -count=1 ./...)
 
 step "c++ wrapper (C++17 and C++20)"
 for std in c++17 c++20; do

@@ -35,6 +35,34 @@ fn the_go_binding_names_every_status_and_parameter() {
 }
 
 #[test]
+fn the_go_binding_has_a_sentinel_for_every_failing_status() {
+    // `StatusY Status = C.VLCC_STATUS_X` for each status; every one but OK needs
+    // `ErrY = &Error{Status: StatusY}` for errors.Is.
+    let go = read("bindings/go/vlccompress.go");
+    let flat = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    let statuses: Vec<String> = go
+        .lines()
+        .map(flat)
+        .filter(|l| l.starts_with("Status") && l.contains("= C.VLCC_STATUS_"))
+        .filter(|l| !l.ends_with("C.VLCC_STATUS_OK"))
+        .map(|l| {
+            l.split(' ')
+                .next()
+                .unwrap()
+                .trim_start_matches("Status")
+                .to_string()
+        })
+        .collect();
+    assert!(statuses.len() >= 16, "parsed {statuses:?}");
+    let lines: Vec<String> = go.lines().map(flat).collect();
+    let missing: Vec<&String> = statuses
+        .iter()
+        .filter(|y| !lines.contains(&format!("Err{y} = &Error{{Status: Status{y}}}")))
+        .collect();
+    assert!(missing.is_empty(), "no Go sentinel for {missing:?}");
+}
+
+#[test]
 fn the_command_trains_with_every_parameter() {
     let header = read("include/vlc_compress.h");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_vlcc"))

@@ -81,6 +81,33 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("vlc_compress: %s: %s", C.GoString(C.vlcc_status_str(C.uint32_t(e.Status))), e.Message)
 }
 
+// Is makes every error of a status match that status's sentinel below (a sentinel has no
+// message): errors.Is(err, ErrInvalidArgument). errors.As(err, &e) still gives the message.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Message == "" && t.Status == e.Status
+}
+
+// Sentinel errors, one per failing status, for errors.Is.
+var (
+	ErrInvalidArgument    = &Error{Status: StatusInvalidArgument}
+	ErrNullPointer        = &Error{Status: StatusNullPointer}
+	ErrBufferTooSmall     = &Error{Status: StatusBufferTooSmall}
+	ErrUnaligned          = &Error{Status: StatusUnaligned}
+	ErrOverlap            = &Error{Status: StatusOverlap}
+	ErrNonFinite          = &Error{Status: StatusNonFinite}
+	ErrNotEnoughData      = &Error{Status: StatusNotEnoughData}
+	ErrInvalidState       = &Error{Status: StatusInvalidState}
+	ErrCorrupt            = &Error{Status: StatusCorrupt}
+	ErrUnsupportedVersion = &Error{Status: StatusUnsupportedVersion}
+	ErrCodebookMismatch   = &Error{Status: StatusCodebookMismatch}
+	ErrBackendUnavailable = &Error{Status: StatusBackendUnavailable}
+	ErrDeviceError        = &Error{Status: StatusDeviceError}
+	ErrOutOfMemory        = &Error{Status: StatusOutOfMemory}
+	ErrIO                 = &Error{Status: StatusIO}
+	ErrPanic              = &Error{Status: StatusPanic}
+)
+
 // call runs f and, on failure, reads the message on the same OS thread: the library keeps
 // messages per thread, and a goroutine may otherwise move between the two cgo calls.
 func call(f func() C.vlcc_status) error {
