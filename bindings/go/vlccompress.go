@@ -44,6 +44,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -561,6 +562,9 @@ func (c *Compressor) SaveCodebook(path string) error {
 
 // Index is a searchable compressed index.
 type Index struct {
+	// mu guards p: calls hold it shared, Close exclusively, so Close waits for the calls in
+	// flight and no call sees a freed handle.
+	mu  sync.RWMutex
 	p   *C.vlcc_index
 	dim int
 }
@@ -621,14 +625,33 @@ func Deserialize(ctx *Context, b []byte) (*Index, error) {
 	return newIndex(p)
 }
 
-// Close frees the index. Safe to call twice.
+// Close frees the index once the calls in flight have returned; later calls answer
+// ErrInvalidState. Safe to call twice and from several goroutines.
 func (ix *Index) Close() error {
-	if ix != nil && ix.p != nil {
+	if ix == nil {
+		return nil
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.p != nil {
 		C.vlcc_index_free(ix.p)
 		ix.p = nil
 	}
 	return nil
 }
+
+// call runs f on the index's handle with the handle held shared (see mu).
+func (ix *Index) call(f func(h *C.vlcc_index) C.vlcc_status) error {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if ix.p == nil {
+		return errClosed
+	}
+	return call(func() C.vlcc_status { return f(ix.p) })
+}
+
+// errClosed answers calls on a closed index.
+var errClosed = &Error{Status: StatusInvalidState, Message: "the index is closed"}
 
 // Dim is the vector dimension.
 func (ix *Index) Dim() int { return ix.dim }
@@ -641,8 +664,8 @@ func (ix *Index) Add(x []float32, ids []uint64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := call(func() C.vlcc_status {
-		return C.vlcc_index_add(ix.p, floatPtr(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		return C.vlcc_index_add(h, floatPtr(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
 	})
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(ids)
@@ -656,8 +679,8 @@ func (ix *Index) AddDevice(x uintptr, ids []uint64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := call(func() C.vlcc_status {
-		return C.index_add_device(ix.p, C.uintptr_t(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		return C.index_add_device(h, C.uintptr_t(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
 	})
 	runtime.KeepAlive(ids)
 	runtime.KeepAlive(ix)
@@ -681,8 +704,8 @@ func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32,
 		}
 		rawRows = len(p.Raw) / ix.dim
 	}
-	ids, dist, err := ix.search(queries, p, func(nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
-		return C.vlcc_index_search(ix.p, floatPtr(queries), C.size_t(nq), sp, floatPtr(p.Raw), C.size_t(rawRows), ids, dist)
+	ids, dist, err := ix.search(queries, p, func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+		return C.vlcc_index_search(h, floatPtr(queries), C.size_t(nq), sp, floatPtr(p.Raw), C.size_t(rawRows), ids, dist)
 	})
 	runtime.KeepAlive(p.Raw)
 	return ids, dist, err
@@ -692,14 +715,14 @@ func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32,
 // at address raw (row i = id i; p.Raw is ignored), read in place on the device: only the
 // results come to the host. The context must run on CUDA.
 func (ix *Index) SearchDeviceRaw(queries []float32, p SearchParams, raw uintptr, rows int) ([]uint64, []float32, error) {
-	return ix.search(queries, p, func(nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
-		return C.index_search_device_raw(ix.p, floatPtr(queries), C.size_t(nq), sp, C.uintptr_t(raw), C.size_t(rows), ids, dist)
+	return ix.search(queries, p, func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+		return C.index_search_device_raw(h, floatPtr(queries), C.size_t(nq), sp, C.uintptr_t(raw), C.size_t(rows), ids, dist)
 	})
 }
 
 // search checks the shapes, makes the result slices and the C parameters, and runs one search
 // call into them.
-func (ix *Index) search(queries []float32, p SearchParams, run func(nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status) ([]uint64, []float32, error) {
+func (ix *Index) search(queries []float32, p SearchParams, run func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status) ([]uint64, []float32, error) {
 	if ix.dim == 0 || len(queries)%ix.dim != 0 || p.K <= 0 || p.NProbe <= 0 || p.Rerank < 0 {
 		return nil, nil, &Error{Status: StatusInvalidArgument, Message: "queries must be whole rows; K and NProbe >= 1"}
 	}
@@ -709,7 +732,7 @@ func (ix *Index) search(queries []float32, p SearchParams, run func(nq int, sp *
 	if nq == 0 {
 		return ids, dist, nil
 	}
-	err := call(func() C.vlcc_status {
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
 		var sp *C.vlcc_search_params
 		if s := C.vlcc_search_params_new(&sp); s != C.VLCC_STATUS_OK {
 			return s
@@ -718,7 +741,7 @@ func (ix *Index) search(queries []float32, p SearchParams, run func(nq int, sp *
 		if s := C.search_params(sp, C.size_t(p.K), C.size_t(p.NProbe), C.size_t(p.Rerank)); s != C.VLCC_STATUS_OK {
 			return s
 		}
-		return run(nq, sp, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
+		return run(h, nq, sp, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
 	})
 	runtime.KeepAlive(queries)
 	runtime.KeepAlive(ix)
@@ -734,8 +757,8 @@ func (ix *Index) Remove(ids []uint64) (int, error) {
 		return 0, nil
 	}
 	var n C.size_t
-	err := call(func() C.vlcc_status {
-		return C.vlcc_index_remove(ix.p, (*C.uint64_t)(unsafe.Pointer(&ids[0])), C.size_t(len(ids)), &n)
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		return C.vlcc_index_remove(h, (*C.uint64_t)(unsafe.Pointer(&ids[0])), C.size_t(len(ids)), &n)
 	})
 	runtime.KeepAlive(ids)
 	runtime.KeepAlive(ix)
@@ -745,7 +768,7 @@ func (ix *Index) Remove(ids []uint64) (int, error) {
 // Len is the number of vectors held.
 func (ix *Index) Len() (int, error) {
 	var n C.size_t
-	err := call(func() C.vlcc_status { return C.vlcc_index_size(ix.p, &n) })
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_size(h, &n) })
 	runtime.KeepAlive(ix)
 	return int(n), err
 }
@@ -758,8 +781,8 @@ func (ix *Index) AddF16(x []uint16, ids []uint64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := call(func() C.vlcc_status {
-		return C.vlcc_index_add_f16(ix.p, (*C.uint16_t)(unsafe.Pointer(&x[0])), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		return C.vlcc_index_add_f16(h, (*C.uint16_t)(unsafe.Pointer(&x[0])), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
 	})
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(ids)
@@ -770,10 +793,15 @@ func (ix *Index) AddF16(x []uint16, ids []uint64) error {
 // Merge appends every vector of other, which must be built on the same codebook
 // (StatusCodebookMismatch otherwise).
 func (ix *Index) Merge(other *Index) error {
-	err := call(func() C.vlcc_status { return C.vlcc_index_merge(ix.p, other.p) })
-	runtime.KeepAlive(ix)
-	runtime.KeepAlive(other)
-	return err
+	if other == ix {
+		return ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_merge(h, h) })
+	}
+	other.mu.RLock()
+	defer other.mu.RUnlock()
+	if other.p == nil {
+		return errClosed
+	}
+	return ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_merge(h, other.p) })
 }
 
 // IndexStats are an index's sizes and balance.
@@ -786,7 +814,7 @@ type IndexStats struct {
 // Stats reports the index's sizes and balance.
 func (ix *Index) Stats() (IndexStats, error) {
 	var s C.vlcc_index_info
-	err := call(func() C.vlcc_status { return C.vlcc_index_stats(ix.p, &s) })
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_stats(h, &s) })
 	runtime.KeepAlive(ix)
 	return IndexStats{
 		Vectors: int(s.vectors), Lists: int(s.lists), Dim: int(s.dim),
@@ -800,14 +828,14 @@ func (ix *Index) Stats() (IndexStats, error) {
 // code; Len() x Dim() floats), list by list.
 func (ix *Index) Reconstruct() ([]uint64, []float32, error) {
 	var n C.size_t
-	if err := call(func() C.vlcc_status { return C.vlcc_index_reconstruct(ix.p, nil, nil, 0, &n) }); err != nil {
+	if err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_reconstruct(h, nil, nil, 0, &n) }); err != nil {
 		return nil, nil, err
 	}
 	ids := make([]uint64, int(n))
 	vecs := make([]float32, int(n)*ix.dim)
 	if n > 0 {
-		err := call(func() C.vlcc_status {
-			return C.vlcc_index_reconstruct(ix.p, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(vecs), n, &n)
+		err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+			return C.vlcc_index_reconstruct(h, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(vecs), n, &n)
 		})
 		if err != nil {
 			return nil, nil, err
@@ -819,16 +847,19 @@ func (ix *Index) Reconstruct() ([]uint64, []float32, error) {
 
 // Serialize returns the index's bytes (those of its file).
 func (ix *Index) Serialize() ([]byte, error) {
-	out, err := takeBuffer(func(b *C.vlcc_buffer) C.vlcc_status { return C.vlcc_index_serialize(ix.p, b) })
-	runtime.KeepAlive(ix)
-	return out, err
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if ix.p == nil {
+		return nil, errClosed
+	}
+	return takeBuffer(func(b *C.vlcc_buffer) C.vlcc_status { return C.vlcc_index_serialize(ix.p, b) })
 }
 
 // Save writes the index to path atomically.
 func (ix *Index) Save(path string) error {
 	cp := C.CString(path)
 	defer C.free(unsafe.Pointer(cp))
-	err := call(func() C.vlcc_status { return C.vlcc_index_save(ix.p, cp) })
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_save(h, cp) })
 	runtime.KeepAlive(ix)
 	return err
 }

@@ -486,3 +486,51 @@ func BenchmarkSearch(b *testing.B) {
 	}
 	b.ReportMetric(float64(1000*b.N)/time.Since(start).Seconds(), "queries/s")
 }
+
+// Close while searches run: each search returns results or ErrInvalidState, never reads a
+// freed handle (run under -race by scripts/test.sh).
+func TestCloseWaitsForSearches(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := clustered(3000, 4)
+	c := trained(t, ctx, x)
+	defer c.Close()
+	ix, _ := NewIndex(c)
+	if err := ix.Add(x, rowIDs(3000)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, _, err := ix.Search(x[:50*dim], SearchParams{K: 5, NProbe: 8}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, ErrInvalidState) {
+			t.Fatalf("search after close: %v", err)
+		}
+	}
+	if _, err := ix.Len(); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("len after close: %v", err)
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
