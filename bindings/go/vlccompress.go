@@ -697,6 +697,20 @@ type SearchParams struct {
 
 // Search returns K ids and distances per query, best first (NoID where fewer are found).
 func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32, error) {
+	return ix.searchHost(queries, p, nil, nil)
+}
+
+// SearchInto is Search writing into ids and dist, which must hold K per query exactly
+// (no allocation per call).
+func (ix *Index) SearchInto(queries []float32, p SearchParams, ids []uint64, dist []float32) error {
+	if ids == nil || dist == nil {
+		return &Error{Status: StatusInvalidArgument, Message: "ids and dist must be given"}
+	}
+	_, _, err := ix.searchHost(queries, p, ids, dist)
+	return err
+}
+
+func (ix *Index) searchHost(queries []float32, p SearchParams, ids []uint64, dist []float32) ([]uint64, []float32, error) {
 	rawRows := 0
 	if p.Raw != nil && ix.dim > 0 {
 		if len(p.Raw)%ix.dim != 0 {
@@ -704,7 +718,7 @@ func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32,
 		}
 		rawRows = len(p.Raw) / ix.dim
 	}
-	ids, dist, err := ix.search(queries, p, func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+	ids, dist, err := ix.search(queries, p, ids, dist, func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
 		return C.vlcc_index_search(h, floatPtr(queries), C.size_t(nq), sp, floatPtr(p.Raw), C.size_t(rawRows), ids, dist)
 	})
 	runtime.KeepAlive(p.Raw)
@@ -715,20 +729,23 @@ func (ix *Index) Search(queries []float32, p SearchParams) ([]uint64, []float32,
 // at address raw (row i = id i; p.Raw is ignored), read in place on the device: only the
 // results come to the host. The context must run on CUDA.
 func (ix *Index) SearchDeviceRaw(queries []float32, p SearchParams, raw uintptr, rows int) ([]uint64, []float32, error) {
-	return ix.search(queries, p, func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+	return ix.search(queries, p, nil, nil, func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
 		return C.index_search_device_raw(h, floatPtr(queries), C.size_t(nq), sp, C.uintptr_t(raw), C.size_t(rows), ids, dist)
 	})
 }
 
-// search checks the shapes, makes the result slices and the C parameters, and runs one search
-// call into them.
-func (ix *Index) search(queries []float32, p SearchParams, run func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status) ([]uint64, []float32, error) {
+// search checks the shapes, makes the result slices (or checks the caller's: both nil or
+// both given) and the C parameters, and runs one search call into them.
+func (ix *Index) search(queries []float32, p SearchParams, ids []uint64, dist []float32, run func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status) ([]uint64, []float32, error) {
 	if ix.dim == 0 || len(queries)%ix.dim != 0 || p.K <= 0 || p.NProbe <= 0 || p.Rerank < 0 {
 		return nil, nil, &Error{Status: StatusInvalidArgument, Message: "queries must be whole rows; K and NProbe >= 1"}
 	}
 	nq := len(queries) / ix.dim
-	ids := make([]uint64, nq*p.K)
-	dist := make([]float32, nq*p.K)
+	if ids == nil {
+		ids, dist = make([]uint64, nq*p.K), make([]float32, nq*p.K)
+	} else if len(ids) != nq*p.K || len(dist) != nq*p.K {
+		return nil, nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("ids and dist hold %d and %d; %d queries x K %d need %d", len(ids), len(dist), nq, p.K, nq*p.K)}
+	}
 	if nq == 0 {
 		return ids, dist, nil
 	}

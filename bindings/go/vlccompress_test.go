@@ -534,3 +534,39 @@ func TestCloseWaitsForSearches(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// SearchInto writes what Search returns into the caller's slices, and refuses slices of the
+// wrong length.
+func TestSearchInto(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := clustered(2000, 6)
+	c := trained(t, ctx, x)
+	defer c.Close()
+	ix, _ := NewIndex(c)
+	defer ix.Close()
+	if err := ix.Add(x, rowIDs(2000)); err != nil {
+		t.Fatal(err)
+	}
+	p := SearchParams{K: 7, NProbe: 8}
+	wantIDs, wantDist, err := ix.Search(x[:30*dim], p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, dist := make([]uint64, 30*7), make([]float32, 30*7)
+	if err := ix.SearchInto(x[:30*dim], p, ids, dist); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ids, wantIDs) || !reflect.DeepEqual(dist, wantDist) {
+		t.Fatal("SearchInto differs from Search")
+	}
+	if err := ix.SearchInto(x[:30*dim], p, ids[:10], dist); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("short ids: %v", err)
+	}
+	if err := ix.SearchInto(x[:30*dim], p, nil, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("nil slices: %v", err)
+	}
+}
