@@ -43,6 +43,27 @@ func rowIDs(n int) []uint64 {
 	return ids
 }
 
+// indexed returns a compressor trained on n clustered vectors (on a 2-thread CPU context) and
+// an index holding them under their row numbers; the test's cleanup closes them.
+func indexed(t *testing.T, n int, seed uint32) (*Compressor, *Index, []float32) {
+	t.Helper()
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := clustered(n, seed)
+	c := trained(t, ctx, x)
+	ix, err := NewIndex(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Add(x, rowIDs(n)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ix.Close(); c.Close(); ctx.Close() })
+	return c, ix, x
+}
+
 func trained(t testing.TB, ctx *Context, x []float32) *Compressor {
 	t.Helper()
 	c, err := NewCompressor(ctx)
@@ -399,24 +420,12 @@ func TestIndexLifecycle(t *testing.T) {
 
 // A buffer that is not a whole number of rows is refused with InvalidArgument, never cut short.
 func TestPartialRowsAreRefused(t *testing.T) {
-	ctx, err := NewContext(CPU, 0, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	x := clustered(3000, 9)
-	c := trained(t, ctx, x)
-	defer c.Close()
-	ix, _ := NewIndex(c)
-	defer ix.Close()
-	if err := ix.Add(x[:100*dim], rowIDs(100)); err != nil {
-		t.Fatal(err)
-	}
+	c, ix, x := indexed(t, 3000, 9)
 	codes, err := c.Encode(x[:2*dim])
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := SearchParams{K: 5, NProbe: 4, Rerank: 10, Raw: x[:100*dim]}
+	p := SearchParams{K: 5, NProbe: 4, Rerank: 10, Raw: x}
 	partial := map[string]func() error{
 		"encode":     func() error { _, err := c.Encode(x[:dim+1]); return err },
 		"encode f16": func() error { _, err := c.EncodeF16(make([]uint16, dim+1)); return err },
@@ -425,7 +434,7 @@ func TestPartialRowsAreRefused(t *testing.T) {
 		"queries":    func() error { _, _, err := ix.Search(x[:2*dim-1], p); return err },
 		"raw": func() error {
 			q := p
-			q.Raw = x[:100*dim-1]
+			q.Raw = x[:len(x)-1]
 			_, _, err := ix.Search(x[:dim], q)
 			return err
 		},
@@ -490,18 +499,7 @@ func BenchmarkSearch(b *testing.B) {
 // Close while searches run: each search returns results or ErrInvalidState, never reads a
 // freed handle (run under -race by scripts/test.sh).
 func TestCloseWaitsForSearches(t *testing.T) {
-	ctx, err := NewContext(CPU, 0, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	x := clustered(3000, 4)
-	c := trained(t, ctx, x)
-	defer c.Close()
-	ix, _ := NewIndex(c)
-	if err := ix.Add(x, rowIDs(3000)); err != nil {
-		t.Fatal(err)
-	}
+	_, ix, x := indexed(t, 3000, 4)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for g := 0; g < 4; g++ {
@@ -538,19 +536,7 @@ func TestCloseWaitsForSearches(t *testing.T) {
 // SearchInto writes what Search returns into the caller's slices, and refuses slices of the
 // wrong length.
 func TestSearchInto(t *testing.T) {
-	ctx, err := NewContext(CPU, 0, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	x := clustered(2000, 6)
-	c := trained(t, ctx, x)
-	defer c.Close()
-	ix, _ := NewIndex(c)
-	defer ix.Close()
-	if err := ix.Add(x, rowIDs(2000)); err != nil {
-		t.Fatal(err)
-	}
+	_, ix, x := indexed(t, 2000, 6)
 	p := SearchParams{K: 7, NProbe: 8}
 	wantIDs, wantDist, err := ix.Search(x[:30*dim], p)
 	if err != nil {
