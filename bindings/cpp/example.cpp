@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
     const auto [rec_ids, rec_vecs] = copy_ix.reconstruct();
     const bool lifecycle = st.vectors == n + 2 && st.dim == d && rec_ids.size() == n + 2 &&
                            rec_vecs.size() == (n + 2) * d && ctx.threads() == 2 &&
-                           std::string(vlcc::version()) == VLCC_VERSION_STRING;
+                           std::string(vlcc::version()) == VLCC_VERSION_STRING &&
+                           vlcc::version_number() == VLCC_VERSION_NUMBER;
     caught = caught && lifecycle;
     // A partial last row is refused, never dropped.
     for (const auto& partial : {std::function<void()>([&] { comp.encode(vlcc::span<const float>(x).subspan(0, d + 1)); }),

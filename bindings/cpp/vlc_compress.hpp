@@ -58,6 +58,9 @@ private:
 /// The loaded library's version, "MAJOR.MINOR.PATCH" (VLCC_VERSION_STRING of its header).
 inline const char* version() noexcept { return vlcc_version(); }
 
+/// The loaded library's version as MAJOR * 10000 + MINOR * 100 + PATCH (VLCC_VERSION_NUMBER).
+inline uint32_t version_number() noexcept { return vlcc_version_number(); }
+
 /// The ABI version of the loaded library (VLCC_ABI_VERSION of the header it was built with).
 inline uint32_t abi_version() noexcept { return vlcc_abi_version(); }
 

@@ -281,6 +281,12 @@ func openCompressor(ctx *Context, open func(out **C.vlcc_compressor) C.vlcc_stat
 // ABIVersion is the ABI version of the loaded library (VLCC_ABI_VERSION of its header).
 func ABIVersion() uint32 { return uint32(C.vlcc_abi_version()) }
 
+// Version is the loaded library's version, "MAJOR.MINOR.PATCH".
+func Version() string { return C.GoString(C.vlcc_version()) }
+
+// VersionNumber is the loaded library's version as MAJOR*10000 + MINOR*100 + PATCH.
+func VersionNumber() uint32 { return uint32(C.vlcc_version_number()) }
+
 // Fingerprint is a hash of the codebook's contents: indexes on equal fingerprints merge.
 func (c *Compressor) Fingerprint() (uint64, error) {
 	var f C.uint64_t
@@ -693,6 +699,26 @@ type SearchParams struct {
 	NProbe int       // lists probed per query
 	Rerank int       // 0, or >= K: re-score this many candidates exactly against Raw
 	Raw    []float32 // raw vectors, row i = id i (needed when Rerank > 0)
+}
+
+// DefaultSearchParams are the library's defaults for K, NProbe and Rerank (read from a new
+// vlcc_search_params), with no Raw.
+func DefaultSearchParams() (SearchParams, error) {
+	var v [3]C.double
+	err := call(func() C.vlcc_status {
+		var sp *C.vlcc_search_params
+		if s := C.vlcc_search_params_new(&sp); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		defer C.vlcc_search_params_free(sp)
+		for i, id := range []C.uint32_t{C.VLCC_SEARCH_PARAM_K, C.VLCC_SEARCH_PARAM_NPROBE, C.VLCC_SEARCH_PARAM_RERANK} {
+			if s := C.vlcc_search_params_get(sp, id, &v[i]); s != C.VLCC_STATUS_OK {
+				return s
+			}
+		}
+		return C.VLCC_STATUS_OK
+	})
+	return SearchParams{K: int(v[0]), NProbe: int(v[1]), Rerank: int(v[2])}, err
 }
 
 // Search returns K ids and distances per query, best first (NoID where fewer are found).

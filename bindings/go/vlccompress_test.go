@@ -279,6 +279,15 @@ func TestCodebookAccess(t *testing.T) {
 	x := clustered(2000, 5)
 	c := trained(t, ctx, x)
 	defer c.Close()
+	// The version as a string and as a number agree: MAJOR.MINOR.PATCH vs M*10000+m*100+p.
+	var major, minor, patch uint32
+	if n, err := fmt.Sscanf(Version(), "%d.%d.%d", &major, &minor, &patch); n != 3 || err != nil ||
+		VersionNumber() != major*10000+minor*100+patch {
+		t.Fatalf("version %q, number %d", Version(), VersionNumber())
+	}
+	if d, err := DefaultSearchParams(); err != nil || d.K != 10 || d.NProbe != 16 || d.Rerank != 0 || d.Raw != nil {
+		t.Fatalf("default search params: %+v %v", d, err)
+	}
 	if ABIVersion() == 0 {
 		t.Fatal("ABI version 0")
 	}
