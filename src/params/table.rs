@@ -150,42 +150,21 @@ impl TrainParams {
     }
 }
 
-/// A search parameter, as the C ABI's `vlcc_search_param` numbers it. All are whole numbers.
+/// A search parameter, as the C ABI's `vlcc_search_param` numbers it: a whole number from
+/// `min` up to `BIG`.
 struct SearchParamInfo {
     id: u32,
     name: &'static str,
-    /// Bounds, both included.
     min: f64,
-    max: f64,
     get: fn(&SearchParams) -> usize,
     put: fn(&mut SearchParams, usize),
 }
 
+#[rustfmt::skip]
 const SEARCH: &[SearchParamInfo] = &[
-    SearchParamInfo {
-        id: 1,
-        name: "k",
-        min: 1.0,
-        max: BIG,
-        get: |p| p.k,
-        put: |p, v| p.k = v,
-    },
-    SearchParamInfo {
-        id: 2,
-        name: "nprobe",
-        min: 1.0,
-        max: BIG,
-        get: |p| p.nprobe,
-        put: |p, v| p.nprobe = v,
-    },
-    SearchParamInfo {
-        id: 3,
-        name: "rerank",
-        min: 0.0,
-        max: BIG,
-        get: |p| p.rerank,
-        put: |p, v| p.rerank = v,
-    },
+    SearchParamInfo { id: 1, name: "k", min: 1.0, get: |p| p.k, put: |p, v| p.k = v },
+    SearchParamInfo { id: 2, name: "nprobe", min: 1.0, get: |p| p.nprobe, put: |p, v| p.nprobe = v },
+    SearchParamInfo { id: 3, name: "rerank", min: 0.0, get: |p| p.rerank, put: |p, v| p.rerank = v },
 ];
 
 fn search_param(id: u32) -> Result<&'static SearchParamInfo> {
@@ -204,14 +183,8 @@ impl SearchParams {
     /// Sets search parameter `id` to `value`, a whole number within its bounds. Whether the
     /// set holds together (rerank 0 or >= k) is checked by the search that uses it.
     pub fn set(&mut self, id: u32, value: f64) -> Result<()> {
-        let SearchParamInfo {
-            name,
-            min,
-            max,
-            put,
-            ..
-        } = search_param(id)?;
-        in_bounds(name, value, *min, *max, true)?;
+        let SearchParamInfo { name, min, put, .. } = search_param(id)?;
+        in_bounds(name, value, *min, BIG, true)?;
         put(self, value as usize);
         Ok(())
     }
