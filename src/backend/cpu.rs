@@ -2,8 +2,7 @@
 //! bit-identical whatever the thread count.
 
 use super::{
-    host, layout, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView,
-    KmeansSession,
+    host, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession,
 };
 use crate::error::{try_vec, Result};
 use crate::linalg::{self, BLOCK};
@@ -39,40 +38,18 @@ impl Backend for CpuBackend {
     /// Blocks are `BLOCK` rows from the start, as every step's own blocks are, so the codes
     /// are the stepwise ones to the bit.
     fn encode_residuals(&self, cb: &CodebookView, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
-        let (d, dp, nsub, dsub) = (cb.d, cb.dp(), cb.nsub, cb.dsub);
-        let n = x.len() / d;
+        let n = x.len() / cb.d;
         let mut assign = try_vec(n, 0u32, "assignment")?;
-        let mut codes = try_vec(n * nsub, 0u8, "codes")?;
-        let an = linalg::row_norms(cb.anchors, d);
-        let per = cb.books.len() / nsub.max(1);
-        let bn: Vec<Vec<f32>> = (0..nsub)
-            .map(|j| linalg::row_norms(&cb.books[j * per..(j + 1) * per], dsub))
-            .collect();
-        x.par_chunks(BLOCK * d)
+        let mut codes = try_vec(n * cb.nsub, 0u8, "codes")?;
+        x.par_chunks(BLOCK * cb.d)
             .zip(assign.par_chunks_mut(BLOCK))
-            .zip(codes.par_chunks_mut(BLOCK * nsub))
-            .for_each(|((xb, ab), out)| {
-                let r = ab.len();
-                let mut dist = vec![0f32; r];
-                let xn = linalg::row_norms(xb, d);
-                linalg::nearest(xb, &xn, cb.anchors, &an, None, d, ab, &mut dist);
-                let res = layout::residuals(xb, d, dsub, dp, cb.anchors, ab);
-                let y = if cb.rotation.is_empty() {
-                    res
-                } else {
-                    layout::rotate(cb.rotation, &res, dp)
-                };
-                let mut sub_a = vec![0u32; r];
-                for (j, norms) in bn.iter().enumerate() {
-                    let sub = host::sub_columns(&y, dp, j * dsub, dsub);
-                    let sn = linalg::row_norms(&sub, dsub);
-                    let book = &cb.books[j * per..(j + 1) * per];
-                    linalg::nearest(&sub, &sn, book, norms, None, dsub, &mut sub_a, &mut dist);
-                    for (i, &c) in sub_a.iter().enumerate() {
-                        out[i * nsub + j] = c as u8;
-                    }
-                }
-            });
+            .zip(codes.par_chunks_mut(BLOCK * cb.nsub))
+            .try_for_each(|((xb, ab), out)| {
+                let (a, c) = host::encode_in_steps(self, cb, xb)?;
+                ab.copy_from_slice(&a);
+                out.copy_from_slice(&c);
+                Ok(())
+            })?;
         Ok((assign, codes))
     }
     fn kmeans_session<'a>(
