@@ -208,23 +208,20 @@ fn parse_npy(bytes: &[u8], path: &Path) -> Result<NpyData> {
         };
         Ok(Matrix { rows, cols, data })
     }
-    let (c, size) = (ts.type_char(), ts.size_field());
-    match (c, size) {
-        (TypeChar::Float, 4) => Ok(NpyData::F32(take(
-            header, body, rows, cols, fortran, &refuse,
-        )?)),
-        (TypeChar::Float, 2) => Ok(NpyData::F16(take(
-            header, body, rows, cols, fortran, &refuse,
-        )?)),
-        (TypeChar::Float, 8) => Ok(NpyData::F64(take(
-            header, body, rows, cols, fortran, &refuse,
-        )?)),
-        (TypeChar::Uint, 1) => Ok(NpyData::U8(take(
-            header, body, rows, cols, fortran, &refuse,
-        )?)),
-        (TypeChar::Int, 4) => Ok(NpyData::I32(take(
-            header, body, rows, cols, fortran, &refuse,
-        )?)),
+    // The matrix of the file's element type, under its variant.
+    macro_rules! as_ {
+        ($v:ident) => {
+            Ok(NpyData::$v(take(
+                header, body, rows, cols, fortran, &refuse,
+            )?))
+        };
+    }
+    match (ts.type_char(), ts.size_field()) {
+        (TypeChar::Float, 4) => as_!(F32),
+        (TypeChar::Float, 2) => as_!(F16),
+        (TypeChar::Float, 8) => as_!(F64),
+        (TypeChar::Uint, 1) => as_!(U8),
+        (TypeChar::Int, 4) => as_!(I32),
         _ => Err(refuse("expected float32, float16, float64, int32 or uint8")),
     }
 }
@@ -243,6 +240,19 @@ fn kind_name(c: npyz::TypeChar, size: u64) -> String {
     }
 }
 
+/// A version-1 `.npy` header (magic, version, length, then the dictionary padded so the data
+/// start on a 64-byte boundary) for `descr` (numpy's type string), order and `shape` ("(r, c)").
+fn npy_header(descr: &str, fortran: bool, shape: &str) -> Vec<u8> {
+    let order = if fortran { "True" } else { "False" };
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape}, }}");
+    h.push_str(&" ".repeat((64 - (10 + h.len() + 1) % 64) % 64));
+    h.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    out.extend_from_slice(h.as_bytes());
+    out
+}
+
 /// Writes a 2-D `.npy` file (atomically). `descr` is numpy's type string, e.g. `<f4`.
 pub fn write_npy<T: bytemuck::Pod>(
     path: &Path,
@@ -257,51 +267,23 @@ pub fn write_npy<T: bytemuck::Pod>(
             data.len()
         )));
     }
-    let mut header =
-        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
-    let total = 10 + header.len() + 1;
-    header.push_str(&" ".repeat((64 - total % 64) % 64));
-    header.push('\n');
+    let header = npy_header(descr, false, &format!("({rows}, {cols})"));
     write_atomic(path, |w| {
-        w.write_all(b"\x93NUMPY\x01\x00")?;
-        w.write_all(&(header.len() as u16).to_le_bytes())?;
-        w.write_all(header.as_bytes())?;
+        w.write_all(&header)?;
         w.write_all(bytemuck::cast_slice(data))
     })
 }
 
-/// Reads float vectors from `.fvecs` or `.npy` (f32 or f16, widened to f32).
+/// Reads float vectors from `.fvecs` or `.npy` (f16 widened, f64 narrowed to f32).
 pub fn read_vectors(path: &Path) -> Result<Matrix<f32>> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("fvecs") => read_fvecs(path),
-        Some("npy") => match read_npy(path)? {
-            NpyData::F32(m) => Ok(m),
-            NpyData::F16(m) => Ok(Matrix {
-                rows: m.rows,
-                cols: m.cols,
-                data: m.data.iter().map(|v| v.to_f32()).collect(),
-            }),
-            NpyData::F64(m) => narrow(path, m),
-            NpyData::U8(m) => Err(corrupt(
-                path,
-                format!(
-                    "a uint8 array ({} x {}): expected float vectors",
-                    m.rows, m.cols
-                ),
-            )),
-            NpyData::I32(m) => Err(corrupt(
-                path,
-                format!(
-                    "an int32 array ({} x {}): expected float vectors",
-                    m.rows, m.cols
-                ),
-            )),
+    Ok(match read_floats(path)? {
+        Floats::F32(m) => m,
+        Floats::F16(m) => Matrix {
+            rows: m.rows,
+            cols: m.cols,
+            data: m.data.iter().map(|v| v.to_f32()).collect(),
         },
-        _ => Err(Error::InvalidArgument(format!(
-            "{}: expected a .fvecs or .npy file",
-            path.display()
-        ))),
-    }
+    })
 }
 
 /// float64 values as float32 (numpy's default dtype); a finite value beyond float32's range
@@ -348,29 +330,38 @@ pub enum Floats {
     F16(Matrix<half::f16>),
 }
 
-/// Reads `.fvecs` or `.npy` vectors keeping f16 as f16 (the encoder widens block by block).
+/// Reads `.fvecs` or `.npy` vectors keeping f16 as f16 (the encoder widens block by block;
+/// f64 is narrowed to f32). The file is read once.
 pub fn read_floats(path: &Path) -> Result<Floats> {
-    if path.extension().and_then(|e| e.to_str()) == Some("npy") {
-        if let NpyData::F16(m) = read_npy(path)? {
-            return Ok(Floats::F16(m));
-        }
+    let ints = |kind: &str, r: usize, c: usize| {
+        Err(corrupt(
+            path,
+            format!("{kind} array ({r} x {c}): expected float vectors"),
+        ))
+    };
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("fvecs") => read_fvecs(path).map(Floats::F32),
+        Some("npy") => match read_npy(path)? {
+            NpyData::F32(m) => Ok(Floats::F32(m)),
+            NpyData::F16(m) => Ok(Floats::F16(m)),
+            NpyData::F64(m) => narrow(path, m).map(Floats::F32),
+            NpyData::U8(m) => ints("a uint8", m.rows, m.cols),
+            NpyData::I32(m) => ints("an int32", m.rows, m.cols),
+        },
+        _ => Err(Error::InvalidArgument(format!(
+            "{}: expected a .fvecs or .npy file",
+            path.display()
+        ))),
     }
-    read_vectors(path).map(Floats::F32)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A version-1 `.npy` file: header for `descr`, `shape` and order, then `body`.
+    /// A `.npy` file: the header for `descr`, `shape` and order, then `body`.
     fn npy(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> {
-        let order = if fortran { "True" } else { "False" };
-        let mut h = format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape}, }}");
-        h.push_str(&" ".repeat((64 - (10 + h.len() + 1) % 64) % 64));
-        h.push('\n');
-        let mut out = b"\x93NUMPY\x01\x00".to_vec();
-        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-        out.extend_from_slice(h.as_bytes());
+        let mut out = npy_header(descr, fortran, shape);
         out.extend_from_slice(body);
         out
     }
