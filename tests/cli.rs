@@ -112,23 +112,15 @@ fn the_whole_pipeline_runs_from_the_command_line() {
     ]);
     let r = vlc_compress::vecio::read_ivecs(&dir.join("r.ivecs")).unwrap();
     assert_eq!((r.rows, r.cols), (query.rows, 10));
-    // numpy's default float64, big-endian here: the same queries, the same answers.
-    let q64: Vec<u8> = query
+    // numpy's default float64, big-endian here: the same queries, the same answers. Each
+    // u64 holds one value's big-endian bytes, which write_npy writes as they are.
+    let q64: Vec<u64> = query
         .data
         .iter()
-        .flat_map(|&v| (v as f64).to_be_bytes())
+        .map(|&v| u64::from_ne_bytes((v as f64).to_be_bytes()))
         .collect();
-    let mut h = format!(
-        "{{'descr': '>f8', 'fortran_order': False, 'shape': ({}, {}), }}",
-        query.rows, query.cols
-    );
-    h.push_str(&" ".repeat((64 - (10 + h.len() + 1) % 64) % 64));
-    h.push('\n');
-    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
-    npy.extend_from_slice(&(h.len() as u16).to_le_bytes());
-    npy.extend_from_slice(h.as_bytes());
-    npy.extend_from_slice(&q64);
-    std::fs::write(dir.join("q64.npy"), npy).unwrap();
+    vlc_compress::vecio::write_npy(&dir.join("q64.npy"), &q64, query.rows, query.cols, ">f8")
+        .unwrap();
     run(&[
         "search",
         "--index",
