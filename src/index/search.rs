@@ -84,6 +84,22 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
+    /// A query's table into `out` (M x `ks`): `scale <y_j, c>` for each sub-space j and its
+    /// codewords c, `y` being the query padded and rotated (`scale` -2 under L2, -1 under
+    /// inner product).
+    fn query_table(&self, y: &[f32], ds: usize, ks: usize, scale: f32, out: &mut [f32]) {
+        out.fill(0.0);
+        for (j, row) in out.chunks_exact_mut(ks).enumerate() {
+            for t in 0..ds {
+                let yv = scale * y[j * ds + t];
+                let col = &self.cent_t[(j * ds + t) * ks..(j * ds + t + 1) * ks];
+                for (o, c) in row.iter_mut().zip(col) {
+                    *o += yv * c;
+                }
+            }
+        }
+    }
+
     pub fn new(cb: &Codebook, cap_bytes: usize) -> Result<Tables> {
         let (d, dp, m) = (cb.d, cb.pq.dim(), cb.anchors());
         let fits = |n: usize| n.checked_mul(4).is_some_and(|b| b <= cap_bytes);
@@ -563,16 +579,7 @@ impl Index {
             }
             let y = &qy[i * dp..(i + 1) * dp];
             let ds = cb.pq.dsub;
-            qci.fill(0.0);
-            for (j, out) in qci.chunks_exact_mut(ks).enumerate() {
-                for t in 0..ds {
-                    let yv = scale * y[j * ds + t];
-                    let col = &self.tables.cent_t[(j * ds + t) * ks..(j * ds + t + 1) * ks];
-                    for (o, c) in out.iter_mut().zip(col) {
-                        *o += yv * c;
-                    }
-                }
-            }
+            self.tables.query_table(y, ds, ks, scale, &mut qci);
             linalg::smallest_k(&coarse, p.nprobe, &mut probes);
             let mut top = TopK::new(want);
             for &a in &probes {
@@ -731,6 +738,30 @@ mod tests {
         }
     }
 
+    /// `scan` and `scan4_blocks` over one list keep the same `k`: ids, and distances to the bit.
+    #[allow(clippy::too_many_arguments)]
+    fn assert_same_scans(
+        base: f32,
+        lut: &[f32],
+        nsub: usize,
+        ids: &[u64],
+        codes: &[u8],
+        packed: &[u8],
+        table: &mut fastscan::ByteTable,
+        k: usize,
+        what: &str,
+    ) {
+        let mut plain = TopK::new(k);
+        scan(base, lut, 4, nsub, ids, codes, &mut Vec::new(), &mut plain);
+        let mut blocks = TopK::new(k);
+        scan4_blocks(base, lut, nsub, ids, codes, packed, table, &mut blocks);
+        let (a, b) = (plain.sorted(), blocks.sorted());
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.0.to_bits(), x.1), (y.0.to_bits(), y.1), "{what}");
+        }
+    }
+
     #[test]
     fn the_block_scan_keeps_what_the_plain_scan_keeps() {
         // Random codes under tables of several shapes: spread entries, entries within a hair
@@ -754,36 +785,12 @@ mod tests {
             let ids: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
             let lut: Vec<f32> = (0..nsub * 16).map(|_| (u() - 0.3) * spread).collect();
             let packed = fastscan::pack(&codes, nsub);
+            let mut table = fastscan::ByteTable::new(nsub);
             for k in [1usize, 10, 100] {
-                let mut plain = TopK::new(k);
-                scan(
-                    base,
-                    &lut,
-                    4,
-                    nsub,
-                    &ids,
-                    &codes,
-                    &mut Vec::new(),
-                    &mut plain,
+                let what = format!("nsub {nsub} n {n} base {base} spread {spread} k {k}");
+                assert_same_scans(
+                    base, &lut, nsub, &ids, &codes, &packed, &mut table, k, &what,
                 );
-                let mut blocks = TopK::new(k);
-                let mut table = fastscan::ByteTable::new(nsub);
-                scan4_blocks(
-                    base,
-                    &lut,
-                    nsub,
-                    &ids,
-                    &codes,
-                    &packed,
-                    &mut table,
-                    &mut blocks,
-                );
-                let (a, b) = (plain.sorted(), blocks.sorted());
-                let same = a.len() == b.len()
-                    && a.iter()
-                        .zip(&b)
-                        .all(|(x, y)| x.0.to_bits() == y.0.to_bits() && x.1 == y.1);
-                assert!(same, "nsub {nsub} n {n} base {base} spread {spread} k {k}");
             }
         }
     }
@@ -818,14 +825,7 @@ mod tests {
         let mut table = fastscan::ByteTable::new(nsub);
         for y in qy.chunks_exact(dp).take(40) {
             let mut qci = vec![0f32; nsub * ks];
-            for (j, out) in qci.chunks_exact_mut(ks).enumerate() {
-                for t in 0..ds {
-                    let col = &ix.tables.cent_t[(j * ds + t) * ks..(j * ds + t + 1) * ks];
-                    for (o, c) in out.iter_mut().zip(col) {
-                        *o += -2.0 * y[j * ds + t] * c;
-                    }
-                }
-            }
+            ix.tables.query_table(y, ds, ks, -2.0, &mut qci);
             for a in 0..cb.anchors() {
                 let (lids, lcodes) = ix.list(a);
                 let t = &terms[a * nsub * ks..(a + 1) * nsub * ks];
@@ -834,33 +834,9 @@ mod tests {
                 want.fill_scalar(&lut);
                 table.fill(&lut);
                 assert_eq!(table.bytes, want.bytes, "list {a}");
-                let (mut plain, mut blocks) = (TopK::new(10), TopK::new(10));
-                scan(
-                    1.5,
-                    &lut,
-                    4,
-                    nsub,
-                    lids,
-                    lcodes,
-                    &mut Vec::new(),
-                    &mut plain,
-                );
                 let packed = &ix.packed4()[a];
-                scan4_blocks(
-                    1.5,
-                    &lut,
-                    nsub,
-                    lids,
-                    lcodes,
-                    packed,
-                    &mut table,
-                    &mut blocks,
-                );
-                let (x, z) = (plain.sorted(), blocks.sorted());
-                assert_eq!(x.len(), z.len());
-                for (u, v) in x.iter().zip(&z) {
-                    assert_eq!((u.0.to_bits(), u.1), (v.0.to_bits(), v.1), "list {a}");
-                }
+                let what = format!("list {a}");
+                assert_same_scans(1.5, &lut, nsub, lids, lcodes, packed, &mut table, 10, &what);
                 for block in packed.chunks_exact(fastscan::block_bytes(nsub)) {
                     let (mut s, mut r) = ([0u16; fastscan::BLOCK], [0u16; fastscan::BLOCK]);
                     fastscan::block_sums(block, &want.bytes, &mut s);
