@@ -421,20 +421,21 @@ func (c *Compressor) CodecSize() (int, error) {
 	return int(s), err
 }
 
-func (c *Compressor) rows(x []float32) (int, error) {
+// rows is the number of whole rows in values floats (or halves), refusing a partial row.
+func (c *Compressor) rows(values int) (int, error) {
 	d, err := c.Dim()
 	if err != nil {
 		return 0, err
 	}
-	if len(x)%d != 0 {
-		return 0, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", len(x), d)}
+	if values%d != 0 {
+		return 0, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", values, d)}
 	}
-	return len(x) / d, nil
+	return values / d, nil
 }
 
 // Encode returns CodecSize() bytes per vector of x.
 func (c *Compressor) Encode(x []float32) ([]byte, error) {
-	n, err := c.rows(x)
+	n, err := c.rows(len(x))
 	if err != nil {
 		return nil, err
 	}
@@ -451,7 +452,7 @@ func (c *Compressor) Encode(x []float32) ([]byte, error) {
 
 // EncodeF16 returns the codes of x given as IEEE half-precision bit patterns.
 func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
-	d, err := c.Dim()
+	n, err := c.rows(len(x))
 	if err != nil {
 		return nil, err
 	}
@@ -459,10 +460,6 @@ func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(x)%d != 0 {
-		return nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", len(x), d)}
-	}
-	n := len(x) / d
 	out := make([]byte, n*cs)
 	var xp *C.uint16_t
 	var op *C.uint8_t
@@ -483,7 +480,7 @@ func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
 
 // EncodeInto writes the codes of x into out (at least rows*CodecSize() bytes), without copies.
 func (c *Compressor) EncodeInto(x []float32, out []byte) error {
-	n, err := c.rows(x)
+	n, err := c.rows(len(x))
 	if err != nil {
 		return err
 	}
@@ -664,18 +661,23 @@ func (ix *Index) Dim() int { return ix.dim }
 
 // Add encodes len(ids) vectors and stores them under ids.
 func (ix *Index) Add(x []float32, ids []uint64) error {
-	if len(x) != len(ids)*ix.dim {
-		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values for %d ids of dimension %d", len(x), len(ids), ix.dim)}
+	err := ix.add(len(x), ids, func(h *C.vlcc_index, idp *C.uint64_t) C.vlcc_status {
+		return C.vlcc_index_add(h, floatPtr(x), C.size_t(len(ids)), idp)
+	})
+	runtime.KeepAlive(x)
+	return err
+}
+
+// add checks that values make one row per id and runs one add call with the ids.
+func (ix *Index) add(values int, ids []uint64, run func(h *C.vlcc_index, ids *C.uint64_t) C.vlcc_status) error {
+	if values != len(ids)*ix.dim {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values for %d ids of dimension %d", values, len(ids), ix.dim)}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
-		return C.vlcc_index_add(h, floatPtr(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
-	})
-	runtime.KeepAlive(x)
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return run(h, (*C.uint64_t)(unsafe.Pointer(&ids[0]))) })
 	runtime.KeepAlive(ids)
-	runtime.KeepAlive(ix)
 	return err
 }
 
@@ -818,18 +820,10 @@ func (ix *Index) Len() (int, error) {
 
 // AddF16 is Add for vectors given as IEEE half-precision bit patterns.
 func (ix *Index) AddF16(x []uint16, ids []uint64) error {
-	if len(x) != len(ids)*ix.dim {
-		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values for %d ids of dimension %d", len(x), len(ids), ix.dim)}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
-		return C.vlcc_index_add_f16(h, (*C.uint16_t)(unsafe.Pointer(&x[0])), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+	err := ix.add(len(x), ids, func(h *C.vlcc_index, idp *C.uint64_t) C.vlcc_status {
+		return C.vlcc_index_add_f16(h, (*C.uint16_t)(unsafe.Pointer(&x[0])), C.size_t(len(ids)), idp)
 	})
 	runtime.KeepAlive(x)
-	runtime.KeepAlive(ids)
-	runtime.KeepAlive(ix)
 	return err
 }
 
