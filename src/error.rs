@@ -35,6 +35,10 @@ pub enum Error {
     /// An allocation would exceed the memory cap or failed.
     #[error("out of memory: {0}")]
     OutOfMemory(String),
+    /// A caller's callback reported a failure (a filter returning a negative value, a fetch
+    /// that gave no rows).
+    #[error("callback failed: {0}")]
+    Callback(String),
     /// Operating-system I/O failure.
     #[error("i/o error: {context}: {source}")]
     Io {

@@ -47,7 +47,9 @@ pub use backend::{Backend, BackendKind, BackendOptions, DeviceRerank};
 pub use compressor::Compressor;
 pub use context::Context;
 pub use error::{Error, Result};
-pub use index::{recall_at, DenseRaw, Index, IndexStats, RawVectors, SearchResults};
+pub use index::{
+    recall_at, DenseRaw, Filter, Index, IndexStats, Predicate, RawVectors, SearchResults,
+};
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
 pub use quant::{Codebook, TrainReport, Vectors};
 pub use train::{NoProgress, Progress};

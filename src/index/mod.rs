@@ -3,8 +3,11 @@
 //! once; `add`/`remove` take `&mut self`.
 
 mod fastscan;
+mod filter;
+mod ids;
 mod search;
 
+pub use filter::{Filter, Predicate};
 pub use search::{DenseRaw, RawVectors, SearchResults};
 
 use crate::backend::{CodebookView, ListsView};
@@ -12,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::format::Lists;
 use crate::quant::{Codebook, Vectors};
 use crate::Context;
-use std::sync::Arc;
+use ids::IdMap;
+use std::sync::{Arc, OnceLock};
 
 /// recall@`at`: the fraction of each query's true top-`at` (`gt`: rows of `gt_cols` ids, nearest
 /// first) found among its first `at` returned ids (`ids`: `k` per query), averaged over queries.
@@ -40,7 +44,12 @@ fn check_ids(ids: &[u64]) -> Result<()> {
     }
 }
 
-type OwnedLists<'a> = (&'a mut Vec<Vec<u64>>, &'a mut Vec<Vec<u8>>);
+/// A change's view of an index: its lists, in memory, and its id map where one was built.
+struct OwnedLists<'a> {
+    ids: &'a mut Vec<Vec<u64>>,
+    codes: &'a mut Vec<Vec<u8>>,
+    map: Option<&'a mut IdMap>,
+}
 
 /// Sizes and balance of an index.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -72,7 +81,9 @@ pub struct Index {
     pub(crate) stamp: u64,
     /// 4-bit lists in fast-scan blocks, made at the first search that scans them and
     /// dropped by every change.
-    packed4: std::sync::OnceLock<Vec<Vec<u8>>>,
+    packed4: OnceLock<Vec<Vec<u8>>>,
+    /// Where each id sits (`ids`), built by the first call that needs it and kept by changes.
+    id_map: OnceLock<IdMap>,
 }
 
 /// Source of index stamps, unique within the process.
@@ -138,7 +149,8 @@ impl Index {
             lists,
             tables,
             stamp: next_stamp(),
-            packed4: std::sync::OnceLock::new(),
+            packed4: OnceLock::new(),
+            id_map: OnceLock::new(),
         })
     }
 
@@ -220,7 +232,7 @@ impl Index {
     /// Mapped lists are copied into memory before the first change.
     fn owned_lists(&mut self) -> Result<OwnedLists<'_>> {
         self.stamp = next_stamp();
-        self.packed4 = std::sync::OnceLock::new();
+        self.packed4 = OnceLock::new();
         if let Lists::Mapped(_) = &self.lists {
             let m = self.nlist();
             let mut ids = Vec::with_capacity(m);
@@ -233,9 +245,22 @@ impl Index {
             self.lists = Lists::Owned { ids, codes };
         }
         match &mut self.lists {
-            Lists::Owned { ids, codes } => Ok((ids, codes)),
+            Lists::Owned { ids, codes } => Ok(OwnedLists {
+                ids,
+                codes,
+                map: self.id_map.get_mut(),
+            }),
             Lists::Mapped(_) => Err(Error::InvalidState("index lists are still mapped".into())),
         }
+    }
+
+    /// The id map, built now if no call has needed it yet (`OutOfMemory` where it does not fit).
+    fn id_map(&self) -> Result<&IdMap> {
+        if let Some(m) = self.id_map.get() {
+            return Ok(m);
+        }
+        let map = IdMap::build(self.nlist(), |j| self.list(j).0)?;
+        Ok(self.id_map.get_or_init(|| map))
     }
 
     /// Encodes `x` (n x d, f32 or f16) on the context's backend and appends it with the
@@ -278,35 +303,68 @@ impl Index {
     /// Appends encoded vectors (each one's anchor and code) to their lists under `ids`.
     fn append(&mut self, anchor: &[u32], codes: &[u8], ids: &[u64]) -> Result<()> {
         let cs = self.cb.residual_code_size();
-        let (lids, lcodes) = self.owned_lists()?;
+        let l = self.owned_lists()?;
+        let mut map = l.map;
+        if let Some(map) = map.as_deref_mut() {
+            // Every insert below has its room, and every row its 32 bits, before any list grows.
+            map.reserve(ids.len())?;
+            let mut grown = vec![0usize; l.ids.len()];
+            for &a in anchor {
+                grown[a as usize] += 1;
+            }
+            for (j, &g) in grown.iter().enumerate().filter(|(_, &g)| g > 0) {
+                IdMap::loc(j, l.ids[j].len() + g - 1)?;
+            }
+        }
         for (i, (&a, &id)) in anchor.iter().zip(ids).enumerate() {
-            lids[a as usize].push(id);
-            lcodes[a as usize].extend_from_slice(&codes[i * cs..(i + 1) * cs]);
+            let (li, lc) = (&mut l.ids[a as usize], &mut l.codes[a as usize]);
+            if let Some(map) = map.as_deref_mut() {
+                map.insert(
+                    id,
+                    ids::Loc {
+                        list: a,
+                        row: li.len() as u32,
+                    },
+                );
+            }
+            li.push(id);
+            lc.extend_from_slice(&codes[i * cs..(i + 1) * cs]);
         }
         Ok(())
     }
 
-    /// Removes every vector whose id is in `ids`; returns how many were removed.
+    /// Removes every vector whose id is in `ids`; returns how many were removed. Each goes
+    /// through the id map (built by the first removal): the last row of its list takes its
+    /// place, so no list is scanned and list order is not kept.
     pub fn remove(&mut self, ids: &[u64]) -> Result<usize> {
-        let set: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        self.id_map()?;
         let cs = self.cb.residual_code_size();
-        let (lids, lcodes) = self.owned_lists()?;
+        let l = self.owned_lists()?;
+        let Some(map) = l.map else {
+            return Err(Error::InvalidState("the id map went missing".into()));
+        };
         let mut removed = 0;
-        for (li, lc) in lids.iter_mut().zip(lcodes.iter_mut()) {
-            let mut w = 0;
-            for r in 0..li.len() {
-                if set.contains(&li[r]) {
-                    removed += 1;
-                    continue;
+        for &id in ids {
+            while let Some(at) = map.take(id) {
+                let (j, row) = (at.list as usize, at.row as usize);
+                let (li, lc) = (&mut l.ids[j], &mut l.codes[j]);
+                let last = li.len() - 1;
+                if row != last {
+                    li[row] = li[last];
+                    lc.copy_within(last * cs..(last + 1) * cs, row * cs);
+                    map.moved(
+                        li[row],
+                        ids::Loc {
+                            list: at.list,
+                            row: last as u32,
+                        },
+                        at,
+                    );
                 }
-                if w != r {
-                    li[w] = li[r];
-                    lc.copy_within(r * cs..(r + 1) * cs, w * cs);
-                }
-                w += 1;
+                li.pop();
+                lc.truncate(last * cs);
+                removed += 1;
             }
-            li.truncate(w);
-            lc.truncate(w * cs);
         }
         Ok(removed)
     }
@@ -324,12 +382,73 @@ impl Index {
         let theirs: Vec<(Vec<u64>, Vec<u8>)> = (0..m)
             .map(|j| (other.list(j).0.to_vec(), other.list(j).1.to_vec()))
             .collect();
-        let (lids, lcodes) = self.owned_lists()?;
+        let l = self.owned_lists()?;
+        if let Some(map) = l.map {
+            map.reserve(other.len())?;
+            for (j, (i, _)) in theirs.iter().enumerate().filter(|(_, t)| !t.0.is_empty()) {
+                IdMap::loc(j, l.ids[j].len() + i.len() - 1)?;
+            }
+            for (j, (i, _)) in theirs.iter().enumerate() {
+                let start = l.ids[j].len();
+                for (r, &id) in i.iter().enumerate() {
+                    map.insert(
+                        id,
+                        ids::Loc {
+                            list: j as u32,
+                            row: (start + r) as u32,
+                        },
+                    );
+                }
+            }
+        }
         for (j, (i, c)) in theirs.into_iter().enumerate() {
-            lids[j].extend(i);
-            lcodes[j].extend(c);
+            l.ids[j].extend(i);
+            l.codes[j].extend(c);
         }
         Ok(())
+    }
+
+    /// Whether a vector with id `id` is held.
+    pub fn contains(&self, id: u64) -> Result<bool> {
+        Ok(self.id_map()?.contains(id))
+    }
+
+    /// The list and code of each of `ids`, in order; where several vectors share an id, the
+    /// first added. An id not held is an `InvalidArgument` naming it.
+    fn find(&self, ids: &[u64]) -> Result<(Vec<u32>, Vec<u8>)> {
+        let map = self.id_map()?;
+        let cs = self.cb.residual_code_size();
+        let mut anchors = crate::error::try_vec(ids.len(), 0u32, "anchors of the ids")?;
+        let n = ids.len().saturating_mul(cs);
+        let mut codes = crate::error::try_vec(n, 0u8, "codes of the ids")?;
+        for ((&id, a), out) in ids
+            .iter()
+            .zip(anchors.iter_mut())
+            .zip(codes.chunks_exact_mut(cs.max(1)))
+        {
+            let at = map
+                .locations(id)
+                .next()
+                .ok_or_else(|| Error::InvalidArgument(format!("id {id} is not in the index")))?;
+            let row = at.row as usize;
+            *a = at.list;
+            out.copy_from_slice(&self.list(at.list as usize).1[row * cs..(row + 1) * cs]);
+        }
+        Ok((anchors, codes))
+    }
+
+    /// Approximate vectors (n x d) of `ids`, decoded from their codes, in order; where several
+    /// vectors share an id, the first added. An id not held is an `InvalidArgument`.
+    pub fn reconstruct(&self, ids: &[u64]) -> Result<Vec<f32>> {
+        let (anchors, codes) = self.find(ids)?;
+        self.cb.decode_parts(&anchors, &codes)
+    }
+
+    /// The codes of `ids` in codec form (`Codebook::codec_size` bytes each: anchor id, then
+    /// the residual code; `Codebook::decode` reads them), in order, as `reconstruct` picks them.
+    pub fn get_codes(&self, ids: &[u64]) -> Result<Vec<u8>> {
+        let (anchors, codes) = self.find(ids)?;
+        Ok(self.cb.records(&anchors, &codes))
     }
 
     /// Approximate vectors of every stored vector with its id, list by list.

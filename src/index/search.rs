@@ -6,7 +6,7 @@
 //! centroid), the last only on the query, so a list's table is one add per entry.
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
-use super::{fastscan, Index};
+use super::{fastscan, Filter, Index};
 use crate::backend::layout;
 use crate::backend::{Backend, DeviceRerank};
 use crate::error::{check_finite, raw_missing, raw_not_finite, try_vec, Error, Result};
@@ -44,19 +44,36 @@ impl RawVectors for DenseRaw<'_> {
 
 /// `k` results per query, best first. Distances are squared L2 for `Metric::L2` and inner
 /// products (similarities, larger is better) for `InnerProduct` and `Cosine`. Missing results
-/// (fewer than k vectors reachable) have id `u64::MAX` and distance `+inf` / `-inf`.
-#[derive(Clone, Debug, PartialEq)]
+/// (fewer than k vectors reachable, or allowed by a filter) fill the last slots of a query's
+/// row with id `u64::MAX` and distance NaN. Equality compares distances bit for bit.
+#[derive(Clone, Debug)]
 pub struct SearchResults {
     pub k: usize,
     pub ids: Vec<u64>,
     pub distances: Vec<f32>,
 }
 
+impl PartialEq for SearchResults {
+    fn eq(&self, o: &Self) -> bool {
+        let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        self.k == o.k && self.ids == o.ids && bits(&self.distances) == bits(&o.distances)
+    }
+}
+
+impl SearchResults {
+    /// Hits found for query `q`: its slots before the first missing one.
+    pub fn found(&self, q: usize) -> usize {
+        let row = &self.ids[q * self.k..(q + 1) * self.k];
+        row.iter().position(|&i| i == u64::MAX).unwrap_or(self.k)
+    }
+}
+
 /// Search results, refused when a distance came out NaN: the inputs' checks (finite values,
 /// norms that f32 distances hold) should make that impossible, so it is reported, never
 /// returned as a result.
 fn results(k: usize, ids: Vec<u64>, distances: Vec<f32>) -> Result<SearchResults> {
-    if let Some(i) = distances.iter().position(|v| v.is_nan()) {
+    let nan = |(i, v): &(usize, &f32)| v.is_nan() && ids[*i] != u64::MAX;
+    if let Some((i, _)) = distances.iter().enumerate().find(nan) {
         return Err(Error::NonFinite(format!(
             "the distance of id {} to query {} came out NaN",
             ids[i],
@@ -251,7 +268,23 @@ impl Index {
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
     ) -> Result<SearchResults> {
-        self.context().run(|b| self.search_on(b, queries, p, raw))
+        self.search_filtered(queries, p, raw, None)
+    }
+
+    /// As [`Index::search`], returning only vectors whose id `filter` allows. The filter is
+    /// applied during the scan: a query gets k hits whenever its probed lists hold k allowed
+    /// vectors; fewer leave the last slots missing (id `u64::MAX`, distance NaN;
+    /// [`SearchResults::found`] counts the hits). Filtered searches scan on the host whatever
+    /// the context's backend. A predicate's error ends the search with that error.
+    pub fn search_filtered(
+        &self,
+        queries: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
+    ) -> Result<SearchResults> {
+        self.context()
+            .run(|b| self.search_on(b, queries, p, raw, filter))
     }
 
     fn search_on(
@@ -260,6 +293,7 @@ impl Index {
         queries: &[f32],
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
     ) -> Result<SearchResults> {
         let raw = self.check_search(queries, p, raw)?;
         let d = self.cb.dim();
@@ -269,14 +303,14 @@ impl Index {
         let want = self.candidates(p);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         let on_device = self.with_views(|cb, lists| {
-            if backend.caps().scans(cb, lists, want) {
+            if filter.is_none() && backend.caps().scans(cb, lists, want) {
                 backend.search_lists(cb, lists, &q, p.nprobe, want)
             } else {
                 Ok(None)
             }
         })?;
         match on_device {
-            None => self.scan_host(&q, p, raw, &mut ids, &mut dist)?,
+            None => self.scan_host(&q, p, raw, filter, &mut ids, &mut dist)?,
             // The device's candidates, re-ranked and cut to k here.
             Some((cid, cdist)) => {
                 self.finish_all(&q, want, &cid, &cdist, raw, &mut ids, &mut dist)?
@@ -325,7 +359,7 @@ impl Index {
         p.validate()?;
         crate::backend::need_device_memory(backend, "re-ranking against device memory")?;
         if p.rerank == 0 {
-            return self.search_on(backend, queries, p, None);
+            return self.search_on(backend, queries, p, None, None);
         }
         self.check_queries(queries, p)?;
         let d = self.cb.dim();
@@ -349,7 +383,7 @@ impl Index {
                     rerank: 0,
                 };
                 let (mut cid, mut cdist) = self.empty_results(nq, want)?;
-                self.scan_host(&q, &cands, None, &mut cid, &mut cdist)?;
+                self.scan_host(&q, &cands, None, None, &mut cid, &mut cdist)?;
                 device(Some(&cid))?
                     .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
             }
@@ -372,6 +406,7 @@ impl Index {
         q: &[f32],
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
@@ -379,7 +414,7 @@ impl Index {
         q.par_chunks(QUERY_BLOCK * d)
             .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
             .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
-            .map(|((qb, ib), db)| self.search_block(qb, p, want, raw, ib, db))
+            .map(|((qb, ib), db)| self.search_block(qb, p, want, raw, filter, ib, db))
             .collect()
     }
 
@@ -445,14 +480,10 @@ impl Index {
         }
     }
 
-    /// Result arrays with every slot missing: id `u64::MAX`, the metric's worst distance.
+    /// Result arrays with every slot missing: id `u64::MAX`, distance NaN.
     /// Allocated fallibly: `nq * k` comes from the caller.
     fn empty_results(&self, nq: usize, k: usize) -> Result<(Vec<u64>, Vec<f32>)> {
-        let missing = if self.cb.metric == Metric::L2 {
-            f32::INFINITY
-        } else {
-            f32::NEG_INFINITY
-        };
+        let missing = f32::NAN;
         let Some(n) = nq.checked_mul(k) else {
             return Err(Error::OutOfMemory(format!(
                 "results: {nq} queries x k = {k} overflows"
@@ -504,15 +535,16 @@ impl Index {
         p: &SearchParams,
         want: usize,
         raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.search_block_avx2(qb, p, want, raw, ids, dist) };
+            return unsafe { self.search_block_avx2(qb, p, want, raw, filter, ids, dist) };
         }
-        self.search_block_any(qb, p, want, raw, ids, dist)
+        self.search_block_any(qb, p, want, raw, filter, ids, dist)
     }
 
     /// The same code compiled for AVX2 (no FMA: results equal the baseline build's).
@@ -524,10 +556,11 @@ impl Index {
         p: &SearchParams,
         want: usize,
         raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
-        self.search_block_any(qb, p, want, raw, ids, dist)
+        self.search_block_any(qb, p, want, raw, filter, ids, dist)
     }
 
     #[inline(always)]
@@ -537,6 +570,7 @@ impl Index {
         p: &SearchParams,
         want: usize,
         raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
@@ -601,13 +635,16 @@ impl Index {
                     }
                 }
                 let table = if l2 { &lut } else { &qci };
+                let list = List {
+                    base: coarse[a],
+                    ids: lids,
+                    codes: lcodes,
+                };
                 match packed {
-                    Some(p) => scan4_blocks(
-                        coarse[a], table, nsub, lids, lcodes, &p[a], &mut bytes, &mut top,
-                    ),
-                    None => scan(
-                        coarse[a], table, cb.pq.bits, nsub, lids, lcodes, &mut pair, &mut top,
-                    ),
+                    Some(p) => {
+                        scan4_blocks(&list, table, nsub, &p[a], &mut bytes, filter, &mut top)?
+                    }
+                    None => scan(&list, table, cb.pq.bits, nsub, &mut pair, filter, &mut top)?,
                 }
             }
             let k = p.k;
@@ -623,18 +660,35 @@ impl Index {
     }
 }
 
+/// One probed list as the scans read it: its coarse distance (added to every code's sum),
+/// ids and codes.
+struct List<'a> {
+    base: f32,
+    ids: &'a [u64],
+    codes: &'a [u8],
+}
+
+/// Offers a scored vector to the heap, asking the filter only about those that would enter.
+#[inline(always)]
+fn offer(top: &mut TopK, d: f32, id: u64, filter: Option<&Filter>) -> Result<()> {
+    if d <= top.worst && filter.map_or(Ok(true), |f| f.allows(id))? {
+        top.push(d, id);
+    }
+    Ok(())
+}
+
 /// `scan` for 4-bit codes through their blocks (`packed`): the byte sums skip every vector
 /// whose bound cannot beat the worst kept, the rest are scored as `scan` scores them.
 fn scan4_blocks(
-    base: f32,
+    list: &List,
     lut: &[f32],
     nsub: usize,
-    ids: &[u64],
-    codes: &[u8],
     packed: &[u8],
     table: &mut fastscan::ByteTable,
+    filter: Option<&Filter>,
     top: &mut TopK,
-) {
+) -> Result<()> {
+    let (base, ids, codes) = (list.base, list.ids, list.codes);
     table.fill(lut);
     // The float sums start from `base`: their rounding grows with it too.
     let floor = base + table.offset - table.slack - 4e-5 * base.abs();
@@ -649,12 +703,11 @@ fn scan4_blocks(
                 continue;
             }
             let v = v0 + t;
-            top.push(
-                score4(base, lut, nsub, &codes[v * nbytes..(v + 1) * nbytes]),
-                ids[v],
-            );
+            let d = score4(base, lut, nsub, &codes[v * nbytes..(v + 1) * nbytes]);
+            offer(top, d, ids[v], filter)?;
         }
     }
+    Ok(())
 }
 
 /// One 4-bit code's distance, with `scan`'s float operations in `scan`'s order (its pair
@@ -677,15 +730,15 @@ fn score4(base: f32, lut: &[f32], nsub: usize, code: &[u8]) -> f32 {
 /// Sums table entries over each code of one list and offers the totals to the heap.
 #[inline(always)]
 fn scan(
-    base: f32,
+    list: &List,
     lut: &[f32],
     bits: u32,
     nsub: usize,
-    ids: &[u64],
-    codes: &[u8],
     pair: &mut Vec<[f32; 256]>,
+    filter: Option<&Filter>,
     top: &mut TopK,
-) {
+) -> Result<()> {
+    let (base, ids, codes) = (list.base, list.ids, list.codes);
     if bits == 8 {
         let tabs: Vec<&[f32; 256]> = lut
             .chunks_exact(256)
@@ -696,7 +749,7 @@ fn scan(
             for (t, &c) in tabs.iter().zip(code) {
                 s += t[c as usize];
             }
-            top.push(s, id);
+            offer(top, s, id, filter)?;
         }
     } else {
         // Two 16-entry tables folded into one 256-entry table per byte: one lookup per byte.
@@ -718,9 +771,10 @@ fn scan(
             for (t, &c) in pair.iter().zip(code) {
                 s += t[c as usize];
             }
-            top.push(s, id);
+            offer(top, s, id, filter)?;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -751,10 +805,11 @@ mod tests {
         k: usize,
         what: &str,
     ) {
+        let list = List { base, ids, codes };
         let mut plain = TopK::new(k);
-        scan(base, lut, 4, nsub, ids, codes, &mut Vec::new(), &mut plain);
+        scan(&list, lut, 4, nsub, &mut Vec::new(), None, &mut plain).unwrap();
         let mut blocks = TopK::new(k);
-        scan4_blocks(base, lut, nsub, ids, codes, packed, table, &mut blocks);
+        scan4_blocks(&list, lut, nsub, packed, table, None, &mut blocks).unwrap();
         let (a, b) = (plain.sorted(), blocks.sorted());
         assert_eq!(a.len(), b.len(), "{what}");
         for (x, y) in a.iter().zip(&b) {

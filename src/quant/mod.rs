@@ -450,7 +450,7 @@ impl Codebook {
     }
 
     /// Codec records: each anchor id (little-endian, `anchor_id_size()` bytes), then its code.
-    fn records(&self, ids: &[u32], codes: &[u8]) -> Vec<u8> {
+    pub(crate) fn records(&self, ids: &[u32], codes: &[u8]) -> Vec<u8> {
         let (ab, cs) = (self.anchor_id_size(), self.residual_code_size());
         let mut out = vec![0u8; ids.len() * (ab + cs)];
         out.par_chunks_mut(ab + cs)

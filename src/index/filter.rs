@@ -1,0 +1,80 @@
+//! Allow-filters for search: which ids may be returned. They are applied during the scan, to
+//! every vector that would enter a query's candidates, so a query gets k hits whenever its
+//! probed lists hold k allowed vectors.
+
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// A predicate over ids: `Ok(true)` allows, `Ok(false)` skips, an error stops the search
+/// with that error. Called from several threads at once.
+pub type Predicate = dyn Fn(u64) -> Result<bool> + Send + Sync;
+
+/// Which ids a search may return.
+#[derive(Clone)]
+pub enum Filter {
+    /// Ids in `[0, n_bits)` whose bit is set: bit `i % 8` (least significant first) of byte
+    /// `i / 8`. Ids at or beyond `n_bits` are not allowed.
+    Bitset { bits: Arc<[u8]>, n_bits: u64 },
+    /// The allowed ids, sorted ascending (duplicates allowed).
+    Ids(Arc<[u64]>),
+    /// A caller's predicate.
+    Predicate(Arc<Predicate>),
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Filter::Bitset { n_bits, .. } => write!(f, "Filter::Bitset({n_bits} bits)"),
+            Filter::Ids(ids) => write!(f, "Filter::Ids({} ids)", ids.len()),
+            Filter::Predicate(_) => f.write_str("Filter::Predicate"),
+        }
+    }
+}
+
+impl Filter {
+    /// A bitset filter over `[0, n_bits)`; `bits` must hold at least `ceil(n_bits / 8)` bytes.
+    pub fn bitset(bits: &[u8], n_bits: u64) -> Result<Filter> {
+        let need = n_bits.div_ceil(8);
+        if (bits.len() as u64) < need {
+            return Err(Error::InvalidArgument(format!(
+                "a filter of {n_bits} bits needs {need} bytes, {} given",
+                bits.len()
+            )));
+        }
+        Ok(Filter::Bitset {
+            bits: bits[..need as usize].into(),
+            n_bits,
+        })
+    }
+
+    /// A filter allowing exactly `ids`, which must be sorted ascending.
+    pub fn ids(ids: &[u64]) -> Result<Filter> {
+        if let Some(i) = ids.windows(2).position(|w| w[0] > w[1]) {
+            return Err(Error::InvalidArgument(format!(
+                "filter ids must be sorted ascending: ids[{}] = {} > ids[{}] = {}",
+                i,
+                ids[i],
+                i + 1,
+                ids[i + 1]
+            )));
+        }
+        Ok(Filter::Ids(ids.into()))
+    }
+
+    /// A filter asking `f` about each id.
+    pub fn predicate(f: impl Fn(u64) -> Result<bool> + Send + Sync + 'static) -> Filter {
+        Filter::Predicate(Arc::new(f))
+    }
+
+    /// Whether `id` may be returned.
+    #[inline]
+    pub fn allows(&self, id: u64) -> Result<bool> {
+        Ok(match self {
+            Filter::Bitset { bits, n_bits } => {
+                id < *n_bits && bits[(id / 8) as usize] >> (id % 8) & 1 == 1
+            }
+            Filter::Ids(ids) => ids.binary_search(&id).is_ok(),
+            Filter::Predicate(f) => f(id)?,
+        })
+    }
+}
