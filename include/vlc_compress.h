@@ -101,6 +101,10 @@ typedef enum {
    * An internal error (a caught panic); the object involved should not be used further.
    */
   VLCC_STATUS_PANIC = 16,
+  /**
+   * A callback the caller gave reported a failure; the call did nothing else.
+   */
+  VLCC_STATUS_CALLBACK_FAILED = 17,
 } vlcc_status;
 
 /**
@@ -610,8 +614,9 @@ vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, cons
  * Searches `nq` queries (`queries`: nq*d floats) as `params` asks (`vlcc_search_params`; k
  * results per query). Writes `nq * k` results, best first, into `ids` and `distances`
  * (caller-allocated, nq*k each): squared L2 distances for L2, inner products (similarities,
- * descending) for IP and cosine. Slots beyond the reachable vectors (k larger than the probed
- * lists hold) get id UINT64_MAX and distance +inf (L2) / -inf.
+ * descending) for IP and cosine. Where a query finds fewer than k (the probed lists hold fewer,
+ * or fewer that the params' filter allows), its last slots get id UINT64_MAX and distance NaN:
+ * its count of hits is the position of its first UINT64_MAX (k when there is none).
  *
  * With rerank above 0 (it must then be >= k), the best `rerank` candidates are re-scored
  * exactly against `raw`: `raw_n` vectors of dimension d where the vector of id i is row i
@@ -721,6 +726,41 @@ vlcc_status vlcc_index_reconstruct(const vlcc_index *ix,
                                    size_t *out_n);
 
 /**
+ * Writes, for each of the `n` ids, 1 into `out[i]` when the index holds a vector with that id,
+ * else 0 (`out`: n bytes). The first call that asks by id builds the index's id map (about 20
+ * bytes per vector; OUT_OF_MEMORY where it does not fit); later changes keep it. Thread-safe
+ * like search.
+ */
+vlcc_status vlcc_index_contains(const vlcc_index *ix, const uint64_t *ids, size_t n, uint8_t *out);
+
+/**
+ * Writes the approximate vector (decoded from its code) of each of the `n` ids into `vectors`
+ * (n * d floats, in the order of `ids`). Where several vectors share an id, the first added
+ * is given. An id the index does not hold fails with INVALID_ARGUMENT naming it, and nothing
+ * is written. Thread-safe like search; the id map as `vlcc_index_contains`.
+ */
+vlcc_status vlcc_index_reconstruct_ids(const vlcc_index *ix,
+                                       const uint64_t *ids,
+                                       size_t n,
+                                       float *vectors);
+
+/**
+ * Stores in `*out` the bytes of one code as `vlcc_index_get_codes` writes it (anchor id, then
+ * residual code: `vlcc_compressor_codec_size` of the index's codebook).
+ */
+vlcc_status vlcc_index_codec_size(const vlcc_index *ix, size_t *out);
+
+/**
+ * Writes the code of each of the `n` ids into `codes` (n * `vlcc_index_codec_size` bytes, in
+ * the order of `ids`), in the form `vlcc_compressor_encode` gives and `vlcc_compressor_decode`
+ * reads. Picks, fails and is thread-safe as `vlcc_index_reconstruct_ids`.
+ */
+vlcc_status vlcc_index_get_codes(const vlcc_index *ix,
+                                 const uint64_t *ids,
+                                 size_t n,
+                                 uint8_t *codes);
+
+/**
  * Creates search parameters with their defaults (k 10, nprobe 16, rerank 0). `*out`
  * receives them, owned by the caller.
  */
@@ -743,6 +783,41 @@ vlcc_status vlcc_search_params_set(vlcc_search_params *p, uint32_t param, double
  * Stores the current value of a search parameter in `*out`.
  */
 vlcc_status vlcc_search_params_get(const vlcc_search_params *p, uint32_t param, double *out);
+
+/**
+ * Searches with these parameters return only ids in `[0, n_bits)` whose bit is set in `bits`:
+ * bit `i % 8` (least significant first) of byte `i / 8`, `ceil(n_bits / 8)` bytes, copied
+ * here (the caller's array may be freed at once). Replaces any filter set before. The
+ * filter is applied during the scan: a query gets k hits whenever its probed lists hold k
+ * allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Filtered
+ * searches scan on the host whatever the context's backend. Exclusive access.
+ */
+vlcc_status vlcc_search_params_set_filter_bitset(vlcc_search_params *p,
+                                                 const uint8_t *bits,
+                                                 uint64_t n_bits);
+
+/**
+ * Searches with these parameters return only the `n` ids given, which must be sorted
+ * ascending (else INVALID_ARGUMENT, and the filter is unchanged); copied here. Otherwise as
+ * `vlcc_search_params_set_filter_bitset`.
+ */
+vlcc_status vlcc_search_params_set_filter_ids(vlcc_search_params *p, const uint64_t *ids, size_t n);
+
+/**
+ * Searches with these parameters ask `f(user, id)` about each vector that would enter a
+ * query's candidates: positive allows it, 0 skips it, negative stops the search with
+ * VLCC_STATUS_CALLBACK_FAILED (nothing is written). `f` is called from several threads at
+ * once, during the search calls only; `user` must stay valid while the parameters may be used.
+ * Otherwise as `vlcc_search_params_set_filter_bitset`.
+ */
+vlcc_status vlcc_search_params_set_filter_callback(vlcc_search_params *p,
+                                                   int (*f)(void *user, uint64_t id),
+                                                   void *user);
+
+/**
+ * Removes the filter, if any: searches return any id again. Exclusive access.
+ */
+vlcc_status vlcc_search_params_clear_filter(vlcc_search_params *p);
 
 /**
  * A static, NUL-terminated name for `status` ("VLCC_STATUS_OK", ...); never NULL, never freed.

@@ -7,9 +7,9 @@ use super::boundary::{
 use super::buffer::vlcc_buffer;
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
-use super::search_params::{search_params_ref, vlcc_search_params};
+use super::search_params::{search_params_ref, vlcc_search_params, Params};
 use super::status::vlcc_status;
-use crate::{DenseRaw, Index, RawVectors, SearchParams, Vectors};
+use crate::{DenseRaw, Index, RawVectors, Vectors};
 use std::ffi::c_char;
 
 /// Opaque handle to an index. Owned by the caller; free with `vlcc_index_free`. Thread rules:
@@ -152,8 +152,9 @@ pub unsafe extern "C" fn vlcc_index_add_device(
 /// Searches `nq` queries (`queries`: nq*d floats) as `params` asks (`vlcc_search_params`; k
 /// results per query). Writes `nq * k` results, best first, into `ids` and `distances`
 /// (caller-allocated, nq*k each): squared L2 distances for L2, inner products (similarities,
-/// descending) for IP and cosine. Slots beyond the reachable vectors (k larger than the probed
-/// lists hold) get id UINT64_MAX and distance +inf (L2) / -inf.
+/// descending) for IP and cosine. Where a query finds fewer than k (the probed lists hold fewer,
+/// or fewer that the params' filter allows), its last slots get id UINT64_MAX and distance NaN:
+/// its count of hits is the position of its first UINT64_MAX (k when there is none).
 ///
 /// With rerank above 0 (it must then be >= k), the best `rerank` candidates are re-scored
 /// exactly against `raw`: `raw_n` vectors of dimension d where the vector of id i is row i
@@ -174,12 +175,13 @@ pub unsafe extern "C" fn vlcc_index_search(
     distances: *mut f32,
 ) -> vlcc_status {
     ffi_boundary! {
-        let (h, q, p) = search_args(ix, queries, nq, params)?;
+        let (h, q, sp) = search_args(ix, queries, nq, params)?;
+        let (p, filter) = (sp.p, sp.filter.as_ref());
         let d = h.codebook().dim();
         let raw = if p.rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
         let inputs = [("queries", q), ("raw vectors", raw.as_ref().map_or(&[][..], |r| r.data))];
         write_results(&inputs, nq, p.k, ids, distances, || {
-            h.search(q, &p, raw.as_ref().map(|r| r as &dyn RawVectors))
+            h.search_filtered(q, &p, raw.as_ref().map(|r| r as &dyn RawVectors), filter)
         })
     }
 }
@@ -204,7 +206,11 @@ pub unsafe extern "C" fn vlcc_index_search_device_raw(
     distances: *mut f32,
 ) -> vlcc_status {
     ffi_boundary! {
-        let (h, q, p) = search_args(ix, queries, nq, params)?;
+        let (h, q, sp) = search_args(ix, queries, nq, params)?;
+        if sp.filter.is_some() {
+            return fail(vlcc_status::InvalidArgument, "filters do not apply to the device re-rank: clear the filter, or search with vlcc_index_search");
+        }
+        let p = sp.p;
         let d = h.codebook().dim();
         if p.rerank > 0 && raw_n > 0 {
             check_ptr(raw, count(raw_n, d, "raw vectors")?, "raw")?;
@@ -224,9 +230,9 @@ unsafe fn search_args<'a>(
     queries: *const f32,
     nq: usize,
     params: *const vlcc_search_params,
-) -> FfiResult<(&'a Index, &'a [f32], SearchParams)> {
+) -> FfiResult<(&'a Index, &'a [f32], &'a Params)> {
     let h = index_ref(ix)?;
-    let p = *search_params_ref(params)?;
+    let p = search_params_ref(params)?;
     let d = h.codebook().dim();
     let q = slice(queries, count(nq, d, "queries")?, "queries")?;
     Ok((h, q, p))
@@ -424,5 +430,83 @@ pub unsafe extern "C" fn vlcc_index_reconstruct(
         out_ids.copy_from_slice(&all_ids);
         out_v.copy_from_slice(&all_v);
         write_out(out_n, n, "out_n")
+    }
+}
+
+/// Writes, for each of the `n` ids, 1 into `out[i]` when the index holds a vector with that id,
+/// else 0 (`out`: n bytes). The first call that asks by id builds the index's id map (about 20
+/// bytes per vector; OUT_OF_MEMORY where it does not fit); later changes keep it. Thread-safe
+/// like search.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_contains(
+    ix: *const vlcc_index,
+    ids: *const u64,
+    n: usize,
+    out: *mut u8,
+) -> vlcc_status {
+    ffi_boundary! {
+        let h = index_ref(ix)?;
+        let ids = slice(ids, n, "ids")?;
+        let found = ids.iter().map(|&id| h.contains(id).map(u8::from)).collect::<crate::Result<Vec<u8>>>()?;
+        let out = out_buf(out, n, n, "out")?;
+        no_overlap(ids, out, "ids and out")?;
+        out.copy_from_slice(&found);
+        Ok(())
+    }
+}
+
+/// Writes the approximate vector (decoded from its code) of each of the `n` ids into `vectors`
+/// (n * d floats, in the order of `ids`). Where several vectors share an id, the first added
+/// is given. An id the index does not hold fails with INVALID_ARGUMENT naming it, and nothing
+/// is written. Thread-safe like search; the id map as `vlcc_index_contains`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_reconstruct_ids(
+    ix: *const vlcc_index,
+    ids: *const u64,
+    n: usize,
+    vectors: *mut f32,
+) -> vlcc_status {
+    ffi_boundary! {
+        let h = index_ref(ix)?;
+        let ids = slice(ids, n, "ids")?;
+        let len = count(n, h.codebook().dim(), "vectors")?;
+        let out = out_buf(vectors, len, len, "vectors")?;
+        no_overlap(ids, out, "ids and vectors")?;
+        out.copy_from_slice(&h.reconstruct(ids)?);
+        Ok(())
+    }
+}
+
+/// Stores in `*out` the bytes of one code as `vlcc_index_get_codes` writes it (anchor id, then
+/// residual code: `vlcc_compressor_codec_size` of the index's codebook).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_codec_size(
+    ix: *const vlcc_index,
+    out: *mut usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let n = index_ref(ix)?.codebook().codec_size();
+        write_out(out, n, "out")
+    }
+}
+
+/// Writes the code of each of the `n` ids into `codes` (n * `vlcc_index_codec_size` bytes, in
+/// the order of `ids`), in the form `vlcc_compressor_encode` gives and `vlcc_compressor_decode`
+/// reads. Picks, fails and is thread-safe as `vlcc_index_reconstruct_ids`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_get_codes(
+    ix: *const vlcc_index,
+    ids: *const u64,
+    n: usize,
+    codes: *mut u8,
+) -> vlcc_status {
+    ffi_boundary! {
+        let h = index_ref(ix)?;
+        let ids = slice(ids, n, "ids")?;
+        let len = count(n, h.codebook().codec_size(), "codes")?;
+        let out = out_buf(codes, len, len, "codes")?;
+        no_overlap(ids, out, "ids and codes")?;
+        out.copy_from_slice(&h.get_codes(ids)?);
+        Ok(())
     }
 }

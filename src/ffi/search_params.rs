@@ -1,9 +1,10 @@
 //! `vlcc_search_params`: what a search is asked for, as an object, so that what searches
 //! learn to take later (filters, bounds, callbacks) never changes a function's signature.
 
-use super::boundary::{handle, handle_mut, need_out, write_out, FfiResult};
+use super::boundary::{fail, handle, handle_mut, need_out, slice, write_out, FfiResult};
 use super::status::vlcc_status;
-use crate::SearchParams;
+use crate::{Error, Filter, SearchParams};
+use std::ffi::{c_int, c_void};
 
 /// Opaque handle to a set of search parameters. Owned by the caller; free with
 /// `vlcc_search_params_free`. Searches read it (const); any number may share one while
@@ -25,10 +26,42 @@ pub enum vlcc_search_param {
     Rerank = 3,
 }
 
-pub(crate) unsafe fn search_params_ref<'a>(
-    p: *const vlcc_search_params,
-) -> FfiResult<&'a SearchParams> {
-    handle::<vlcc_search_params, SearchParams>(p, "params")
+/// What a `vlcc_search_params` holds: the numbers, and the filter if one was set.
+#[derive(Debug, Default)]
+pub(crate) struct Params {
+    pub p: SearchParams,
+    pub filter: Option<Filter>,
+}
+
+pub(crate) unsafe fn search_params_ref<'a>(p: *const vlcc_search_params) -> FfiResult<&'a Params> {
+    handle::<vlcc_search_params, Params>(p, "params")
+}
+
+unsafe fn params_mut<'a>(p: *mut vlcc_search_params) -> FfiResult<&'a mut Params> {
+    handle_mut::<vlcc_search_params, Params>(p, "params")
+}
+
+/// The caller's callback and pointer, which the caller vouches may be used from any thread.
+struct Callback {
+    f: unsafe extern "C" fn(*mut c_void, u64) -> c_int,
+    user: *mut c_void,
+}
+// SAFETY: `vlcc_search_params_set_filter_callback` documents that the callback is called from
+// several threads at once with this pointer; the caller takes that on.
+unsafe impl Send for Callback {}
+unsafe impl Sync for Callback {}
+
+impl Callback {
+    fn allows(&self, id: u64) -> crate::Result<bool> {
+        // SAFETY: as the caller vouched when setting the callback.
+        match unsafe { (self.f)(self.user, id) } {
+            r if r > 0 => Ok(true),
+            0 => Ok(false),
+            r => Err(Error::Callback(format!(
+                "the filter callback returned {r} for id {id}"
+            ))),
+        }
+    }
 }
 
 /// Creates search parameters with their defaults (k 10, nprobe 16, rerank 0). `*out`
@@ -37,7 +70,7 @@ pub(crate) unsafe fn search_params_ref<'a>(
 pub unsafe extern "C" fn vlcc_search_params_new(out: *mut *mut vlcc_search_params) -> vlcc_status {
     ffi_boundary! {
         need_out(out, "out")?;
-        let p = Box::into_raw(Box::new(SearchParams::default())) as *mut vlcc_search_params;
+        let p = Box::into_raw(Box::new(Params::default())) as *mut vlcc_search_params;
         write_out(out, p, "out")
     }
 }
@@ -46,7 +79,7 @@ pub unsafe extern "C" fn vlcc_search_params_new(out: *mut *mut vlcc_search_param
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_search_params_free(p: *mut vlcc_search_params) {
     if !p.is_null() {
-        let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p as *mut SearchParams)));
+        let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p as *mut Params)));
     }
 }
 
@@ -61,8 +94,7 @@ pub unsafe extern "C" fn vlcc_search_params_set(
     value: f64,
 ) -> vlcc_status {
     ffi_boundary! {
-        let p = handle_mut::<vlcc_search_params, SearchParams>(p, "params")?;
-        Ok(p.set(param, value)?)
+        Ok(params_mut(p)?.p.set(param, value)?)
     }
 }
 
@@ -74,7 +106,78 @@ pub unsafe extern "C" fn vlcc_search_params_get(
     out: *mut f64,
 ) -> vlcc_status {
     ffi_boundary! {
-        let v = search_params_ref(p)?.get(param)?;
+        let v = search_params_ref(p)?.p.get(param)?;
         write_out(out, v, "out")
+    }
+}
+
+/// Searches with these parameters return only ids in `[0, n_bits)` whose bit is set in `bits`:
+/// bit `i % 8` (least significant first) of byte `i / 8`, `ceil(n_bits / 8)` bytes, copied
+/// here (the caller's array may be freed at once). Replaces any filter set before. The
+/// filter is applied during the scan: a query gets k hits whenever its probed lists hold k
+/// allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Filtered
+/// searches scan on the host whatever the context's backend. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_search_params_set_filter_bitset(
+    p: *mut vlcc_search_params,
+    bits: *const u8,
+    n_bits: u64,
+) -> vlcc_status {
+    ffi_boundary! {
+        let p = params_mut(p)?;
+        let Ok(len) = usize::try_from(n_bits.div_ceil(8)) else {
+            return fail(vlcc_status::InvalidArgument, format!("{n_bits} bits do not fit in memory"));
+        };
+        p.filter = Some(Filter::bitset(slice(bits, len, "bits")?, n_bits)?);
+        Ok(())
+    }
+}
+
+/// Searches with these parameters return only the `n` ids given, which must be sorted
+/// ascending (else INVALID_ARGUMENT, and the filter is unchanged); copied here. Otherwise as
+/// `vlcc_search_params_set_filter_bitset`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_search_params_set_filter_ids(
+    p: *mut vlcc_search_params,
+    ids: *const u64,
+    n: usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        let p = params_mut(p)?;
+        p.filter = Some(Filter::ids(slice(ids, n, "ids")?)?);
+        Ok(())
+    }
+}
+
+/// Searches with these parameters ask `f(user, id)` about each vector that would enter a
+/// query's candidates: positive allows it, 0 skips it, negative stops the search with
+/// VLCC_STATUS_CALLBACK_FAILED (nothing is written). `f` is called from several threads at
+/// once, during the search calls only; `user` must stay valid while the parameters may be used.
+/// Otherwise as `vlcc_search_params_set_filter_bitset`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_search_params_set_filter_callback(
+    p: *mut vlcc_search_params,
+    f: Option<unsafe extern "C" fn(user: *mut c_void, id: u64) -> c_int>,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        let p = params_mut(p)?;
+        let Some(f) = f else {
+            return fail(vlcc_status::NullPointer, "f is NULL");
+        };
+        let cb = Callback { f, user };
+        p.filter = Some(Filter::predicate(move |id| cb.allows(id)));
+        Ok(())
+    }
+}
+
+/// Removes the filter, if any: searches return any id again. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_search_params_clear_filter(
+    p: *mut vlcc_search_params,
+) -> vlcc_status {
+    ffi_boundary! {
+        params_mut(p)?.filter = None;
+        Ok(())
     }
 }

@@ -42,6 +42,8 @@ pub enum vlcc_status {
     Io = 15,
     /// An internal error (a caught panic); the object involved should not be used further.
     Panic = 16,
+    /// A callback the caller gave reported a failure; the call did nothing else.
+    CallbackFailed = 17,
 }
 
 impl From<&Error> for vlcc_status {
@@ -58,6 +60,7 @@ impl From<&Error> for vlcc_status {
             Error::Device(_) => vlcc_status::DeviceError,
             Error::OutOfMemory(_) => vlcc_status::OutOfMemory,
             Error::Io { .. } => vlcc_status::Io,
+            Error::Callback(_) => vlcc_status::CallbackFailed,
         }
     }
 }
@@ -84,6 +87,7 @@ pub extern "C" fn vlcc_status_str(status: u32) -> *const c_char {
         14 => b"VLCC_STATUS_OUT_OF_MEMORY\0",
         15 => b"VLCC_STATUS_IO\0",
         16 => b"VLCC_STATUS_PANIC\0",
+        17 => b"VLCC_STATUS_CALLBACK_FAILED\0",
         _ => b"VLCC_STATUS_UNKNOWN\0",
     };
     s.as_ptr().cast()

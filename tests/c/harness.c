@@ -112,7 +112,8 @@ static void test_versions_and_statuses(void) {
     expect(strcmp(vlcc_status_str(VLCC_STATUS_OK), "VLCC_STATUS_OK") == 0, "status name");
     expect(strcmp(vlcc_status_str(VLCC_STATUS_PANIC), "VLCC_STATUS_PANIC") == 0, "status name");
     expect(strcmp(vlcc_status_str(999), "VLCC_STATUS_UNKNOWN") == 0, "unknown status");
-    for (uint32_t s = 0; s <= VLCC_STATUS_PANIC; s++) expect(vlcc_status_str(s) != NULL, "every status has a name");
+    expect(strcmp(vlcc_status_str(VLCC_STATUS_CALLBACK_FAILED), "VLCC_STATUS_CALLBACK_FAILED") == 0, "status name");
+    for (uint32_t s = 0; s <= VLCC_STATUS_CALLBACK_FAILED; s++) expect(vlcc_status_str(s) != NULL, "every status has a name");
 }
 
 static void test_context(void) {
@@ -400,7 +401,7 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     uint64_t t_ids[5];
     float t_d[5];
     expect_status(search(tiny, q, 1, 5, 64, 0, NULL, 0, t_ids, t_d), VLCC_STATUS_OK);
-    expect(t_ids[3] == VLCC_NO_ID && t_ids[4] == VLCC_NO_ID && isinf(t_d[4]), "missing results marked");
+    expect(t_ids[3] == VLCC_NO_ID && t_ids[4] == VLCC_NO_ID && isnan(t_d[4]), "missing results marked");
 
     /* Save, load (mapped and copied), serialize: identical search results. */
     char path[1024], path2[1024], cbpath[1024];
@@ -531,6 +532,103 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     free(ids);
 }
 
+/* Filter callbacks: allow multiples of 5; fail on any id. */
+static int every_fifth(void *user, uint64_t id) {
+    (void)user;
+    return id % 5 == 0;
+}
+static int refuse(void *user, uint64_t id) {
+    (void)id;
+    return *(const int *)user;
+}
+
+/* Filters through the search parameters, and access by id, on an index of ids 0..N-1. */
+static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
+    vlcc_compressor *c = trained(ctx, x, 5);
+    vlcc_index *ix = NULL;
+    uint64_t *ids = malloc(N * sizeof *ids);
+    for (size_t i = 0; i < N; i++) ids[i] = i;
+    expect_status(vlcc_index_new(c, &ix), VLCC_STATUS_OK);
+    expect_status(vlcc_index_add(ix, x, N, ids), VLCC_STATUS_OK);
+    const float *q = x + 123 * D;
+    uint64_t r_ids[NQ * K], want_ids[NQ * K];
+    float r_d[NQ * K], want_d[NQ * K];
+    vlcc_search_params *p = NULL;
+    expect_status(vlcc_search_params_new(&p), VLCC_STATUS_OK);
+    expect_status(vlcc_search_params_set(p, VLCC_SEARCH_PARAM_NPROBE, 64), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, p, NULL, 0, want_ids, want_d), VLCC_STATUS_OK);
+
+    /* Bitset of the even ids: k even hits per query. */
+    uint8_t bits[N / 8];
+    memset(bits, 0x55, sizeof bits);
+    expect_status(vlcc_search_params_set_filter_bitset(NULL, bits, N), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_set_filter_bitset(p, NULL, N), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_set_filter_bitset(p, bits, N), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, p, NULL, 0, r_ids, r_d), VLCC_STATUS_OK);
+    size_t even = 0;
+    for (size_t i = 0; i < NQ * K; i++) even += r_ids[i] % 2 == 0 && r_ids[i] != VLCC_NO_ID;
+    expect(even == NQ * K, "bitset filter: k allowed hits per query");
+    /* Sorted ids: fewer than k allowed, so three hits and then missing slots. */
+    uint64_t few[3] = {7, 8, 9}, unsorted[3] = {9, 8, 7};
+    expect_status(vlcc_search_params_set_filter_ids(p, unsorted, 3), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_set_filter_ids(p, few, 3), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, 1, p, NULL, 0, r_ids, r_d), VLCC_STATUS_OK);
+    expect(r_ids[0] >= 7 && r_ids[0] <= 9 && r_ids[2] >= 7 && r_ids[2] <= 9, "id filter hits");
+    expect(r_ids[3] == VLCC_NO_ID && isnan(r_d[3]) && r_ids[K - 1] == VLCC_NO_ID, "id filter pads");
+    /* A callback: multiples of five; a negative answer fails the search, writing nothing. */
+    expect_status(vlcc_search_params_set_filter_callback(p, NULL, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_set_filter_callback(p, every_fifth, NULL), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, p, NULL, 0, r_ids, r_d), VLCC_STATUS_OK);
+    size_t fifth = 0;
+    for (size_t i = 0; i < NQ * K; i++) fifth += r_ids[i] % 5 == 0;
+    expect(fifth == NQ * K, "callback filter");
+    int fail = -2;
+    expect_status(vlcc_search_params_set_filter_callback(p, refuse, &fail), VLCC_STATUS_OK);
+    r_ids[0] = 42;
+    expect_status(vlcc_index_search(ix, q, NQ, p, NULL, 0, r_ids, r_d), VLCC_STATUS_CALLBACK_FAILED);
+    expect(r_ids[0] == 42, "nothing written on a callback failure");
+    expect_status(search_device_raw(ix, q, 1, K, 8, 0, NULL, 0, r_ids, r_d), VLCC_STATUS_BACKEND_UNAVAILABLE);
+    expect_status(vlcc_index_search_device_raw(ix, q, 1, p, NULL, 0, r_ids, r_d), VLCC_STATUS_INVALID_ARGUMENT);
+    /* Cleared: the unfiltered results again. */
+    expect_status(vlcc_search_params_clear_filter(NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_clear_filter(p), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, p, NULL, 0, r_ids, r_d), VLCC_STATUS_OK);
+    expect(memcmp(r_ids, want_ids, sizeof r_ids) == 0, "cleared filter");
+    vlcc_search_params_free(p);
+
+    /* By id. */
+    uint64_t ask[3] = {5, N + 5, 0};
+    uint8_t has[3] = {9, 9, 9};
+    expect_status(vlcc_index_contains(ix, ask, 3, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_contains(ix, ask, 3, has), VLCC_STATUS_OK);
+    expect(has[0] == 1 && has[1] == 0 && has[2] == 1, "contains");
+    float v[3 * D];
+    expect_status(vlcc_index_reconstruct_ids(ix, ask, 3, v), VLCC_STATUS_INVALID_ARGUMENT);
+    uint64_t held[2] = {5, 0};
+    expect_status(vlcc_index_reconstruct_ids(ix, held, 2, v), VLCC_STATUS_OK);
+    double err = 0;
+    for (size_t t = 0; t < D; t++) err += fabs(v[t] - x[5 * D + t]) + fabs(v[D + t] - x[t]);
+    expect(err < 2.0 * D, "reconstructed by id");
+    size_t cs = 0, ccs = 0;
+    expect_status(vlcc_index_codec_size(ix, &cs), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_codec_size(c, &ccs), VLCC_STATUS_OK);
+    expect(cs == ccs && cs > 0, "index and compressor codes agree in size");
+    uint8_t *codes = malloc(2 * cs);
+    float back[2 * D];
+    expect_status(vlcc_index_get_codes(ix, ask, 2, codes), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_get_codes(ix, held, 2, codes), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_decode(c, codes, 2, back, 2 * D), VLCC_STATUS_OK);
+    expect(memcmp(back, v, sizeof back) == 0, "codes by id decode to the reconstruction");
+    size_t removed = 0;
+    expect_status(vlcc_index_remove(ix, held, 2, &removed), VLCC_STATUS_OK);
+    expect_status(vlcc_index_contains(ix, held, 2, has), VLCC_STATUS_OK);
+    expect(removed == 2 && has[0] == 0 && has[1] == 0, "removed ids are gone");
+    free(codes);
+    free(ids);
+    vlcc_index_free(ix);
+    vlcc_compressor_free(c);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : ".";
     float *x = clustered(N, 3);
@@ -540,6 +638,7 @@ int main(int argc, char **argv) {
     expect_status(vlcc_context_new(VLCC_BACKEND_CPU, 0, 2, &ctx), VLCC_STATUS_OK);
     test_compressor(ctx, x);
     test_index(ctx, x, dir);
+    test_filters_and_ids(ctx, x);
     /* Round trip: train -> encode -> search -> save -> load -> search, all identical above. */
     vlcc_context_free(ctx);
     free(x);
