@@ -99,6 +99,38 @@ int main(int argc, char** argv) {
             caught = caught && e.status() == VLCC_STATUS_INVALID_ARGUMENT;
         }
     }
+    // Filters through the parameters: a bitset (even ids), sorted ids (fewer than k: padded), a
+    // callable (multiples of 3), one that throws (the search fails), and none again.
+    vlcc::SearchParams fp(5, 64);
+    const auto q10 = vlcc::span<const float>(x).subspan(0, 10 * d);
+    const std::vector<uint8_t> evens(n / 8 + 1, 0x55);
+    auto fr = index.search(q10, fp.filter_bitset(evens, n));
+    bool filtered = true;
+    for (const uint64_t id : fr.ids) filtered = filtered && id % 2 == 0;
+    const std::vector<uint64_t> few{11, 12};
+    fr = index.search(q10, fp.filter_ids(few));
+    for (size_t q = 0; q < 10; q++) filtered = filtered && fr.found(q) == 2 && fr.ids[q * 5 + 2] == VLCC_NO_ID;
+    fr = index.search(q10, fp.filter([](uint64_t id) { return id % 3 == 0; }));
+    for (const uint64_t id : fr.ids) filtered = filtered && id % 3 == 0;
+    try {
+        index.search(q10, fp.filter([](uint64_t) -> bool { throw std::runtime_error("no"); }));
+        filtered = false;
+    } catch (const vlcc::Error& e) {
+        filtered = filtered && e.status() == VLCC_STATUS_CALLBACK_FAILED;
+    }
+    filtered = filtered && index.search(q10, fp.clear_filter()).ids == index.search(q10, vlcc::SearchParams(5, 64)).ids;
+    // By id: contains, approximate vectors, codes that decode to them; removal through the id map.
+    const std::vector<uint64_t> some{3, 4}, absent{n + 1};
+    const auto has = index.contains(std::vector<uint64_t>{3, n + 1});
+    filtered = filtered && has[0] && !has[1] && index.codes(some).size() == 2 * index.codec_size() &&
+               comp.decode(index.codes(some)) == index.reconstruct(some);
+    try {
+        index.reconstruct(absent);
+        filtered = false;
+    } catch (const vlcc::Error& e) {
+        filtered = filtered && e.status() == VLCC_STATUS_INVALID_ARGUMENT;
+    }
+    caught = caught && filtered;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <stdexcept>
@@ -280,15 +281,56 @@ public:
     size_t k() const { return static_cast<size_t>(get(VLCC_SEARCH_PARAM_K)); }
     const vlcc_search_params* get() const noexcept { return p_.get(); }
 
+    // Searches return only ids in [0, n_bits) whose bit is set (bit i%8 of byte i/8); copied.
+    SearchParams& filter_bitset(span<const uint8_t> bits, uint64_t n_bits) {
+        detail::check(vlcc_search_params_set_filter_bitset(p_.get(), bits.data(), n_bits));
+        fn_.reset();
+        return *this;
+    }
+    // Searches return only these ids (sorted ascending); copied.
+    SearchParams& filter_ids(span<const uint64_t> ids) {
+        detail::check(vlcc_search_params_set_filter_ids(p_.get(), ids.data(), ids.size()));
+        fn_.reset();
+        return *this;
+    }
+    // Searches return only ids for which allow(id) is true. It is called from several threads
+    // at once; an exception it throws fails the search with VLCC_STATUS_CALLBACK_FAILED.
+    SearchParams& filter(std::function<bool(uint64_t)> allow) {
+        auto fn = std::make_unique<std::function<bool(uint64_t)>>(std::move(allow));
+        detail::check(vlcc_search_params_set_filter_callback(p_.get(), &SearchParams::trampoline, fn.get()));
+        fn_ = std::move(fn);
+        return *this;
+    }
+    SearchParams& clear_filter() {
+        detail::check(vlcc_search_params_clear_filter(p_.get()));
+        fn_.reset();
+        return *this;
+    }
+
 private:
+    static int trampoline(void* user, uint64_t id) noexcept {
+        try {
+            return (*static_cast<std::function<bool(uint64_t)>*>(user))(id) ? 1 : 0;
+        } catch (...) {
+            return -1;
+        }
+    }
     std::unique_ptr<vlcc_search_params, detail::SearchParamsFree> p_;
+    // The callback's state, alive as long as the parameters that point at it.
+    std::unique_ptr<std::function<bool(uint64_t)>> fn_;
 };
 
 /// Search results, best first: k per query.
 struct Results {
     size_t k = 0;
     std::vector<uint64_t> ids;      // VLCC_NO_ID where fewer than k are found
-    std::vector<float> distances;  // squared L2, or similarity for IP/cosine
+    std::vector<float> distances;  // squared L2, or similarity for IP/cosine; NaN where missing
+    // Hits found for query q: its slots before the first VLCC_NO_ID.
+    size_t found(size_t q) const {
+        size_t n = 0;
+        while (n < k && ids[q * k + n] != VLCC_NO_ID) n++;
+        return n;
+    }
 };
 
 /// A searchable compressed index.
@@ -382,6 +424,31 @@ public:
         return n;
     }
     void save(const std::string& path) const { detail::check(vlcc_index_save(p_.get(), path.c_str())); }
+    // For each id, whether a vector with it is held (the first call by id builds the id map).
+    std::vector<bool> contains(span<const uint64_t> ids) const {
+        std::vector<uint8_t> flags(ids.size());
+        detail::check(vlcc_index_contains(p_.get(), ids.data(), ids.size(), flags.data()));
+        return std::vector<bool>(flags.begin(), flags.end());
+    }
+    // The approximate vectors of ids (ids.size() x dim() floats, in order); where several
+    // vectors share an id, the first added. An id not held throws INVALID_ARGUMENT.
+    std::vector<float> reconstruct(span<const uint64_t> ids) const {
+        std::vector<float> out(ids.size() * dim());
+        detail::check(vlcc_index_reconstruct_ids(p_.get(), ids.data(), ids.size(), out.data()));
+        return out;
+    }
+    // Bytes of one code as codes() gives it (anchor id, then residual code).
+    size_t codec_size() const {
+        size_t n = 0;
+        detail::check(vlcc_index_codec_size(p_.get(), &n));
+        return n;
+    }
+    // The codes of ids (ids.size() x codec_size() bytes), as Compressor::encode gives them.
+    std::vector<uint8_t> codes(span<const uint64_t> ids) const {
+        std::vector<uint8_t> out(ids.size() * codec_size());
+        detail::check(vlcc_index_get_codes(p_.get(), ids.data(), ids.size(), out.data()));
+        return out;
+    }
 
 private:
     explicit Index(vlcc_index* p) : p_(p) {}

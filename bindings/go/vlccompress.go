@@ -31,6 +31,11 @@ static vlcc_status index_search_device_raw(const vlcc_index* ix, const float* q,
                                            size_t raw_n, uint64_t* ids, float* dist) {
 	return vlcc_index_search_device_raw(ix, q, nq, p, (const float*)raw, raw_n, ids, dist);
 }
+// The Go filter trampoline (filter.go) and a setter taking its handle as an integer.
+extern int vlccGoFilter(void *user, uint64_t id);
+static vlcc_status set_go_filter(vlcc_search_params* p, uintptr_t handle) {
+	return vlcc_search_params_set_filter_callback(p, vlccGoFilter, (void*)handle);
+}
 // One call sets the three numbers a search takes, and stops at the first refusal.
 static vlcc_status search_params(vlcc_search_params* p, size_t k, size_t nprobe, size_t rerank) {
 	vlcc_status s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_K, (double)k);
@@ -44,6 +49,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"runtime/cgo"
 	"sync"
 	"unsafe"
 )
@@ -70,6 +76,7 @@ const (
 	StatusOutOfMemory        Status = C.VLCC_STATUS_OUT_OF_MEMORY
 	StatusIO                 Status = C.VLCC_STATUS_IO
 	StatusPanic              Status = C.VLCC_STATUS_PANIC
+	StatusCallbackFailed     Status = C.VLCC_STATUS_CALLBACK_FAILED
 )
 
 // Error carries the status of a failed call and the library's message.
@@ -107,6 +114,7 @@ var (
 	ErrOutOfMemory        = &Error{Status: StatusOutOfMemory}
 	ErrIO                 = &Error{Status: StatusIO}
 	ErrPanic              = &Error{Status: StatusPanic}
+	ErrCallbackFailed     = &Error{Status: StatusCallbackFailed}
 )
 
 // call runs f and, on failure, reads the message on the same OS thread: the library keeps
@@ -676,7 +684,7 @@ func (ix *Index) add(values int, ids []uint64, run func(h *C.vlcc_index, ids *C.
 	if len(ids) == 0 {
 		return nil
 	}
-	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return run(h, (*C.uint64_t)(unsafe.Pointer(&ids[0]))) })
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return run(h, idsPtr(ids)) })
 	runtime.KeepAlive(ids)
 	return err
 }
@@ -688,7 +696,7 @@ func (ix *Index) AddDevice(x uintptr, ids []uint64) error {
 		return nil
 	}
 	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
-		return C.index_add_device(h, C.uintptr_t(x), C.size_t(len(ids)), (*C.uint64_t)(unsafe.Pointer(&ids[0])))
+		return C.index_add_device(h, C.uintptr_t(x), C.size_t(len(ids)), idsPtr(ids))
 	})
 	runtime.KeepAlive(ids)
 	runtime.KeepAlive(ix)
@@ -701,6 +709,32 @@ type SearchParams struct {
 	NProbe int       // lists probed per query
 	Rerank int       // 0, or >= K: re-score this many candidates exactly against Raw
 	Raw    []float32 // raw vectors, row i = id i (needed when Rerank > 0)
+	Filter *Filter   // ids the search may return (nil: any)
+}
+
+// setFilter puts f on the C parameters sp; the returned func releases what it holds and must
+// run after the search.
+func setFilter(sp *C.vlcc_search_params, f *Filter) (C.vlcc_status, func()) {
+	switch {
+	case f == nil:
+		return C.vlcc_search_params_clear_filter(sp), func() {}
+	case f.fn != nil:
+		h := cgo.NewHandle(f.fn)
+		return C.set_go_filter(sp, C.uintptr_t(h)), h.Delete
+	case f.ids != nil:
+		var p *C.uint64_t
+		if len(f.ids) > 0 {
+			p = idsPtr(f.ids)
+		}
+		return C.vlcc_search_params_set_filter_ids(sp, p, C.size_t(len(f.ids))), func() {}
+	default:
+		// f.check has made sure that bits holds the bytes read here.
+		var p *C.uint8_t
+		if f.nBits > 0 {
+			p = (*C.uint8_t)(unsafe.Pointer(&f.bits[0]))
+		}
+		return C.vlcc_search_params_set_filter_bitset(sp, p, C.uint64_t(f.nBits)), func() {}
+	}
 }
 
 // DefaultSearchParams are the library's defaults for K, NProbe and Rerank (read from a new
@@ -774,6 +808,9 @@ func (ix *Index) search(queries []float32, p SearchParams, ids []uint64, dist []
 	} else if len(ids) != nq*p.K || len(dist) != nq*p.K {
 		return nil, nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("ids and dist hold %d and %d; %d queries x K %d need %d", len(ids), len(dist), nq, p.K, nq*p.K)}
 	}
+	if err := p.Filter.check(); err != nil {
+		return nil, nil, err
+	}
 	if nq == 0 {
 		return ids, dist, nil
 	}
@@ -786,8 +823,14 @@ func (ix *Index) search(queries []float32, p SearchParams, ids []uint64, dist []
 		if s := C.search_params(sp, C.size_t(p.K), C.size_t(p.NProbe), C.size_t(p.Rerank)); s != C.VLCC_STATUS_OK {
 			return s
 		}
-		return run(h, nq, sp, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(dist))
+		s, release := setFilter(sp, p.Filter)
+		defer release()
+		if s != C.VLCC_STATUS_OK {
+			return s
+		}
+		return run(h, nq, sp, idsPtr(ids), floatPtr(dist))
 	})
+	runtime.KeepAlive(p.Filter)
 	runtime.KeepAlive(queries)
 	runtime.KeepAlive(ix)
 	if err != nil {
@@ -803,7 +846,7 @@ func (ix *Index) Remove(ids []uint64) (int, error) {
 	}
 	var n C.size_t
 	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
-		return C.vlcc_index_remove(h, (*C.uint64_t)(unsafe.Pointer(&ids[0])), C.size_t(len(ids)), &n)
+		return C.vlcc_index_remove(h, idsPtr(ids), C.size_t(len(ids)), &n)
 	})
 	runtime.KeepAlive(ids)
 	runtime.KeepAlive(ix)
@@ -872,7 +915,7 @@ func (ix *Index) Reconstruct() ([]uint64, []float32, error) {
 	vecs := make([]float32, int(n)*ix.dim)
 	if n > 0 {
 		err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
-			return C.vlcc_index_reconstruct(h, (*C.uint64_t)(unsafe.Pointer(&ids[0])), floatPtr(vecs), n, &n)
+			return C.vlcc_index_reconstruct(h, idsPtr(ids), floatPtr(vecs), n, &n)
 		})
 		if err != nil {
 			return nil, nil, err
@@ -880,6 +923,72 @@ func (ix *Index) Reconstruct() ([]uint64, []float32, error) {
 	}
 	runtime.KeepAlive(ix)
 	return ids, vecs, nil
+}
+
+// idsPtr is the C view of a non-empty id slice.
+func idsPtr(ids []uint64) *C.uint64_t { return (*C.uint64_t)(unsafe.Pointer(&ids[0])) }
+
+// Contains reports, for each id, whether the index holds a vector with it. The first call
+// that asks by id builds the index's id map; later changes keep it.
+func (ix *Index) Contains(ids []uint64) ([]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	flags := make([]C.uint8_t, len(ids))
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		return C.vlcc_index_contains(h, idsPtr(ids), C.size_t(len(ids)), &flags[0])
+	})
+	runtime.KeepAlive(ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(ids))
+	for i, f := range flags {
+		out[i] = f != 0
+	}
+	return out, nil
+}
+
+// ReconstructIDs returns the approximate vectors of ids (len(ids) x Dim() floats, in order);
+// where several vectors share an id, the first added. An id not held is ErrInvalidArgument.
+func (ix *Index) ReconstructIDs(ids []uint64) ([]float32, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out := make([]float32, len(ids)*ix.dim)
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		return C.vlcc_index_reconstruct_ids(h, idsPtr(ids), C.size_t(len(ids)), floatPtr(out))
+	})
+	runtime.KeepAlive(ids)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CodecSize is the bytes of one code as Codes returns it (anchor id, then residual code).
+func (ix *Index) CodecSize() (int, error) {
+	var n C.size_t
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_codec_size(h, &n) })
+	return int(n), err
+}
+
+// Codes returns the codes of ids (len(ids) x CodecSize() bytes, in order), in the form
+// Compressor.Encode gives and Compressor.Decode reads; picks and fails as ReconstructIDs.
+func (ix *Index) Codes(ids []uint64) ([]byte, error) {
+	cs, err := ix.CodecSize()
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	out := make([]byte, len(ids)*cs)
+	err = ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		return C.vlcc_index_get_codes(h, idsPtr(ids), C.size_t(len(ids)), (*C.uint8_t)(unsafe.Pointer(&out[0])))
+	})
+	runtime.KeepAlive(ids)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Serialize returns the index's bytes (those of its file).

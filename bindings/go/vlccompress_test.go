@@ -565,3 +565,106 @@ func TestSearchInto(t *testing.T) {
 		t.Fatalf("nil slices: %v", err)
 	}
 }
+
+func TestFilters(t *testing.T) {
+	const n = 2000
+	_, ix, x := indexed(t, n, 21)
+	q := x[:20*dim]
+	p := SearchParams{K: 10, NProbe: 64}
+	want, _, err := ix.Search(q, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	every := func(ids []uint64, ok func(uint64) bool) bool {
+		for _, id := range ids {
+			if !ok(id) {
+				return false
+			}
+		}
+		return true
+	}
+	evens := make([]byte, n/8)
+	for i := range evens {
+		evens[i] = 0x55
+	}
+	odds := make([]uint64, 0, n/2)
+	for i := uint64(1); i < n; i += 2 {
+		odds = append(odds, i)
+	}
+	for name, c := range map[string]struct {
+		f  *Filter
+		ok func(uint64) bool
+	}{
+		"bitset": {FilterBitset(evens, n), func(id uint64) bool { return id%2 == 0 }},
+		"ids":    {FilterIDs(odds), func(id uint64) bool { return id%2 == 1 }},
+		"func":   {FilterFunc(func(id uint64) bool { return id%7 == 0 }), func(id uint64) bool { return id%7 == 0 }},
+	} {
+		p.Filter = c.f
+		got, _, err := ix.Search(q, p)
+		if err != nil || !every(got, c.ok) {
+			t.Fatalf("%s: %v, ids %v", name, err, got[:10])
+		}
+	}
+	// Fewer allowed than K: the rest are NoID with distance NaN.
+	p.Filter = FilterIDs([]uint64{3, 4})
+	got, dist, err := ix.Search(q[:dim], p)
+	if err != nil || got[2] != NoID || !math.IsNaN(float64(dist[2])) || got[0] == NoID || got[1] == NoID {
+		t.Fatalf("padding: %v %v %v", err, got, dist)
+	}
+	// A panicking func fails the search; an unsorted list and a short bitset are refused.
+	p.Filter = FilterFunc(func(uint64) bool { panic("no") })
+	if _, _, err := ix.Search(q, p); !errors.Is(err, ErrCallbackFailed) {
+		t.Fatalf("panicking filter: %v", err)
+	}
+	p.Filter = FilterIDs([]uint64{5, 4})
+	if _, _, err := ix.Search(q, p); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("unsorted ids: %v", err)
+	}
+	p.Filter = FilterBitset(evens, n+100)
+	if _, _, err := ix.Search(q, p); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("short bitset: %v", err)
+	}
+	p.Filter = nil
+	if got, _, _ := ix.Search(q, p); !reflect.DeepEqual(got, want) {
+		t.Fatal("no filter: results changed")
+	}
+}
+
+func TestByID(t *testing.T) {
+	c, ix, x := indexed(t, 1000, 22)
+	has, err := ix.Contains([]uint64{3, 5000})
+	if err != nil || !has[0] || has[1] {
+		t.Fatalf("contains: %v %v", has, err)
+	}
+	v, err := ix.ReconstructIDs([]uint64{3, 4})
+	if err != nil || len(v) != 2*dim {
+		t.Fatal(err)
+	}
+	var gap float64
+	for i := range v {
+		gap += math.Abs(float64(v[i] - x[3*dim+i]))
+	}
+	if gap > 2*dim {
+		t.Fatalf("reconstructed far from the originals: %v", gap)
+	}
+	codes, err := ix.Codes([]uint64{3, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := c.Decode(codes)
+	if err != nil || !reflect.DeepEqual(back, v) {
+		t.Fatalf("codes decode to the reconstruction: %v", err)
+	}
+	if _, err := ix.ReconstructIDs([]uint64{5000}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("missing id: %v", err)
+	}
+	if _, err := ix.Codes([]uint64{5000}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("missing id: %v", err)
+	}
+	if n, err := ix.Remove([]uint64{3}); err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	if has, _ := ix.Contains([]uint64{3}); has[0] {
+		t.Fatal("removed id still held")
+	}
+}

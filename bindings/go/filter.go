@@ -1,0 +1,58 @@
+package vlccompress
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/cgo"
+	"unsafe"
+)
+
+// Filter limits a search to some ids; make one with FilterBitset, FilterIDs or FilterFunc and
+// set it as SearchParams.Filter. It is applied during the scan: a query gets K hits whenever
+// its probed lists hold K allowed vectors; fewer leave the last slots NoID (distance NaN).
+// Filtered searches scan on the host whatever the context's backend.
+type Filter struct {
+	bits  []byte
+	nBits uint64
+	ids   []uint64
+	fn    func(id uint64) bool
+}
+
+// FilterBitset allows the ids in [0, nBits) whose bit is set: bit i%8 (least significant
+// first) of bits[i/8]. bits must hold (nBits+7)/8 bytes.
+func FilterBitset(bits []byte, nBits uint64) *Filter { return &Filter{bits: bits, nBits: nBits} }
+
+// FilterIDs allows exactly ids, which must be sorted ascending.
+func FilterIDs(ids []uint64) *Filter { return &Filter{ids: ids} }
+
+// FilterFunc allows the ids for which allow returns true. It is called from several threads
+// at once during the search; a panic in it fails the search with ErrCallbackFailed.
+func FilterFunc(allow func(id uint64) bool) *Filter { return &Filter{fn: allow} }
+
+// check refuses a bitset shorter than its bit count says (the library would read past it).
+func (f *Filter) check() error {
+	if f == nil || f.fn != nil || f.ids != nil {
+		return nil
+	}
+	if need := (f.nBits + 7) / 8; uint64(len(f.bits)) < need {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("FilterBitset: %d bits need %d bytes, %d given", f.nBits, need, len(f.bits))}
+	}
+	return nil
+}
+
+//export vlccGoFilter
+func vlccGoFilter(user unsafe.Pointer, id C.uint64_t) (r C.int) {
+	defer func() {
+		if recover() != nil {
+			r = -1
+		}
+	}()
+	if cgo.Handle(uintptr(user)).Value().(func(uint64) bool)(uint64(id)) {
+		return 1
+	}
+	return 0
+}
