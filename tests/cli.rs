@@ -504,4 +504,45 @@ fn search_writes_distances_and_refuses_ids_that_ivecs_cannot_hold() {
         !ok && err.contains("--out-distances d.txt: must end in .fvecs or .npy"),
         "{err}"
     );
+
+    // --filter: ids in any order (blank lines skipped), then a bitset that allows none of them.
+    let allowed = [1_000_000_000_007u64, 1_000_000_000_003, 1_000_000_000_005];
+    let text: String = allowed.iter().map(|i| format!("{i}\n\n")).collect();
+    std::fs::write(dir.join("allow.txt"), text).unwrap();
+    let filtered = |f: &str| {
+        // Every list probed: the three allowed are found wherever they sit.
+        let mut a = args("r.npy")
+            .map(|s| if s == "8" { "1000".into() } else { s })
+            .to_vec();
+        a.extend(["--filter".to_string(), f.to_string(), "--json".to_string()]);
+        run(&a)
+    };
+    let (ok, out, err) = filtered("allow.txt");
+    assert!(ok, "{err}");
+    let r = std::fs::read(dir.join("r.npy")).unwrap();
+    let got: Vec<i64> = bytemuck::pod_collect_to_vec(&r[r.len() - query.rows * 5 * 8..]);
+    for row in got.chunks(5) {
+        let mut hits: Vec<i64> = row[..3].to_vec();
+        hits.sort();
+        assert_eq!(
+            hits,
+            [1_000_000_000_003, 1_000_000_000_005, 1_000_000_000_007]
+        );
+        assert_eq!(row[3..], [-1, -1]);
+    }
+    let d = vlc_compress::vecio::read_vectors(&dir.join("d.npy")).unwrap();
+    assert!(d.data.chunks(5).all(|r| r[3].is_nan() && r[2].is_finite()));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["queries_short_of_k"], query.rows);
+    std::fs::write(dir.join("none.bin"), [0xffu8; 4]).unwrap();
+    let (ok, _, err) = filtered("none.bin");
+    assert!(ok, "{err}");
+    let r = std::fs::read(dir.join("r.npy")).unwrap();
+    let got: Vec<i64> = bytemuck::pod_collect_to_vec(&r[r.len() - query.rows * 5 * 8..]);
+    assert!(got.iter().all(|&i| i == -1));
+    std::fs::write(dir.join("bad.txt"), "12\nx7\n").unwrap();
+    let (ok, _, err) = filtered("bad.txt");
+    assert!(!ok && err.contains("--filter bad.txt: line 2"), "{err}");
+    let (ok, _, err) = filtered("allow.csv");
+    assert!(!ok && err.contains("--filter allow.csv"), "{err}");
 }

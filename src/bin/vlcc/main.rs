@@ -322,12 +322,50 @@ struct SearchArgs {
     /// Output: .ivecs (ids, -1 = none; ids must fit int32) or .npy (int64 ids).
     #[arg(long)]
     out: PathBuf,
-    /// Also the distances, k per query: .fvecs or .npy (float32): squared L2 (+inf where no
-    /// result), or the similarity for ip and cosine (-inf where no result).
+    /// Also the distances, k per query: .fvecs or .npy (float32): squared L2, or the
+    /// similarity for ip and cosine; NaN where no result.
     #[arg(long)]
     out_distances: Option<PathBuf>,
+    /// Return only allowed ids: a .txt file of ids (one per line, decimal, any order) or a
+    /// .bin bitset (bit i % 8 of byte i / 8 allows id i; 8 x its size bits).
+    #[arg(long)]
+    filter: Option<PathBuf>,
     #[command(flatten)]
     run: RunOpts,
+}
+
+/// The filter a --filter file describes (see `SearchArgs::filter`).
+fn read_filter(path: &std::path::Path) -> Result<vlc_compress::Filter, Box<dyn std::error::Error>> {
+    let what = |e: &dyn std::fmt::Display| format!("--filter {}: {e}", path.display());
+    let bytes = std::fs::read(path).map_err(|e| what(&e))?;
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("txt") => {
+            let text = std::str::from_utf8(&bytes).map_err(|e| what(&e))?;
+            let mut ids = Vec::new();
+            for (n, line) in text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+            {
+                let id = line.trim().parse::<u64>().map_err(|e| {
+                    what(&format!(
+                        "line {}: {:?} is not an id ({e})",
+                        n + 1,
+                        line.trim()
+                    ))
+                })?;
+                ids.push(id);
+            }
+            ids.sort_unstable();
+            ids.dedup();
+            Ok(vlc_compress::Filter::ids(&ids)?)
+        }
+        Some("bin") => Ok(vlc_compress::Filter::bitset(
+            &bytes,
+            bytes.len() as u64 * 8,
+        )?),
+        _ => Err(what(&"must end in .txt (ids) or .bin (bitset)").into()),
+    }
 }
 
 fn main() {
@@ -485,6 +523,7 @@ fn search(a: SearchArgs) -> AnyResult {
     if let Some(p) = &a.out_distances {
         flag_output_kind("--out-distances", p, &["fvecs", "npy"])?;
     }
+    let filter = a.filter.as_deref().map(read_filter).transpose()?;
     let ctx = a.run.context()?;
     let index = vlc_compress::Index::load(ctx, &a.index, true)?;
     let d = index.codebook().dim();
@@ -504,10 +543,11 @@ fn search(a: SearchArgs) -> AnyResult {
         rerank: a.rerank,
     };
     let t = std::time::Instant::now();
-    let res = index.search(
+    let res = index.search_filtered(
         &q.data,
         &p,
         dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors),
+        filter.as_ref(),
     )?;
     let secs = t.elapsed().as_secs_f64();
     match a.out.extension().and_then(|e| e.to_str()) {
@@ -541,7 +581,8 @@ fn search(a: SearchArgs) -> AnyResult {
     if let Some(p) = &a.out_distances {
         vecio::write_vectors(p, &res.distances, a.k)?;
     }
-    let out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs});
+    let short = (0..q.rows).filter(|&i| res.found(i) < a.k).count();
+    let out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs, "queries_short_of_k": short});
     eval::print_object(&out, a.run.json);
     Ok(())
 }
