@@ -239,6 +239,13 @@ fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
 }
 
 #[test]
+fn filters_are_applied_in_the_device_scan() {
+    let Some(g) = gpu() else { return };
+    let demo = common::demo();
+    common::filtered_search_parity(&g, &demo.base, &demo.query.data);
+}
+
+#[test]
 fn tf32_assignment_is_rechecked_and_leaves_exact_sessions_exact() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();

@@ -254,6 +254,13 @@ fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
 }
 
 #[test]
+fn filters_are_applied_in_the_device_scan() {
+    let Some(g) = gpu() else { return };
+    let s = small(6000, 100);
+    common::filtered_search_parity(&g, &s.base, &s.query);
+}
+
+#[test]
 #[cfg(feature = "test-hooks")]
 fn a_lost_device_answers_every_call_with_an_error() {
     use vlc_compress::{Compressor, SearchParams};

@@ -14,7 +14,8 @@ import (
 // Filter limits a search to some ids; make one with FilterBitset, FilterIDs or FilterFunc and
 // set it as SearchParams.Filter. It is applied during the scan: a query gets K hits whenever
 // its probed lists hold K allowed vectors; fewer leave the last slots NoID (distance NaN).
-// Filtered searches scan on the host whatever the context's backend.
+// Bitsets and id lists are applied in the device scan on CUDA and WGPU contexts; a FilterFunc
+// search scans on the host (and calls into Go once per candidate), whatever the backend.
 type Filter struct {
 	bits  []byte
 	nBits uint64

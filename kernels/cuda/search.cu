@@ -130,12 +130,15 @@ struct GlobalLut {
     }
 };
 
-// This thread's share of one list's codes [s0, s1), offered to its `want` best.
+// This thread's share of one list's codes [s0, s1), offered to its `want` best; with
+// `filtered`, only the positions whose bit is set in `allow`.
 template <class Lut>
 __device__ __forceinline__ void scan_codes(const unsigned char* __restrict__ codes, unsigned long long s0,
                            unsigned long long s1, int nsub, int ksub, float b0, Lut lut,
-                           float* kd, unsigned* kp, int want, int& held) {
+                           float* kd, unsigned* kp, int want, int& held,
+                           const unsigned* __restrict__ allow, int filtered) {
     for (unsigned long long i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
+        if (filtered && !((__ldg(allow + (i >> 5)) >> (i & 31)) & 1u)) continue;
         float v = b0;
         if (ksub == 16) {
             // Two sub-codes per byte, low nibble first.
@@ -168,6 +171,8 @@ __device__ __forceinline__ void scan_codes(const unsigned char* __restrict__ cod
 // (the launch gives it nsub * ksub floats) or read from global memory otherwise, a scan of its
 // codes (8-bit: a byte per sub-code; 4-bit: two per byte, low nibble first, nsub even), and
 // the block's `want` best candidates (distance, position in the flat lists) to cand_d / cand_p.
+// With `filtered`, positions whose bit in `allow` (one per vector of the flat lists) is clear
+// are skipped.
 extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
                                       const unsigned long long* __restrict__ start,
                                       const float* __restrict__ terms, int l2,
@@ -175,7 +180,8 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
                                       const unsigned* __restrict__ probes,
                                       const float* __restrict__ base, int nprobe, int want,
                                       float* __restrict__ cand_d,
-                                      unsigned* __restrict__ cand_p, int staged) {
+                                      unsigned* __restrict__ cand_p, int staged,
+                                      const unsigned* __restrict__ allow, int filtered) {
     extern __shared__ float lut[];  // nsub * ksub when staged
     __shared__ float sd[32];
     __shared__ unsigned sp[32];
@@ -198,9 +204,11 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
         const float b0 = base[(size_t)qi * nprobe + p];
         const unsigned long long s0 = start[a], s1 = start[a + 1];
         if (staged)
-            scan_codes(codes, s0, s1, nsub, ksub, b0, SharedLut{lut}, kd, kp, want, held);
+            scan_codes(codes, s0, s1, nsub, ksub, b0, SharedLut{lut}, kd, kp, want, held, allow,
+                       filtered);
         else
-            scan_codes(codes, s0, s1, nsub, ksub, b0, GlobalLut{ta, qtq, l2}, kd, kp, want, held);
+            scan_codes(codes, s0, s1, nsub, ksub, b0, GlobalLut{ta, qtq, l2}, kd, kp, want, held,
+                       allow, filtered);
     }
     const size_t o = ((size_t)qi * nprobe + p) * want;
     block_top(kd, kp, want, held, sd, sp, st, cand_d + o, cand_p + o);

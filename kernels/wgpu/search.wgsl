@@ -16,7 +16,7 @@ struct Params {
     want: u32,    // candidates kept per query
     dp: u32,
     ksub: u32,    // codewords per sub-quantizer: 256 (8-bit codes) or 16 (4-bit)
-    _p1: u32,
+    filtered: u32, // 1: only positions set in `allow` are candidates
     _p2: u32,
 }
 
@@ -36,6 +36,8 @@ struct Params {
 @group(0) @binding(15) var<storage, read_write> out_d: array<f32>;
 // The query tables again, four floats at a time, for the scan's table fill.
 @group(0) @binding(16) var<storage, read> qt4: array<vec4<f32>>;
+// With P.filtered, bit i % 32 of word i / 32 allows the vector at position i of the lists.
+@group(0) @binding(17) var<storage, read> allow: array<u32>;
 
 // Threads per workgroup, the table size (nsub x ksub), whether the table is staged in
 // workgroup memory (1) or read from the query tables in storage (0, when it does not fit; LUT
@@ -228,6 +230,9 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
         let b0 = base[qi * P.nprobe + p];
         let s1 = start[a + 1u];
         for (var i = start[a] + tid; i < s1; i += WG) {
+            if (P.filtered != 0u && ((allow[i >> 5u] >> (i & 31u)) & 1u) == 0u) {
+                continue;
+            }
             var v = b0;
             if (P.l2 != 0u) {
                 v += vterm[i];

@@ -190,9 +190,11 @@ pub trait Backend: Send + Sync {
     }
     /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
     /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;
-    /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest of `lists`. Called
-    /// where `Caps::scans` says yes; `None` (no room on the device, say) leaves the search to
-    /// the host, which is what backends without device search answer.
+    /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest of `lists`. With
+    /// `allow`, only vectors whose bit is set there are candidates: bit `i % 32` of word
+    /// `i / 32` for the vector at position i of the lists back to back (`ListsView::flatten`'s
+    /// order). Called where `Caps::scans` says yes; `None` (no room on the device, say) leaves
+    /// the search to the host, which is what backends without device search answer.
     fn search_lists(
         &self,
         _cb: &CodebookView,
@@ -200,6 +202,7 @@ pub trait Backend: Send + Sync {
         _q: &[f32],
         _nprobe: usize,
         _want: usize,
+        _allow: Option<&[u32]>,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         Ok(None)
     }

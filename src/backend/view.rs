@@ -68,6 +68,15 @@ impl std::fmt::Debug for ListsView<'_> {
 }
 
 impl ListsView<'_> {
+    /// Every list's ids back to back, in `flatten`'s order.
+    pub fn flatten_ids(&self) -> Vec<u64> {
+        let mut ids = Vec::with_capacity(self.len);
+        for j in 0..self.nlist {
+            ids.extend_from_slice((self.list)(j).0);
+        }
+        ids
+    }
+
     /// Every list back to back, as devices hold them: list start offsets (nlist + 1), ids
     /// and codes in list order.
     pub fn flatten(&self) -> (Vec<u64>, Vec<u64>, Vec<u8>) {

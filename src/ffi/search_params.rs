@@ -115,8 +115,9 @@ pub unsafe extern "C" fn vlcc_search_params_get(
 /// bit `i % 8` (least significant first) of byte `i / 8`, `ceil(n_bits / 8)` bytes, copied
 /// here (the caller's array may be freed at once). Replaces any filter set before. The
 /// filter is applied during the scan: a query gets k hits whenever its probed lists hold k
-/// allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Filtered
-/// searches scan on the host whatever the context's backend. Exclusive access.
+/// allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Bitsets
+/// and id lists are applied in the device scan on CUDA and WGPU contexts (a mask over the
+/// index's vectors, made per search); a callback runs on the host path. Exclusive access.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_search_params_set_filter_bitset(
     p: *mut vlcc_search_params,
@@ -153,7 +154,8 @@ pub unsafe extern "C" fn vlcc_search_params_set_filter_ids(
 /// query's candidates: positive allows it, 0 skips it, negative stops the search with
 /// VLCC_STATUS_CALLBACK_FAILED (nothing is written). `f` is called from several threads at
 /// once, during the search calls only; `user` must stay valid while the parameters may be used.
-/// Otherwise as `vlcc_search_params_set_filter_bitset`.
+/// Searches with a callback scan on the host, whatever the context's backend. Otherwise as
+/// `vlcc_search_params_set_filter_bitset`.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_search_params_set_filter_callback(
     p: *mut vlcc_search_params,

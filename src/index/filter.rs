@@ -66,6 +66,29 @@ impl Filter {
         Filter::Predicate(Arc::new(f))
     }
 
+    /// Whether a device can apply this filter: bitsets and id lists, turned into a mask of
+    /// positions; a predicate is the caller's code and runs on the host.
+    pub(crate) fn on_device(&self) -> bool {
+        !matches!(self, Filter::Predicate(_))
+    }
+
+    /// The devices' form: over `ids` (every vector's id, in the order the lists lie back to
+    /// back), bit `i % 32` of word `i / 32` set where vector i is allowed; at least one word.
+    pub(crate) fn positions(&self, ids: &[u64]) -> Result<Vec<u32>> {
+        use rayon::prelude::*;
+        let mut words = crate::error::try_vec(ids.len().div_ceil(32).max(1), 0u32, "filter mask")?;
+        words
+            .par_iter_mut()
+            .zip(ids.par_chunks(32))
+            .try_for_each(|(w, c)| {
+                for (b, &id) in c.iter().enumerate() {
+                    *w |= (self.allows(id)? as u32) << b;
+                }
+                Ok(())
+            })?;
+        Ok(words)
+    }
+
     /// Whether `id` may be returned.
     #[inline]
     pub fn allows(&self, id: u64) -> Result<bool> {

@@ -203,7 +203,7 @@ fn list_terms(cb: &Codebook, ra: &[f32], out: &mut [f32]) {
 
 /// Candidate ordered by (distance, id): the heap's top is the worst kept.
 #[derive(Clone, Copy, PartialEq)]
-struct Cand(f32, u64);
+pub(super) struct Cand(pub(super) f32, pub(super) u64);
 impl Eq for Cand {}
 impl PartialOrd for Cand {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
@@ -213,6 +213,73 @@ impl PartialOrd for Cand {
 impl Ord for Cand {
     fn cmp(&self, o: &Self) -> Ordering {
         self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
+    }
+}
+
+/// Where a scan's scored vectors go: the best k (`TopK`), or all within a radius (`Within`).
+pub(super) trait Keep {
+    /// Scores above this are not kept (smaller is better).
+    fn bound(&self) -> f32;
+    /// Offers a score no larger than `bound()`.
+    fn keep(&mut self, d: f32, id: u64);
+}
+
+impl Keep for TopK {
+    #[inline(always)]
+    fn bound(&self) -> f32 {
+        self.worst
+    }
+    #[inline(always)]
+    fn keep(&mut self, d: f32, id: u64) {
+        self.push(d, id)
+    }
+}
+
+/// Every scored vector within `radius` (a range search's sink). An allocation that fails
+/// stops the keeping and is reported by `hits`.
+pub(super) struct Within {
+    radius: f32,
+    hits: Vec<Cand>,
+    full: bool,
+}
+
+impl Within {
+    pub(super) fn new(radius: f32) -> Within {
+        Within {
+            radius,
+            hits: Vec::new(),
+            full: false,
+        }
+    }
+
+    /// What was kept, or `OutOfMemory` where it did not fit.
+    pub(super) fn hits(self) -> Result<Vec<Cand>> {
+        if self.full {
+            return Err(Error::OutOfMemory(format!(
+                "range search: more than {} hits for one query",
+                self.hits.len()
+            )));
+        }
+        Ok(self.hits)
+    }
+}
+
+impl Keep for Within {
+    #[inline(always)]
+    fn bound(&self) -> f32 {
+        if self.full {
+            f32::NEG_INFINITY
+        } else {
+            self.radius
+        }
+    }
+    #[inline(always)]
+    fn keep(&mut self, d: f32, id: u64) {
+        if self.hits.try_reserve(1).is_err() {
+            self.full = true;
+            return;
+        }
+        self.hits.push(Cand(d, id))
     }
 }
 
@@ -254,7 +321,7 @@ impl TopK {
 }
 
 /// Queries per parallel task: one coarse GEMM each.
-const QUERY_BLOCK: usize = 16;
+pub(super) const QUERY_BLOCK: usize = 16;
 
 impl Index {
     /// Searches `queries` (nq x d) on the context's backend: on its device where it scans
@@ -274,8 +341,10 @@ impl Index {
     /// As [`Index::search`], returning only vectors whose id `filter` allows. The filter is
     /// applied during the scan: a query gets k hits whenever its probed lists hold k allowed
     /// vectors; fewer leave the last slots missing (id `u64::MAX`, distance NaN;
-    /// [`SearchResults::found`] counts the hits). Filtered searches scan on the host whatever
-    /// the context's backend. A predicate's error ends the search with that error.
+    /// [`SearchResults::found`] counts the hits). Bitsets and id lists are applied in the
+    /// device scan on CUDA and WGPU (as a mask over the index's vectors, made per call); a
+    /// predicate is the caller's code, so its searches scan on the host whatever the backend.
+    /// A predicate's error ends the search with that error.
     pub fn search_filtered(
         &self,
         queries: &[f32],
@@ -303,11 +372,15 @@ impl Index {
         let want = self.candidates(p);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         let on_device = self.with_views(|cb, lists| {
-            if filter.is_none() && backend.caps().scans(cb, lists, want) {
-                backend.search_lists(cb, lists, &q, p.nprobe, want)
-            } else {
-                Ok(None)
+            let device = filter.is_none_or(Filter::on_device);
+            if !(device && backend.caps().scans(cb, lists, want)) {
+                return Ok(None);
             }
+            let allow = match filter {
+                Some(f) => Some(f.positions(&lists.flatten_ids())?),
+                None => None,
+            };
+            backend.search_lists(cb, lists, &q, p.nprobe, want, allow.as_deref())
         })?;
         match on_device {
             None => self.scan_host(&q, p, raw, filter, &mut ids, &mut dist)?,
@@ -459,7 +532,7 @@ impl Index {
 
     /// The checks every search with host raw vectors makes; returns the raw vectors to
     /// re-rank against, if any.
-    fn check_search<'r>(
+    pub(super) fn check_search<'r>(
         &self,
         queries: &[f32],
         p: &SearchParams,
@@ -506,20 +579,9 @@ impl Index {
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
-        let (d, l2) = (self.cb.dim(), self.cb.metric == Metric::L2);
+        let l2 = self.cb.metric == Metric::L2;
         if let Some(raw) = raw {
-            for c in cands.iter_mut() {
-                let v = raw.get(c.1).ok_or_else(|| raw_missing(c.1))?;
-                let v = prepare(v, d, self.cb.metric);
-                c.0 = if l2 {
-                    linalg::l2_sq(qv, &v)
-                } else {
-                    -linalg::dot(qv, &v)
-                };
-                if !c.0.is_finite() {
-                    return Err(raw_not_finite(c.1));
-                }
-            }
+            self.rescore(qv, &mut cands, raw)?;
             cands.sort_unstable();
         }
         for (t, c) in cands.iter().take(ids.len()).enumerate() {
@@ -529,6 +591,30 @@ impl Index {
         Ok(())
     }
 
+    /// Replaces each candidate's score with its exact one against `raw` (smaller is better).
+    pub(super) fn rescore(
+        &self,
+        qv: &[f32],
+        cands: &mut [Cand],
+        raw: &dyn RawVectors,
+    ) -> Result<()> {
+        let (d, l2) = (self.cb.dim(), self.cb.metric == Metric::L2);
+        for c in cands.iter_mut() {
+            let v = raw.get(c.1).ok_or_else(|| raw_missing(c.1))?;
+            let v = prepare(v, d, self.cb.metric);
+            c.0 = if l2 {
+                linalg::l2_sq(qv, &v)
+            } else {
+                -linalg::dot(qv, &v)
+            };
+            if !c.0.is_finite() {
+                return Err(raw_not_finite(c.1));
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn search_block(
         &self,
         qb: &[f32],
@@ -539,40 +625,60 @@ impl Index {
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
+        let (d, k) = (self.cb.dim(), p.k);
+        self.scan_block(
+            qb,
+            p.nprobe,
+            filter,
+            || TopK::new(want),
+            |i, top| {
+                let qv = &qb[i * d..(i + 1) * d];
+                let (ids, dist) = (&mut ids[i * k..(i + 1) * k], &mut dist[i * k..(i + 1) * k]);
+                self.finish(qv, top.sorted(), raw, ids, dist)
+            },
+        )
+    }
+
+    /// Scans the lists each query of `qb` probes into a fresh `K` (`fresh`), given to `done`
+    /// with the query's number: AVX2 code where the CPU has it.
+    pub(super) fn scan_block<K: Keep>(
+        &self,
+        qb: &[f32],
+        nprobe: usize,
+        filter: Option<&Filter>,
+        fresh: impl Fn() -> K,
+        done: impl FnMut(usize, K) -> Result<()>,
+    ) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.search_block_avx2(qb, p, want, raw, filter, ids, dist) };
+            return unsafe { self.scan_block_avx2(qb, nprobe, filter, fresh, done) };
         }
-        self.search_block_any(qb, p, want, raw, filter, ids, dist)
+        self.scan_block_any(qb, nprobe, filter, fresh, done)
     }
 
     /// The same code compiled for AVX2 (no FMA: results equal the baseline build's).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn search_block_avx2(
+    unsafe fn scan_block_avx2<K: Keep>(
         &self,
         qb: &[f32],
-        p: &SearchParams,
-        want: usize,
-        raw: Option<&dyn RawVectors>,
+        nprobe: usize,
         filter: Option<&Filter>,
-        ids: &mut [u64],
-        dist: &mut [f32],
+        fresh: impl Fn() -> K,
+        done: impl FnMut(usize, K) -> Result<()>,
     ) -> Result<()> {
-        self.search_block_any(qb, p, want, raw, filter, ids, dist)
+        self.scan_block_any(qb, nprobe, filter, fresh, done)
     }
 
     #[inline(always)]
-    fn search_block_any(
+    fn scan_block_any<K: Keep>(
         &self,
         qb: &[f32],
-        p: &SearchParams,
-        want: usize,
-        raw: Option<&dyn RawVectors>,
+        nprobe: usize,
         filter: Option<&Filter>,
-        ids: &mut [u64],
-        dist: &mut [f32],
+        fresh: impl Fn() -> K,
+        mut done: impl FnMut(usize, K) -> Result<()>,
     ) -> Result<()> {
         let cb = &*self.cb;
         let (d, m, dp) = (cb.d, cb.anchors(), cb.pq.dim());
@@ -614,8 +720,8 @@ impl Index {
             let y = &qy[i * dp..(i + 1) * dp];
             let ds = cb.pq.dsub;
             self.tables.query_table(y, ds, ks, scale, &mut qci);
-            linalg::smallest_k(&coarse, p.nprobe, &mut probes);
-            let mut top = TopK::new(want);
+            linalg::smallest_k(&coarse, nprobe, &mut probes);
+            let mut top = fresh();
             for &a in &probes {
                 let a = a as usize;
                 let (lids, lcodes) = self.list(a);
@@ -647,14 +753,7 @@ impl Index {
                     None => scan(&list, table, cb.pq.bits, nsub, &mut pair, filter, &mut top)?,
                 }
             }
-            let k = p.k;
-            self.finish(
-                qv,
-                top.sorted(),
-                raw,
-                &mut ids[i * k..(i + 1) * k],
-                &mut dist[i * k..(i + 1) * k],
-            )?;
+            done(i, top)?;
         }
         Ok(())
     }
@@ -670,9 +769,9 @@ struct List<'a> {
 
 /// Offers a scored vector to the heap, asking the filter only about those that would enter.
 #[inline(always)]
-fn offer(top: &mut TopK, d: f32, id: u64, filter: Option<&Filter>) -> Result<()> {
-    if d <= top.worst && filter.map_or(Ok(true), |f| f.allows(id))? {
-        top.push(d, id);
+fn offer(top: &mut impl Keep, d: f32, id: u64, filter: Option<&Filter>) -> Result<()> {
+    if d <= top.bound() && filter.map_or(Ok(true), |f| f.allows(id))? {
+        top.keep(d, id);
     }
     Ok(())
 }
@@ -686,7 +785,7 @@ fn scan4_blocks(
     packed: &[u8],
     table: &mut fastscan::ByteTable,
     filter: Option<&Filter>,
-    top: &mut TopK,
+    top: &mut impl Keep,
 ) -> Result<()> {
     let (base, ids, codes) = (list.base, list.ids, list.codes);
     table.fill(lut);
@@ -699,7 +798,7 @@ fn scan4_blocks(
         fastscan::block_sums(block, &table.bytes, &mut sums);
         let v0 = b * fastscan::BLOCK;
         for (t, &s) in sums.iter().enumerate().take(ids.len() - v0) {
-            if floor + s as f32 * step > top.worst {
+            if floor + s as f32 * step > top.bound() {
                 continue;
             }
             let v = v0 + t;
@@ -736,7 +835,7 @@ fn scan(
     nsub: usize,
     pair: &mut Vec<[f32; 256]>,
     filter: Option<&Filter>,
-    top: &mut TopK,
+    top: &mut impl Keep,
 ) -> Result<()> {
     let (base, ids, codes) = (list.base, list.ids, list.codes);
     if bits == 8 {

@@ -451,3 +451,69 @@ pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, q
         }
     }
 }
+
+/// Filtered search on `dev` against the host on one index (`base`, 64 anchors, 8-bit and
+/// 4-bit codes): bitsets and id lists (scanned on the device) at 1%, 10% and 50% selectivity
+/// give the host's ids for at least 99% of slots (the same padding where fewer than k are
+/// allowed in the probed lists) and distances within 1e-3; a predicate (the host path on any
+/// context) gives the host's results exactly.
+pub fn filtered_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
+    use vlc_compress::{Filter, SearchParams};
+    let cpu = ctx(0);
+    let n = base.rows as u64;
+    for bits in [8, 4] {
+        let mut p = small_params(64, 16);
+        p.bits = bits;
+        let host = indexed(&cpu, p, base);
+        let ix = host.to_context(dev.clone()).unwrap();
+        for pct in [1u64, 10, 50] {
+            let allowed: Vec<u64> = (0..n)
+                .filter(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % 100 < pct)
+                .collect();
+            let mut mask = vec![0u8; n.div_ceil(8) as usize];
+            for &i in &allowed {
+                mask[(i / 8) as usize] |= 1 << (i % 8);
+            }
+            let sp = SearchParams {
+                k: 10,
+                nprobe: 4,
+                rerank: 0,
+            };
+            for f in [
+                Filter::bitset(&mask, n).unwrap(),
+                Filter::ids(&allowed).unwrap(),
+            ] {
+                let what = format!("{bits}-bit {pct}% {f:?}");
+                let want = host.search_filtered(query, &sp, None, Some(&f)).unwrap();
+                let before = dev.backend().transfers().d2h_bytes;
+                let got = ix.search_filtered(query, &sp, None, Some(&f)).unwrap();
+                let d2h = dev.backend().transfers().d2h_bytes - before;
+                assert!(d2h > 0, "{what}: searched on the host");
+                let frac = same_records(&want.ids, &got.ids, 1);
+                eprintln!("{what}: same ids {frac:.4}");
+                assert!(frac >= 0.99, "{what}: only {frac} of result ids agree");
+                assert!(got
+                    .ids
+                    .iter()
+                    .all(|&i| i == u64::MAX || allowed.binary_search(&i).is_ok()));
+                let nq = query.len() / base.cols;
+                for q in 0..nq {
+                    assert_eq!(want.found(q), got.found(q), "{what}: query {q}");
+                }
+                for (a, b) in want.distances.iter().zip(&got.distances) {
+                    assert!(
+                        (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-3 * (1.0 + a.abs()),
+                        "{what}: distance {a} vs {b}"
+                    );
+                }
+            }
+            let set: std::collections::HashSet<u64> = allowed.iter().copied().collect();
+            let f = Filter::predicate(move |id| Ok(set.contains(&id)));
+            assert_eq!(
+                ix.search_filtered(query, &sp, None, Some(&f)).unwrap(),
+                host.search_filtered(query, &sp, None, Some(&f)).unwrap(),
+                "{bits}-bit {pct}% predicate"
+            );
+        }
+    }
+}

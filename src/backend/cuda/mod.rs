@@ -448,8 +448,9 @@ impl Backend for CudaBackend {
         q: &[f32],
         nprobe: usize,
         want: usize,
+        allow: Option<&[u32]>,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        self.scan(cb, lists, q, nprobe, want, None)
+        self.scan(cb, lists, q, nprobe, want, None, allow)
     }
 
     unsafe fn rerank_device(
@@ -479,7 +480,7 @@ impl Backend for CudaBackend {
             self.device_rows(raw.at, raw.n, d, "raw vectors")?;
         }
         let Some(cands) = cands else {
-            return self.scan(cb, lists, q, nprobe, want, Some(raw));
+            return self.scan(cb, lists, q, nprobe, want, Some(raw), None);
         };
         self.bind()?;
         let dev = self.lock();

@@ -109,6 +109,7 @@ impl DeviceLists {
 impl CudaBackend {
     /// `search_lists`, with the candidates re-ranked on the device against `raw` when given
     /// (`raw.k` results per query, else `want`); `None` where the device does not scan.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn scan(
         &self,
         cb: &CodebookView,
@@ -117,6 +118,7 @@ impl CudaBackend {
         nprobe: usize,
         want: usize,
         raw: Option<DeviceRerank>,
+        allow: Option<&[u32]>,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         if !self.caps().scans(cb, lists, want) {
             return Ok(None);
@@ -131,13 +133,19 @@ impl CudaBackend {
             return Ok(None);
         };
         let s = &dev.stream;
+        // The allowed positions, once per call (a word of zeros, unread, without a filter).
+        let allow = match allow {
+            Some(a) => Some(self.up(s, a)?),
+            None => None,
+        };
         let mut rerank = match raw {
             Some(r) => Some((r, self.rerank_flags(s)?)),
             None => None,
         };
         let (mut ids, mut dist) = (Vec::new(), Vec::new());
         for batch in q.chunks(cb.d * QUERY_BATCH) {
-            let (qd, cid, cd) = self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want)?;
+            let (qd, cid, cd) =
+                self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want, allow.as_ref())?;
             let (i, v) = match &mut rerank {
                 None => (self.down(s, &cid)?, self.down(s, &cd)?),
                 Some((r, bad)) => self.rerank_batch(&dev, cb, &qd, &cid, want, *r, bad)?,
@@ -221,8 +229,9 @@ impl CudaBackend {
 
     /// One batch of queries (nb x d, prepared) through the device search: coarse GEMM and
     /// probe selection, the query tables, one block per (probe, query) scanning a list, and a
-    /// merge per query. Returns the queries on the device and their `want` candidates (ids,
-    /// scores), still there.
+    /// merge per query, skipping the positions `allow` does not set. Returns the queries on
+    /// the device and their `want` candidates (ids, scores), still there.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn search_batch(
         &self,
         dev: &Device,
@@ -231,6 +240,7 @@ impl CudaBackend {
         q: &[f32],
         nprobe: usize,
         want: usize,
+        allow: Option<&CudaSlice<u32>>,
     ) -> Result<(CudaSlice<f32>, CudaSlice<u64>, CudaSlice<f32>)> {
         let s = &dev.stream;
         let (d, dp, m, nsub, ksub) = (dl.d, dl.dp, dl.m, dl.nsub, dl.ksub);
@@ -308,6 +318,9 @@ impl CudaBackend {
         let table = 4 * nsub * ksub;
         let staged = table <= self.scan_smem;
         let si = staged as i32;
+        let unfiltered = CudaBackend::zeros::<u32>(s, 1)?;
+        let fi = allow.is_some() as i32;
+        let allow = allow.unwrap_or(&unfiltered);
         ran(
             unsafe {
                 s.launch_builder(&dev.k.scan_lists)
@@ -325,6 +338,8 @@ impl CudaBackend {
                     .arg(&mut cand_d)
                     .arg(&mut cand_p)
                     .arg(&si)
+                    .arg(allow)
+                    .arg(&fi)
                     .launch(LaunchConfig {
                         grid_dim: (nprobe as u32, nb as u32, 1),
                         block_dim: (128, 1, 1),

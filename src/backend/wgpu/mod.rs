@@ -364,8 +364,9 @@ impl Backend for WgpuBackend {
         q: &[f32],
         nprobe: usize,
         want: usize,
+        allow: Option<&[u32]>,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        search::search_lists(self, cb, lists, q, nprobe, want)
+        search::search_lists(self, cb, lists, q, nprobe, want, allow)
     }
     fn transfers(&self) -> Transfers {
         Transfers {

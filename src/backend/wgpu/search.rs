@@ -127,6 +127,7 @@ pub(super) fn search_lists(
     q: &[f32],
     nprobe: usize,
     want: usize,
+    allow: Option<&[u32]>,
 ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
     let lut = cb.nsub * cb.ksub();
     let want_built = want.max(1).next_power_of_two();
@@ -151,10 +152,25 @@ pub(super) fn search_lists(
     let nq = q.len() / d;
     // Coarse scores (batch x m) must fit one binding too.
     let batch = QUERY_BATCH.min(b.rows_per_block(m)).max(1);
+    // The allowed positions, once per call (a word, unread, without a filter).
+    let filter = match allow {
+        Some(a) if !a.is_empty() => Some(b.upload(a, "allowed positions")?),
+        Some(_) => Some(b.zeros(4, "allowed positions")?),
+        None => None,
+    };
+    let unfiltered;
+    let allow = match &filter {
+        Some(f) => (f, true),
+        None => {
+            unfiltered = b.zeros(4, "allowed positions")?;
+            (&unfiltered, false)
+        }
+    };
     let mut ids = Vec::with_capacity(nq * want);
     let mut dist = Vec::with_capacity(nq * want);
     for chunk in q.chunks(batch * d) {
-        let (i, s) = search_batch(b, &pipes, dc, dl, cb, chunk, nprobe.min(dl.m), want)?;
+        let n = nprobe.min(dl.m);
+        let (i, s) = search_batch(b, &pipes, dc, dl, cb, chunk, n, want, allow)?;
         ids.extend(i);
         dist.extend(s);
     }
@@ -162,7 +178,8 @@ pub(super) fn search_lists(
 }
 
 /// One batch of queries (nb x d, prepared): coarse products and probe selection, the query
-/// tables, and one workgroup per query scanning every list it probes.
+/// tables, and one workgroup per query scanning every list it probes (only the positions set
+/// in `allow.0` when `allow.1`).
 #[allow(clippy::too_many_arguments)]
 fn search_batch(
     b: &WgpuBackend,
@@ -173,6 +190,7 @@ fn search_batch(
     q: &[f32],
     nprobe: usize,
     want: usize,
+    allow: (&wgpu::Buffer, bool),
 ) -> Result<(Vec<u64>, Vec<f32>)> {
     let (d, dp, m, nsub) = (cb.d, cb.dp(), dl.m, cb.nsub);
     let nb = q.len() / d;
@@ -196,6 +214,7 @@ fn search_batch(
             want as u32,
             dp as u32,
             cb.ksub() as u32,
+            allow.1 as u32,
         ])
     };
     let mut trace = Trace::new(b);
@@ -241,6 +260,7 @@ fn search_batch(
             (14, &out_id),
             (15, &out_d),
             (16, &qt),
+            (17, allow.0),
         ],
         (nb as u32, 1, 1),
     );
