@@ -291,6 +291,12 @@ typedef struct vlcc_context vlcc_context;
 typedef struct vlcc_index vlcc_index;
 
 /**
+ * Opaque handle to the results of `vlcc_index_range_search`. Owned by the caller; free with
+ * `vlcc_range_results_free`. Read-only: any number of threads may read one.
+ */
+typedef struct vlcc_range_results vlcc_range_results;
+
+/**
  * Opaque handle to a set of search parameters. Owned by the caller; free with
  * `vlcc_search_params_free`. Searches read it (const); any number may share one while
  * nothing changes it.
@@ -761,6 +767,40 @@ vlcc_status vlcc_index_get_codes(const vlcc_index *ix,
                                  uint8_t *codes);
 
 /**
+ * Every vector of the lists each query probes (`params`: nprobe; k is not used) whose squared
+ * L2 distance is at most `radius` (L2 indexes), or whose similarity is at least `radius`
+ * (inner product, cosine), best first; the params' filter applies. Distances are those of the
+ * codes; with rerank above 0, each hit is scored again exactly against `raw` (row i = id i, as
+ * `vlcc_index_search` reads it) and kept only if that score is within the radius. `*out`
+ * receives the results (read them with `vlcc_range_results_view`), owned by the caller. A NaN
+ * radius fails with INVALID_ARGUMENT. Scans on the host; thread-safe like search.
+ */
+vlcc_status vlcc_index_range_search(const vlcc_index *ix,
+                                    const float *queries,
+                                    size_t nq,
+                                    const vlcc_search_params *params,
+                                    float radius,
+                                    const float *raw,
+                                    size_t raw_n,
+                                    vlcc_range_results **out);
+
+/**
+ * Views the results: `*nq` queries; query i's hits are `ids[offsets[i] .. offsets[i + 1]]`
+ * with `distances` at the same places (`offsets` holds nq + 1 values). The arrays belong to
+ * `r` and stay valid until it is freed. Any out-pointer may be NULL to skip it.
+ */
+vlcc_status vlcc_range_results_view(const vlcc_range_results *r,
+                                    size_t *nq,
+                                    const size_t **offsets,
+                                    const uint64_t **ids,
+                                    const float **distances);
+
+/**
+ * Frees range-search results. NULL is a no-op.
+ */
+void vlcc_range_results_free(vlcc_range_results *r);
+
+/**
  * Creates search parameters with their defaults (k 10, nprobe 16, rerank 0). `*out`
  * receives them, owned by the caller.
  */
@@ -789,8 +829,9 @@ vlcc_status vlcc_search_params_get(const vlcc_search_params *p, uint32_t param, 
  * bit `i % 8` (least significant first) of byte `i / 8`, `ceil(n_bits / 8)` bytes, copied
  * here (the caller's array may be freed at once). Replaces any filter set before. The
  * filter is applied during the scan: a query gets k hits whenever its probed lists hold k
- * allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Filtered
- * searches scan on the host whatever the context's backend. Exclusive access.
+ * allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Bitsets
+ * and id lists are applied in the device scan on CUDA and WGPU contexts (a mask over the
+ * index's vectors, made per search); a callback runs on the host path. Exclusive access.
  */
 vlcc_status vlcc_search_params_set_filter_bitset(vlcc_search_params *p,
                                                  const uint8_t *bits,
@@ -808,7 +849,8 @@ vlcc_status vlcc_search_params_set_filter_ids(vlcc_search_params *p, const uint6
  * query's candidates: positive allows it, 0 skips it, negative stops the search with
  * VLCC_STATUS_CALLBACK_FAILED (nothing is written). `f` is called from several threads at
  * once, during the search calls only; `user` must stay valid while the parameters may be used.
- * Otherwise as `vlcc_search_params_set_filter_bitset`.
+ * Searches with a callback scan on the host, whatever the context's backend. Otherwise as
+ * `vlcc_search_params_set_filter_bitset`.
  */
 vlcc_status vlcc_search_params_set_filter_callback(vlcc_search_params *p,
                                                    int (*f)(void *user, uint64_t id),

@@ -114,10 +114,29 @@ fn write_vecs<T: bytemuck::Pod>(path: &Path, data: &[T], cols: usize) -> Result<
             data.len()
         )));
     }
+    let offsets: Vec<usize> = (0..=data.len() / cols).map(|r| r * cols).collect();
+    write_ragged(path, data, &offsets)
+}
+
+/// Writes `.fvecs` / `.ivecs` rows of their own lengths (atomically): row i is
+/// `data[offsets[i]..offsets[i + 1]]`, as a range search's hits are.
+pub fn write_ragged<T: bytemuck::Pod>(path: &Path, data: &[T], offsets: &[usize]) -> Result<()> {
+    let bad = offsets
+        .windows(2)
+        .any(|w| w[0] > w[1] || w[1] - w[0] > i32::MAX as usize);
+    if bad
+        || offsets.first().is_some_and(|&o| o != 0)
+        || offsets.last().is_some_and(|&o| o != data.len())
+    {
+        return Err(Error::InvalidArgument(format!(
+            "offsets do not split {} values into rows",
+            data.len()
+        )));
+    }
     write_atomic(path, |w| {
-        for row in data.chunks_exact(cols) {
-            w.write_all(&(cols as i32).to_le_bytes())?;
-            w.write_all(bytemuck::cast_slice(row))?;
+        for o in offsets.windows(2) {
+            w.write_all(&((o[1] - o[0]) as i32).to_le_bytes())?;
+            w.write_all(bytemuck::cast_slice(&data[o[0]..o[1]]))?;
         }
         Ok(())
     })

@@ -134,6 +134,67 @@ fn the_whole_pipeline_runs_from_the_command_line() {
     ]);
     let r64 = vlc_compress::vecio::read_ivecs(&dir.join("r64.ivecs")).unwrap();
     assert_eq!(r64, r, "float64 queries answered differently");
+    // Range search: rows as long as each query's hits, all within the radius, nearest first.
+    let out = run(&[
+        "search",
+        "--index",
+        "ix.vlcc",
+        "--query",
+        &data("query.fvecs"),
+        "--nprobe",
+        "8",
+        "--radius",
+        "20",
+        "--out",
+        "range.ivecs",
+        "--out-distances",
+        "range.fvecs",
+        "--json",
+    ]);
+    let ragged = |name: &str| -> Vec<Vec<u32>> {
+        let b = std::fs::read(dir.join(name)).unwrap();
+        let mut rows = Vec::new();
+        let mut at = 0;
+        while at < b.len() {
+            let n = i32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+            let row = b[at + 4..at + 4 + 4 * n]
+                .chunks(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            rows.push(row);
+            at += 4 + 4 * n;
+        }
+        rows
+    };
+    let (ids, dists) = (ragged("range.ivecs"), ragged("range.fvecs"));
+    assert_eq!(ids.len(), query.rows);
+    let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
+    assert_eq!(lens, dists.iter().map(Vec::len).collect::<Vec<_>>());
+    assert!(
+        lens.iter().any(|&n| n > 10) && lens.iter().any(|&n| n != lens[0]),
+        "{lens:?}"
+    );
+    for row in &dists {
+        let d: Vec<f32> = row.iter().map(|&b| f32::from_bits(b)).collect();
+        assert!(d.iter().all(|&v| v <= 20.0) && d.windows(2).all(|w| w[0] <= w[1]));
+    }
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["hits"], lens.iter().sum::<usize>());
+    let (ok, _, err) = vlc(
+        &[
+            "search",
+            "--index",
+            "ix.vlcc",
+            "--query",
+            &data("query.fvecs"),
+            "--radius",
+            "20",
+            "--out",
+            "range.npy",
+        ],
+        &dir,
+    );
+    assert!(!ok && err.contains("range.npy"), "{err}");
     run(&[
         "search", "--index", "ix.vlcc", "--query", "q16.npy", "--rerank", "50", "--raw", &base,
         "--out", "r.npy",

@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
     } catch (const vlcc::Error& e) {
         filtered = filtered && e.status() == VLCC_STATUS_INVALID_ARGUMENT;
     }
+    // Range search: within the radius of a top-5's last hit, nearest first.
+    const auto top = index.search(q10, vlcc::SearchParams(5, 64));
+    const auto within = index.range_search(q10, top.distances[4], vlcc::SearchParams(5, 64));
+    filtered = filtered && within.offsets.size() == 11 && within.offsets[1] >= 5 && within.ids[0] == top.ids[0];
     caught = caught && filtered;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",

@@ -101,6 +101,7 @@ std::vector<uint8_t> take_buffer(Fill fill) {
     return out;
 }
 struct SearchParamsFree { void operator()(vlcc_search_params* p) const noexcept { vlcc_search_params_free(p); } };
+struct RangeResultsFree { void operator()(vlcc_range_results* p) const noexcept { vlcc_range_results_free(p); } };
 // The rows in `len` values of `width` each; a partial row throws (never silently dropped).
 inline size_t rows(size_t len, size_t width, const char* what, const char* unit = "values") {
     if (width == 0 || len % width != 0)
@@ -333,6 +334,13 @@ struct Results {
     }
 };
 
+/// Range-search results: query i's hits are ids[offsets[i] .. offsets[i + 1]], best first.
+struct RangeResults {
+    std::vector<size_t> offsets;  // nq + 1
+    std::vector<uint64_t> ids;
+    std::vector<float> distances;
+};
+
 /// A searchable compressed index.
 class Index {
 public:
@@ -424,6 +432,23 @@ public:
         return n;
     }
     void save(const std::string& path) const { detail::check(vlcc_index_save(p_.get(), path.c_str())); }
+    // Every vector within radius (squared L2; a similarity floor for IP/cosine) of each query
+    // over the probed lists, best first (p's k is not used, its filter is).
+    RangeResults range_search(span<const float> queries, float radius, const SearchParams& p,
+                              span<const float> raw = {}) const {
+        const size_t d = dim(), nq = detail::rows(queries.size(), d, "range_search: queries");
+        const size_t raw_n = raw.empty() ? 0 : detail::rows(raw.size(), d, "range_search: raw");
+        vlcc_range_results* r = nullptr;
+        detail::check(vlcc_index_range_search(p_.get(), queries.data(), nq, p.get(), radius, raw.data(), raw_n, &r));
+        std::unique_ptr<vlcc_range_results, detail::RangeResultsFree> owned(r);
+        size_t n = 0;
+        const size_t* off = nullptr;
+        const uint64_t* ids = nullptr;
+        const float* dist = nullptr;
+        detail::check(vlcc_range_results_view(r, &n, &off, &ids, &dist));
+        return RangeResults{std::vector<size_t>(off, off + n + 1), std::vector<uint64_t>(ids, ids + off[n]),
+                            std::vector<float>(dist, dist + off[n])};
+    }
     // For each id, whether a vector with it is held (the first call by id builds the id map).
     std::vector<bool> contains(span<const uint64_t> ids) const {
         std::vector<uint8_t> flags(ids.size());

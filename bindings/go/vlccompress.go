@@ -925,6 +925,70 @@ func (ix *Index) Reconstruct() ([]uint64, []float32, error) {
 	return ids, vecs, nil
 }
 
+// RangeResults are a range search's hits: query i's are IDs[Offsets[i]:Offsets[i+1]], with
+// Distances at the same places, best first.
+type RangeResults struct {
+	Offsets   []int
+	IDs       []uint64
+	Distances []float32
+}
+
+// RangeSearch returns every vector of the probed lists (p.NProbe; p.K is not used) within
+// radius of each query: squared L2 distance at most radius, or similarity at least radius
+// for inner product and cosine; best first. p.Filter applies; with p.Rerank > 0 each hit is
+// scored again exactly against p.Raw and kept only if still within the radius.
+func (ix *Index) RangeSearch(queries []float32, radius float32, p SearchParams) (RangeResults, error) {
+	if ix.dim == 0 || len(queries)%ix.dim != 0 || p.NProbe <= 0 || p.Rerank < 0 {
+		return RangeResults{}, &Error{Status: StatusInvalidArgument, Message: "queries must be whole rows; NProbe >= 1"}
+	}
+	if err := p.Filter.check(); err != nil {
+		return RangeResults{}, err
+	}
+	nq := len(queries) / ix.dim
+	rawRows := len(p.Raw) / ix.dim
+	var out RangeResults
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status {
+		var sp *C.vlcc_search_params
+		if s := C.vlcc_search_params_new(&sp); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		defer C.vlcc_search_params_free(sp)
+		if s := C.search_params(sp, 1, C.size_t(p.NProbe), C.size_t(p.Rerank)); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		s, release := setFilter(sp, p.Filter)
+		defer release()
+		if s != C.VLCC_STATUS_OK {
+			return s
+		}
+		var r *C.vlcc_range_results
+		if s := C.vlcc_index_range_search(h, floatPtr(queries), C.size_t(nq), sp, C.float(radius), floatPtr(p.Raw), C.size_t(rawRows), &r); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		defer C.vlcc_range_results_free(r)
+		var n C.size_t
+		var off *C.size_t
+		var ids *C.uint64_t
+		var dist *C.float
+		if s := C.vlcc_range_results_view(r, &n, &off, &ids, &dist); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		offs := unsafe.Slice(off, int(n)+1)
+		total := int(offs[n])
+		out.Offsets = make([]int, int(n)+1)
+		for i, o := range offs {
+			out.Offsets[i] = int(o)
+		}
+		out.IDs = append([]uint64(nil), unsafe.Slice((*uint64)(unsafe.Pointer(ids)), total)...)
+		out.Distances = append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(dist)), total)...)
+		return C.VLCC_STATUS_OK
+	})
+	runtime.KeepAlive(queries)
+	runtime.KeepAlive(p.Raw)
+	runtime.KeepAlive(p.Filter)
+	return out, err
+}
+
 // idsPtr is the C view of a non-empty id slice.
 func idsPtr(ids []uint64) *C.uint64_t { return (*C.uint64_t)(unsafe.Pointer(&ids[0])) }
 

@@ -668,3 +668,35 @@ func TestByID(t *testing.T) {
 		t.Fatal("removed id still held")
 	}
 }
+
+func TestRangeSearch(t *testing.T) {
+	_, ix, x := indexed(t, 2000, 23)
+	q := x[:3*dim]
+	p := SearchParams{K: 5, NProbe: 64}
+	top, dist, err := ix.Search(q, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ix.RangeSearch(q, dist[4], p)
+	if err != nil || len(r.Offsets) != 4 || r.Offsets[1] < 5 || r.IDs[0] != top[0] {
+		t.Fatalf("range: %v %v", err, r.Offsets)
+	}
+	for i := 0; i < r.Offsets[1]; i++ {
+		if r.Distances[i] > dist[4] || (i > 0 && r.Distances[i] < r.Distances[i-1]) {
+			t.Fatalf("hit %d: %v", i, r.Distances[:r.Offsets[1]])
+		}
+	}
+	p.Filter = FilterFunc(func(id uint64) bool { return id%2 == 0 })
+	f, err := ix.RangeSearch(q, dist[4], p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range f.IDs {
+		if id%2 != 0 {
+			t.Fatal("filter ignored")
+		}
+	}
+	if _, err := ix.RangeSearch(q, float32(math.NaN()), p); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("NaN radius: %v", err)
+	}
+}

@@ -43,7 +43,7 @@ pub struct vlcc_index_info {
     pub memory_mapped: u32,
 }
 
-unsafe fn index_ref<'a>(p: *const vlcc_index) -> FfiResult<&'a Index> {
+pub(crate) unsafe fn index_ref<'a>(p: *const vlcc_index) -> FfiResult<&'a Index> {
     handle::<vlcc_index, Index>(p, "index")
 }
 

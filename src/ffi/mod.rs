@@ -17,6 +17,7 @@ pub mod compressor;
 pub mod context;
 pub mod error;
 pub mod index;
+pub mod range;
 pub mod search_params;
 pub mod status;
 pub mod version;

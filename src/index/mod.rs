@@ -5,9 +5,11 @@
 mod fastscan;
 mod filter;
 mod ids;
+mod range;
 mod search;
 
 pub use filter::{Filter, Predicate};
+pub use range::RangeResults;
 pub use search::{DenseRaw, RawVectors, SearchResults};
 
 use crate::backend::{CodebookView, ListsView};

@@ -596,6 +596,30 @@ static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
     expect(memcmp(r_ids, want_ids, sizeof r_ids) == 0, "cleared filter");
     vlcc_search_params_free(p);
 
+    /* Range search: the hits of a radius at the 5th of an unfiltered top-k, best first. */
+    vlcc_search_params *rp = NULL;
+    expect_status(vlcc_search_params_new(&rp), VLCC_STATUS_OK);
+    expect_status(vlcc_search_params_set(rp, VLCC_SEARCH_PARAM_NPROBE, 64), VLCC_STATUS_OK);
+    vlcc_range_results *rr = NULL;
+    expect_status(vlcc_index_range_search(ix, q, 2, rp, want_d[4], NULL, 0, NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_range_search(ix, q, 2, rp, NAN, NULL, 0, &rr), VLCC_STATUS_INVALID_ARGUMENT);
+    expect(rr == NULL, "no results on failure");
+    expect_status(vlcc_index_range_search(ix, q, 2, rp, want_d[4], NULL, 0, &rr), VLCC_STATUS_OK);
+    size_t rnq = 0;
+    const size_t *roff = NULL;
+    const uint64_t *rids = NULL;
+    const float *rdist = NULL;
+    expect_status(vlcc_range_results_view(NULL, &rnq, &roff, &rids, &rdist), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_range_results_view(rr, &rnq, &roff, &rids, &rdist), VLCC_STATUS_OK);
+    expect_status(vlcc_range_results_view(rr, NULL, NULL, NULL, NULL), VLCC_STATUS_OK);
+    expect(rnq == 2 && roff[0] == 0 && roff[1] >= 5 && roff[2] >= roff[1], "range offsets");
+    int in_order = 1;
+    for (size_t i = 0; i < roff[1]; i++) in_order &= rdist[i] <= want_d[4] && (i == 0 || rdist[i - 1] <= rdist[i]);
+    expect(in_order && rids[0] == want_ids[0], "range hits within the radius, nearest first");
+    vlcc_range_results_free(rr);
+    vlcc_range_results_free(NULL);
+    vlcc_search_params_free(rp);
+
     /* By id. */
     uint64_t ask[3] = {5, N + 5, 0};
     uint8_t has[3] = {9, 9, 9};

@@ -330,8 +330,27 @@ struct SearchArgs {
     /// .bin bitset (bit i % 8 of byte i / 8 allows id i; 8 x its size bits).
     #[arg(long)]
     filter: Option<PathBuf>,
+    /// Range search: every hit within this squared L2 distance (or with at least this
+    /// similarity, for ip and cosine) instead of the k best. --out must then be .ivecs and
+    /// --out-distances .fvecs: one row per query, as long as its hits.
+    #[arg(long)]
+    radius: Option<f32>,
     #[command(flatten)]
     run: RunOpts,
+}
+
+/// Result ids as .ivecs holds them: -1 for none; an id beyond int32 is refused.
+fn ivecs_ids(ids: &[u64], out: &std::path::Path) -> Result<Vec<i32>, String> {
+    ids.iter()
+        .map(|&i| match i32::try_from(i) {
+            Ok(v) => Ok(v),
+            Err(_) if i == u64::MAX => Ok(-1),
+            Err(_) => Err(format!(
+                "--out {}: id {i} does not fit .ivecs (int32); write .npy (int64)",
+                out.display()
+            )),
+        })
+        .collect()
 }
 
 /// The filter a --filter file describes (see `SearchArgs::filter`).
@@ -519,9 +538,22 @@ fn build(a: BuildArgs) -> AnyResult {
 }
 
 fn search(a: SearchArgs) -> AnyResult {
-    output_kind(&a.out, &["ivecs", "npy"])?;
+    let ragged = a.radius.is_some();
+    output_kind(
+        &a.out,
+        if ragged {
+            &["ivecs"]
+        } else {
+            &["ivecs", "npy"]
+        },
+    )?;
     if let Some(p) = &a.out_distances {
-        flag_output_kind("--out-distances", p, &["fvecs", "npy"])?;
+        let kinds: &[&str] = if ragged {
+            &["fvecs"]
+        } else {
+            &["fvecs", "npy"]
+        };
+        flag_output_kind("--out-distances", p, kinds)?;
     }
     let filter = a.filter.as_deref().map(read_filter).transpose()?;
     let ctx = a.run.context()?;
@@ -542,6 +574,19 @@ fn search(a: SearchArgs) -> AnyResult {
         nprobe: a.nprobe,
         rerank: a.rerank,
     };
+    let raw = dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors);
+    if let Some(radius) = a.radius {
+        let t = std::time::Instant::now();
+        let res = index.range_search(&q.data, radius, &p, raw, filter.as_ref())?;
+        let secs = t.elapsed().as_secs_f64();
+        vecio::write_ragged(&a.out, &ivecs_ids(&res.ids, &a.out)?, &res.offsets)?;
+        if let Some(p) = &a.out_distances {
+            vecio::write_ragged(p, &res.distances, &res.offsets)?;
+        }
+        let out = serde_json::json!({"queries": q.rows, "radius": radius, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs, "hits": res.ids.len(), "mean_hits": res.ids.len() as f64 / q.rows.max(1) as f64});
+        eval::print_object(&out, a.run.json);
+        return Ok(());
+    }
     let t = std::time::Instant::now();
     let res = index.search_filtered(
         &q.data,
@@ -551,23 +596,7 @@ fn search(a: SearchArgs) -> AnyResult {
     )?;
     let secs = t.elapsed().as_secs_f64();
     match a.out.extension().and_then(|e| e.to_str()) {
-        Some("ivecs") => {
-            let mut ids = Vec::with_capacity(res.ids.len());
-            for &i in &res.ids {
-                ids.push(match i32::try_from(i) {
-                    Ok(v) => v,
-                    Err(_) if i == u64::MAX => -1,
-                    Err(_) => {
-                        return Err(format!(
-                            "--out {}: id {i} does not fit .ivecs (int32); write .npy (int64)",
-                            a.out.display()
-                        )
-                        .into())
-                    }
-                });
-            }
-            vecio::write_ivecs(&a.out, &ids, a.k)?
-        }
+        Some("ivecs") => vecio::write_ivecs(&a.out, &ivecs_ids(&res.ids, &a.out)?, a.k)?,
         Some("npy") => {
             let ids: Vec<i64> = res
                 .ids

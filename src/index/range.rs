@@ -1,0 +1,102 @@
+//! Range search: every vector of the probed lists within a radius of the query (L2) or above a
+//! similarity threshold (inner product, cosine), in the shape of FAISS's `RangeSearchResult`.
+
+use super::search::{Cand, Within, QUERY_BLOCK};
+use super::{Filter, Index, RawVectors};
+use crate::error::{Error, Result};
+use crate::params::{Metric, SearchParams};
+use crate::quant::prepare;
+use rayon::prelude::*;
+
+/// Range-search results: query i's hits are `ids[offsets[i]..offsets[i + 1]]` with their
+/// `distances` (squared L2, nearest first; or similarities, largest first).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeResults {
+    /// nq + 1 offsets into `ids` and `distances`.
+    pub offsets: Vec<usize>,
+    pub ids: Vec<u64>,
+    pub distances: Vec<f32>,
+}
+
+impl RangeResults {
+    /// Number of queries.
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Query i's hits: ids and distances.
+    pub fn hits(&self, i: usize) -> (&[u64], &[f32]) {
+        let (a, b) = (self.offsets[i], self.offsets[i + 1]);
+        (&self.ids[a..b], &self.distances[a..b])
+    }
+}
+
+impl Index {
+    /// Every vector of the `p.nprobe` lists each query probes whose squared L2 distance is at
+    /// most `radius` (L2), or whose similarity is at least `radius` (inner product, cosine),
+    /// best first. Distances are those of the codes; with `p.rerank > 0` every hit is scored
+    /// again exactly against `raw` and kept only if that exact score is within the radius (a
+    /// vector whose code's score misses the radius is not found either way). `p.k` is not
+    /// used; `filter` as in [`Index::search_filtered`]. Scans on the host.
+    pub fn range_search(
+        &self,
+        queries: &[f32],
+        radius: f32,
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
+    ) -> Result<RangeResults> {
+        let raw = self.check_search(queries, p, raw)?;
+        if radius.is_nan() {
+            return Err(Error::InvalidArgument("radius is NaN".into()));
+        }
+        let (d, metric) = (self.cb.dim(), self.cb.metric);
+        let l2 = metric == Metric::L2;
+        // Scores are smaller-is-better: minus the similarity under inner product.
+        let bound = if l2 { radius } else { -radius };
+        let q = prepare(queries, d, metric);
+        let per_query = self.context().run(|_| {
+            q.par_chunks(QUERY_BLOCK * d)
+                .map(|qb| {
+                    let mut out = Vec::with_capacity(qb.len() / d);
+                    let keep = |i: usize, w: Within| {
+                        let mut hits = w.hits()?;
+                        if let Some(raw) = raw {
+                            self.rescore(&qb[i * d..(i + 1) * d], &mut hits, raw)?;
+                            hits.retain(|c| c.0 <= bound);
+                        }
+                        hits.sort_unstable();
+                        out.push(hits);
+                        Ok(())
+                    };
+                    self.scan_block(qb, p.nprobe, filter, || Within::new(bound), keep)?;
+                    Ok(out)
+                })
+                .collect::<Result<Vec<Vec<Vec<Cand>>>>>()
+        })?;
+        let total: usize = per_query.iter().flatten().map(Vec::len).sum();
+        let mut r = RangeResults {
+            offsets: Vec::with_capacity(q.len() / d.max(1) + 1),
+            ids: Vec::new(),
+            distances: Vec::new(),
+        };
+        let room = |what: &str| Error::OutOfMemory(format!("range search: {total} {what}"));
+        r.ids.try_reserve_exact(total).map_err(|_| room("ids"))?;
+        r.distances
+            .try_reserve_exact(total)
+            .map_err(|_| room("distances"))?;
+        r.offsets.push(0);
+        for hits in per_query.into_iter().flatten() {
+            for c in hits {
+                r.ids.push(c.1);
+                r.distances.push(if l2 { c.0 } else { -c.0 });
+            }
+            r.offsets.push(r.ids.len());
+        }
+        Ok(r)
+    }
+}
