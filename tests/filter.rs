@@ -19,6 +19,8 @@ fn forms(allowed: &[u64], n: u64) -> Vec<(&'static str, Filter)> {
     vec![
         ("bitset", Filter::bitset(&bits, n).unwrap()),
         ("ids", Filter::ids(allowed).unwrap()),
+        // Held as given (`Filter::ids` makes a dense list a bitset).
+        ("id list", Filter::Ids(allowed.into())),
         (
             "predicate",
             Filter::predicate(move |id| Ok(set.contains(&id))),
@@ -156,6 +158,14 @@ fn filters_refuse_bad_input_and_pass_errors_on() {
         Filter::ids(&[3, 2]),
         Err(Error::InvalidArgument(_))
     ));
+    // Sparse ids stay a sorted list; dense ones become a bitset; both allow the same.
+    let sparse = Filter::ids(&[5, 1 << 40]).unwrap();
+    let dense = Filter::ids(&[1, 5, 9]).unwrap();
+    assert!(matches!(sparse, Filter::Ids(_)) && matches!(dense, Filter::Bitset { .. }));
+    for id in [0, 1, 5, 9, 10, 1 << 40, u64::MAX] {
+        assert_eq!(sparse.allows(id).unwrap(), id == 5 || id == 1 << 40);
+        assert_eq!(dense.allows(id).unwrap(), [1, 5, 9].contains(&id));
+    }
     // A predicate's error ends the search with it.
     let f = Filter::predicate(|id| {
         if id % 2 == 1 {

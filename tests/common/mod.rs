@@ -481,7 +481,7 @@ pub fn filtered_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, que
             };
             for f in [
                 Filter::bitset(&mask, n).unwrap(),
-                Filter::ids(&allowed).unwrap(),
+                Filter::Ids(allowed.clone().into()),
             ] {
                 let what = format!("{bits}-bit {pct}% {f:?}");
                 let want = host.search_filtered(query, &sp, None, Some(&f)).unwrap();
