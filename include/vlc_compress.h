@@ -626,8 +626,9 @@ vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, cons
  *
  * With rerank above 0 (it must then be >= k), the best `rerank` candidates are re-scored
  * exactly against `raw`: `raw_n` vectors of dimension d where the vector of id i is row i
- * (`raw` may be NULL when rerank is 0). An id without a row fails with INVALID_ARGUMENT, a
- * row whose distance is not finite with NON_FINITE.
+ * (`raw` may be NULL when rerank is 0), or against the rows the params' fetch callback gives
+ * (`vlcc_search_params_set_fetch`; `raw` NULL and `raw_n` 0). An id without a row fails with
+ * INVALID_ARGUMENT, a row whose distance is not finite with NON_FINITE.
  *
  * Thread-safe: any number of threads may search one index at once, and get exactly what
  * sequential calls return. Outputs are written only on success and must not overlap the inputs.
@@ -855,6 +856,20 @@ vlcc_status vlcc_search_params_set_filter_ids(vlcc_search_params *p, const uint6
 vlcc_status vlcc_search_params_set_filter_callback(vlcc_search_params *p,
                                                    int (*f)(void *user, uint64_t id),
                                                    void *user);
+
+/**
+ * Searches with these parameters and rerank above 0 get the raw vectors of their candidates
+ * from `f` instead of a dense array: `f(user, ids, n, out)` writes the n rows of `ids` (d
+ * floats each, in order) into `out` and returns 0 (VLCC_STATUS_OK); any other value fails the
+ * search with VLCC_STATUS_CALLBACK_FAILED, and nothing is written. It is called once per
+ * query, from several threads at once; `user` must stay valid while the parameters may be
+ * used. A search given both a callback and raw vectors fails with INVALID_ARGUMENT. `f` NULL
+ * removes the callback. Exclusive access.
+ */
+vlcc_status vlcc_search_params_set_fetch(vlcc_search_params *p, int (*f)(void *user,
+                                                                         const uint64_t *ids,
+                                                                         size_t n,
+                                                                         float *out), void *user);
 
 /**
  * Removes the filter, if any: searches return any id again. Exclusive access.

@@ -48,7 +48,7 @@ pub use compressor::Compressor;
 pub use context::Context;
 pub use error::{Error, Result};
 pub use index::{
-    recall_at, DenseRaw, Filter, Index, IndexStats, Predicate, RangeResults, RawVectors,
+    recall_at, DenseRaw, FetchRaw, Filter, Index, IndexStats, Predicate, RangeResults, RawVectors,
     SearchResults,
 };
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};

@@ -134,6 +134,15 @@ int main(int argc, char** argv) {
     const auto top = index.search(q10, vlcc::SearchParams(5, 64));
     const auto within = index.range_search(q10, top.distances[4], vlcc::SearchParams(5, 64));
     filtered = filtered && within.offsets.size() == 11 && within.offsets[1] >= 5 && within.ids[0] == top.ids[0];
+    // Re-rank through a fetch callable: the same as against the dense rows.
+    vlcc::SearchParams rp(5, 16, 30);
+    const auto dense = index.search(q10, rp, x);
+    rp.fetch([&](vlcc::span<const uint64_t> want, vlcc::span<float> out) {
+        for (size_t i = 0; i < want.size(); i++)
+            for (size_t t = 0; t < d; t++) out[i * d + t] = x[want[i] * d + t];
+    }, d);
+    const auto fetched = index.search(q10, rp);
+    filtered = filtered && fetched.ids == dense.ids && fetched.distances == dense.distances;
     caught = caught && filtered;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",

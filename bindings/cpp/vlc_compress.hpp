@@ -307,6 +307,22 @@ public:
         fn_.reset();
         return *this;
     }
+    // The re-rank gets its candidates' raw vectors from fetch(ids, out) (ids.size() x d floats
+    // to write), instead of a dense array: called once per query, from several threads at
+    // once; an exception fails the search with VLCC_STATUS_CALLBACK_FAILED. An empty function
+    // removes it.
+    using FetchFn = std::function<void(span<const uint64_t> ids, span<float> out)>;
+    SearchParams& fetch(FetchFn f, size_t dim) {
+        if (!f) {
+            detail::check(vlcc_search_params_set_fetch(p_.get(), nullptr, nullptr));
+            fetch_.reset();
+            return *this;
+        }
+        auto st = std::make_unique<FetchState>(FetchState{std::move(f), dim});
+        detail::check(vlcc_search_params_set_fetch(p_.get(), &SearchParams::fetch_trampoline, st.get()));
+        fetch_ = std::move(st);
+        return *this;
+    }
 
 private:
     static int trampoline(void* user, uint64_t id) noexcept {
@@ -316,9 +332,23 @@ private:
             return -1;
         }
     }
+    struct FetchState {
+        FetchFn f;
+        size_t dim;
+    };
+    static int fetch_trampoline(void* user, const uint64_t* ids, size_t n, float* out) noexcept {
+        try {
+            auto* st = static_cast<FetchState*>(user);
+            st->f(span<const uint64_t>(ids, n), span<float>(out, n * st->dim));
+            return VLCC_STATUS_OK;
+        } catch (...) {
+            return -1;
+        }
+    }
     std::unique_ptr<vlcc_search_params, detail::SearchParamsFree> p_;
-    // The callback's state, alive as long as the parameters that point at it.
+    // The callbacks' state, alive as long as the parameters that point at it.
     std::unique_ptr<std::function<bool(uint64_t)>> fn_;
+    std::unique_ptr<FetchState> fetch_;
 };
 
 /// Search results, best first: k per query.

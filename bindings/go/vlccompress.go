@@ -36,6 +36,13 @@ extern int vlccGoFilter(void *user, uint64_t id);
 static vlcc_status set_go_filter(vlcc_search_params* p, uintptr_t handle) {
 	return vlcc_search_params_set_filter_callback(p, vlccGoFilter, (void*)handle);
 }
+extern int vlccGoFetch(void *user, uint64_t *ids, size_t n, float *out);
+static int go_fetch(void *user, const uint64_t *ids, size_t n, float *out) {
+	return vlccGoFetch(user, (uint64_t*)ids, n, out);
+}
+static vlcc_status set_go_fetch(vlcc_search_params* p, uintptr_t handle) {
+	return vlcc_search_params_set_fetch(p, handle ? go_fetch : NULL, (void*)handle);
+}
 // One call sets the three numbers a search takes, and stops at the first refusal.
 static vlcc_status search_params(vlcc_search_params* p, size_t k, size_t nprobe, size_t rerank) {
 	vlcc_status s = vlcc_search_params_set(p, VLCC_SEARCH_PARAM_K, (double)k);
@@ -708,8 +715,20 @@ type SearchParams struct {
 	K      int       // results per query
 	NProbe int       // lists probed per query
 	Rerank int       // 0, or >= K: re-score this many candidates exactly against Raw
-	Raw    []float32 // raw vectors, row i = id i (needed when Rerank > 0)
+	Raw    []float32 // raw vectors, row i = id i (needed when Rerank > 0, unless Fetch)
+	Fetch  Fetch     // raw vectors by id for the re-rank, instead of Raw
 	Filter *Filter   // ids the search may return (nil: any)
+}
+
+// setCallbacks puts p's filter and fetch on the C parameters sp (of an index of dimension d);
+// the returned func releases what they hold and must run after the search.
+func setCallbacks(sp *C.vlcc_search_params, p SearchParams, d int) (C.vlcc_status, func()) {
+	s, release := setFilter(sp, p.Filter)
+	if s != C.VLCC_STATUS_OK || p.Fetch == nil {
+		return s, release
+	}
+	h := cgo.NewHandle(fetchCall{p.Fetch, d})
+	return C.set_go_fetch(sp, C.uintptr_t(h)), func() { release(); h.Delete() }
 }
 
 // setFilter puts f on the C parameters sp; the returned func releases what it holds and must
@@ -823,7 +842,7 @@ func (ix *Index) search(queries []float32, p SearchParams, ids []uint64, dist []
 		if s := C.search_params(sp, C.size_t(p.K), C.size_t(p.NProbe), C.size_t(p.Rerank)); s != C.VLCC_STATUS_OK {
 			return s
 		}
-		s, release := setFilter(sp, p.Filter)
+		s, release := setCallbacks(sp, p, ix.dim)
 		defer release()
 		if s != C.VLCC_STATUS_OK {
 			return s
@@ -956,7 +975,7 @@ func (ix *Index) RangeSearch(queries []float32, radius float32, p SearchParams) 
 		if s := C.search_params(sp, 1, C.size_t(p.NProbe), C.size_t(p.Rerank)); s != C.VLCC_STATUS_OK {
 			return s
 		}
-		s, release := setFilter(sp, p.Filter)
+		s, release := setCallbacks(sp, p, ix.dim)
 		defer release()
 		if s != C.VLCC_STATUS_OK {
 			return s

@@ -700,3 +700,37 @@ func TestRangeSearch(t *testing.T) {
 		t.Fatalf("NaN radius: %v", err)
 	}
 }
+
+func TestFetchRerank(t *testing.T) {
+	_, ix, x := indexed(t, 2000, 24)
+	q := x[:10*dim]
+	p := SearchParams{K: 5, NProbe: 16, Rerank: 30, Raw: x}
+	want, wantD, err := ix.Search(q, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	var mu sync.Mutex
+	p.Raw = nil
+	p.Fetch = func(ids []uint64, out []float32) error {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		for i, id := range ids {
+			copy(out[i*dim:(i+1)*dim], x[int(id)*dim:(int(id)+1)*dim])
+		}
+		return nil
+	}
+	got, gotD, err := ix.Search(q, p)
+	if err != nil || !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gotD, wantD) || calls != 10 {
+		t.Fatalf("fetch re-rank: %v, %d calls", err, calls)
+	}
+	p.Fetch = func([]uint64, []float32) error { return errors.New("store down") }
+	if _, _, err := ix.Search(q, p); !errors.Is(err, ErrCallbackFailed) {
+		t.Fatalf("failing fetch: %v", err)
+	}
+	p.Fetch, p.Raw = func([]uint64, []float32) error { return nil }, x
+	if _, _, err := ix.Search(q, p); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("both Raw and Fetch: %v", err)
+	}
+}

@@ -7,7 +7,7 @@ use super::boundary::{
 use super::buffer::vlcc_buffer;
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
-use super::search_params::{search_params_ref, vlcc_search_params, Params};
+use super::search_params::{search_params_ref, vlcc_search_params, FetchRows, Params};
 use super::status::vlcc_status;
 use crate::{DenseRaw, Index, RawVectors, Vectors};
 use std::ffi::c_char;
@@ -158,8 +158,9 @@ pub unsafe extern "C" fn vlcc_index_add_device(
 ///
 /// With rerank above 0 (it must then be >= k), the best `rerank` candidates are re-scored
 /// exactly against `raw`: `raw_n` vectors of dimension d where the vector of id i is row i
-/// (`raw` may be NULL when rerank is 0). An id without a row fails with INVALID_ARGUMENT, a
-/// row whose distance is not finite with NON_FINITE.
+/// (`raw` may be NULL when rerank is 0), or against the rows the params' fetch callback gives
+/// (`vlcc_search_params_set_fetch`; `raw` NULL and `raw_n` 0). An id without a row fails with
+/// INVALID_ARGUMENT, a row whose distance is not finite with NON_FINITE.
 ///
 /// Thread-safe: any number of threads may search one index at once, and get exactly what
 /// sequential calls return. Outputs are written only on success and must not overlap the inputs.
@@ -177,11 +178,10 @@ pub unsafe extern "C" fn vlcc_index_search(
     ffi_boundary! {
         let (h, q, sp) = search_args(ix, queries, nq, params)?;
         let (p, filter) = (sp.p, sp.filter.as_ref());
-        let d = h.codebook().dim();
-        let raw = if p.rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
-        let inputs = [("queries", q), ("raw vectors", raw.as_ref().map_or(&[][..], |r| r.data))];
+        let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;
+        let inputs = [("queries", q), ("raw vectors", raw.dense())];
         write_results(&inputs, nq, p.k, ids, distances, || {
-            h.search_filtered(q, &p, raw.as_ref().map(|r| r as &dyn RawVectors), filter)
+            h.search_filtered(q, &p, raw.get(), filter)
         })
     }
 }
@@ -221,6 +221,55 @@ pub unsafe extern "C" fn vlcc_index_search_device_raw(
             // checks the range before reading it.
             unsafe { h.search_device_raw(q, &p, at, raw_n) }
         })
+    }
+}
+
+/// What a search re-ranks against: nothing (rerank 0), the caller's dense rows, or the
+/// params' fetch callback.
+pub(crate) enum Raw<'a> {
+    None,
+    Dense(DenseRaw<'a>),
+    Fetch(FetchRows<'a>),
+}
+
+impl<'a> Raw<'a> {
+    /// From a search call's parameters and `raw` / `raw_n` (rows of `d`).
+    pub(crate) unsafe fn of(
+        sp: &'a Params,
+        raw: *const f32,
+        raw_n: usize,
+        d: usize,
+    ) -> FfiResult<Raw<'a>> {
+        if sp.p.rerank == 0 {
+            return Ok(Raw::None);
+        }
+        match &sp.fetch {
+            Some(_) if !raw.is_null() || raw_n > 0 => fail(
+                vlcc_status::InvalidArgument,
+                "raw vectors and a fetch callback were both given: give one",
+            ),
+            Some(fetch) => Ok(Raw::Fetch(FetchRows { fetch, d })),
+            None => Ok(Raw::Dense(DenseRaw {
+                data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?,
+                d,
+            })),
+        }
+    }
+
+    /// The dense rows, for the overlap checks (empty otherwise).
+    pub(crate) fn dense(&self) -> &'a [f32] {
+        match self {
+            Raw::Dense(r) => r.data,
+            _ => &[],
+        }
+    }
+
+    pub(crate) fn get(&self) -> Option<&dyn RawVectors> {
+        match self {
+            Raw::None => None,
+            Raw::Dense(r) => Some(r),
+            Raw::Fetch(r) => Some(r),
+        }
     }
 }
 

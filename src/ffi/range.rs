@@ -1,10 +1,10 @@
 //! `vlcc_range_results`: what a range search found, held by the library until freed.
 
 use super::boundary::{count, handle, need_out, slice, write_out, FfiResult};
-use super::index::{index_ref, vlcc_index};
+use super::index::{index_ref, vlcc_index, Raw};
 use super::search_params::{search_params_ref, vlcc_search_params};
 use super::status::vlcc_status;
-use crate::{DenseRaw, RangeResults, RawVectors};
+use crate::RangeResults;
 
 /// Opaque handle to the results of `vlcc_index_range_search`. Owned by the caller; free with
 /// `vlcc_range_results_free`. Read-only: any number of threads may read one.
@@ -36,8 +36,8 @@ pub unsafe extern "C" fn vlcc_index_range_search(
         let sp = search_params_ref(params)?;
         let d = h.codebook().dim();
         let q = slice(queries, count(nq, d, "queries")?, "queries")?;
-        let raw = if sp.p.rerank > 0 { Some(DenseRaw { data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?, d }) } else { None };
-        let r = h.range_search(q, radius, &sp.p, raw.as_ref().map(|r| r as &dyn RawVectors), sp.filter.as_ref())?;
+        let raw = Raw::of(sp, raw, raw_n, d)?;
+        let r = h.range_search(q, radius, &sp.p, raw.get(), sp.filter.as_ref())?;
         write_out(out, Box::into_raw(Box::new(r)) as *mut vlcc_range_results, "out")
     }
 }

@@ -26,11 +26,53 @@ pub enum vlcc_search_param {
     Rerank = 3,
 }
 
-/// What a `vlcc_search_params` holds: the numbers, and the filter if one was set.
+/// What a `vlcc_search_params` holds: the numbers, the filter and the fetch callback if set.
 #[derive(Debug, Default)]
 pub(crate) struct Params {
     pub p: SearchParams,
     pub filter: Option<Filter>,
+    pub fetch: Option<Fetch>,
+}
+
+/// A caller's fetch callback and pointer, which the caller vouches may be used from any thread.
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    f: unsafe extern "C" fn(*mut c_void, *const u64, usize, *mut f32) -> c_int,
+    user: *mut c_void,
+}
+// SAFETY: `vlcc_search_params_set_fetch` documents that the callback is called from several
+// threads at once with this pointer; the caller takes that on.
+unsafe impl Send for Fetch {}
+unsafe impl Sync for Fetch {}
+
+/// A fetch callback as the raw vectors of an index of dimension `d`.
+pub(crate) struct FetchRows<'a> {
+    pub fetch: &'a Fetch,
+    pub d: usize,
+}
+
+impl crate::RawVectors for FetchRows<'_> {
+    fn dim(&self) -> usize {
+        self.d
+    }
+    fn fetch(&self, ids: &[u64], out: &mut [f32]) -> crate::Result<()> {
+        self.fetch.rows(ids, out)
+    }
+}
+
+impl Fetch {
+    /// Rows of `ids` into `out` through the callback.
+    pub fn rows(&self, ids: &[u64], out: &mut [f32]) -> crate::Result<()> {
+        // SAFETY: `ids` and `out` are valid for the lengths given; the callback is the
+        // caller's, as they vouched.
+        match unsafe { (self.f)(self.user, ids.as_ptr(), ids.len(), out.as_mut_ptr()) } {
+            0 => Ok(()),
+            s => Err(Error::Callback(format!(
+                "the fetch callback returned {s} for {} ids",
+                ids.len()
+            ))),
+        }
+    }
 }
 
 pub(crate) unsafe fn search_params_ref<'a>(p: *const vlcc_search_params) -> FfiResult<&'a Params> {
@@ -169,6 +211,27 @@ pub unsafe extern "C" fn vlcc_search_params_set_filter_callback(
         };
         let cb = Callback { f, user };
         p.filter = Some(Filter::predicate(move |id| cb.allows(id)));
+        Ok(())
+    }
+}
+
+/// Searches with these parameters and rerank above 0 get the raw vectors of their candidates
+/// from `f` instead of a dense array: `f(user, ids, n, out)` writes the n rows of `ids` (d
+/// floats each, in order) into `out` and returns 0 (VLCC_STATUS_OK); any other value fails the
+/// search with VLCC_STATUS_CALLBACK_FAILED, and nothing is written. It is called once per
+/// query, from several threads at once; `user` must stay valid while the parameters may be
+/// used. A search given both a callback and raw vectors fails with INVALID_ARGUMENT. `f` NULL
+/// removes the callback. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_search_params_set_fetch(
+    p: *mut vlcc_search_params,
+    f: Option<
+        unsafe extern "C" fn(user: *mut c_void, ids: *const u64, n: usize, out: *mut f32) -> c_int,
+    >,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        params_mut(p)?.fetch = f.map(|f| Fetch { f, user });
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ mod search;
 
 pub use filter::{Filter, Predicate};
 pub use range::RangeResults;
-pub use search::{DenseRaw, RawVectors, SearchResults};
+pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 
 use crate::backend::{CodebookView, ListsView};
 use crate::error::{Error, Result};

@@ -17,11 +17,40 @@ use rayon::prelude::*;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-/// Raw (uncompressed) vectors for exact re-ranking, looked up by id.
+/// Raw (uncompressed) vectors for exact re-ranking, looked up by id: rows held in memory
+/// (`get`), or fetched in batches from wherever the caller keeps them (`fetch`). A search
+/// calls them from several threads at once.
 pub trait RawVectors: Sync {
     fn dim(&self) -> usize;
-    /// The vector stored under `id`, if any.
-    fn get(&self, id: u64) -> Option<&[f32]>;
+    /// The vector stored under `id`, where it is held in memory.
+    fn get(&self, _id: u64) -> Option<&[f32]> {
+        None
+    }
+    /// Writes the vectors of `ids` into `out` (`ids.len()` x `dim()`, in order): one call per
+    /// query's candidates. By default `get`'s rows; an id without one is an `InvalidArgument`.
+    fn fetch(&self, ids: &[u64], out: &mut [f32]) -> Result<()> {
+        for (&id, row) in ids.iter().zip(out.chunks_exact_mut(self.dim().max(1))) {
+            row.copy_from_slice(self.get(id).ok_or_else(|| raw_missing(id))?);
+        }
+        Ok(())
+    }
+}
+
+/// Raw vectors that a caller's function fetches: `f(ids, out)` writes the rows of `ids` into
+/// `out` (`ids.len()` x `d`), or fails, which fails the search with that error. It is called
+/// from several threads at once, once per query's candidates.
+pub struct FetchRaw<F> {
+    pub d: usize,
+    pub f: F,
+}
+
+impl<F: Fn(&[u64], &mut [f32]) -> Result<()> + Sync> RawVectors for FetchRaw<F> {
+    fn dim(&self) -> usize {
+        self.d
+    }
+    fn fetch(&self, ids: &[u64], out: &mut [f32]) -> Result<()> {
+        (self.f)(ids, out)
+    }
 }
 
 /// Raw vectors in a dense row-major array where id = row number.
@@ -599,8 +628,10 @@ impl Index {
         raw: &dyn RawVectors,
     ) -> Result<()> {
         let (d, l2) = (self.cb.dim(), self.cb.metric == Metric::L2);
-        for c in cands.iter_mut() {
-            let v = raw.get(c.1).ok_or_else(|| raw_missing(c.1))?;
+        let ids: Vec<u64> = cands.iter().map(|c| c.1).collect();
+        let mut rows = try_vec(cands.len().saturating_mul(d), 0f32, "re-rank rows")?;
+        raw.fetch(&ids, &mut rows)?;
+        for (c, v) in cands.iter_mut().zip(rows.chunks_exact(d.max(1))) {
             let v = prepare(v, d, self.cb.metric);
             c.0 = if l2 {
                 linalg::l2_sq(qv, &v)

@@ -542,6 +542,17 @@ static int refuse(void *user, uint64_t id) {
     return *(const int *)user;
 }
 
+/* A fetch callback over the rows of `user` (id = row); a failing one. */
+static int fetch_rows(void *user, const uint64_t *ids, size_t n, float *out) {
+    const float *x = user;
+    for (size_t i = 0; i < n; i++) memcpy(out + i * D, x + ids[i] * D, D * sizeof *out);
+    return VLCC_STATUS_OK;
+}
+static int fetch_fails(void *user, const uint64_t *ids, size_t n, float *out) {
+    (void)user, (void)ids, (void)n, (void)out;
+    return VLCC_STATUS_IO;
+}
+
 /* Filters through the search parameters, and access by id, on an index of ids 0..N-1. */
 static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
     vlcc_compressor *c = trained(ctx, x, 5);
@@ -595,6 +606,27 @@ static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_index_search(ix, q, NQ, p, NULL, 0, r_ids, r_d), VLCC_STATUS_OK);
     expect(memcmp(r_ids, want_ids, sizeof r_ids) == 0, "cleared filter");
     vlcc_search_params_free(p);
+
+    /* Re-rank through a fetch callback: what the dense rows give; its failure fails the search. */
+    vlcc_search_params *fp = NULL;
+    uint64_t f_ids[NQ * K];
+    float f_d[NQ * K];
+    expect_status(vlcc_search_params_new(&fp), VLCC_STATUS_OK);
+    expect_status(vlcc_search_params_set(fp, VLCC_SEARCH_PARAM_RERANK, 40), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, fp, x, N, want_ids, want_d), VLCC_STATUS_OK);
+    expect_status(vlcc_search_params_set_fetch(NULL, fetch_rows, (void *)x), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_search_params_set_fetch(fp, fetch_rows, (void *)x), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, fp, x, N, f_ids, f_d), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_search(ix, q, NQ, fp, NULL, 0, f_ids, f_d), VLCC_STATUS_OK);
+    expect(memcmp(f_ids, want_ids, sizeof f_ids) == 0 && memcmp(f_d, want_d, sizeof f_d) == 0,
+           "fetch re-rank equals the dense re-rank");
+    expect_status(vlcc_search_params_set_fetch(fp, fetch_fails, NULL), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, fp, NULL, 0, f_ids, f_d), VLCC_STATUS_CALLBACK_FAILED);
+    /* Removed: re-rank needs rows again. */
+    expect_status(vlcc_search_params_set_fetch(fp, NULL, NULL), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, NQ, fp, NULL, 0, f_ids, f_d), VLCC_STATUS_INVALID_ARGUMENT);
+    vlcc_search_params_free(fp);
+    expect_status(search(ix, q, NQ, K, 64, 0, NULL, 0, want_ids, want_d), VLCC_STATUS_OK);
 
     /* Range search: the hits of a radius at the 5th of an unfiltered top-k, best first. */
     vlcc_search_params *rp = NULL;

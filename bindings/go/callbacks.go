@@ -57,3 +57,34 @@ func vlccGoFilter(user unsafe.Pointer, id C.uint64_t) (r C.int) {
 	}
 	return 0
 }
+
+// Fetch writes the raw vectors of ids into out (len(ids) x Dim(), in order) for a re-rank, from
+// wherever the caller keeps them: SearchParams.Fetch, used instead of Raw. It is called once per
+// query, from several threads at once; an error or a panic fails the search with
+// ErrCallbackFailed.
+type Fetch func(ids []uint64, out []float32) error
+
+// fetchCall is what a fetch's handle holds: the func and the row width.
+type fetchCall struct {
+	f Fetch
+	d int
+}
+
+//export vlccGoFetch
+func vlccGoFetch(user unsafe.Pointer, ids *C.uint64_t, n C.size_t, out *C.float) (r C.int) {
+	defer func() {
+		if recover() != nil {
+			r = -1
+		}
+	}()
+	c := cgo.Handle(uintptr(user)).Value().(fetchCall)
+	if n == 0 {
+		return 0
+	}
+	idv := unsafe.Slice((*uint64)(unsafe.Pointer(ids)), int(n))
+	outv := unsafe.Slice((*float32)(unsafe.Pointer(out)), int(n)*c.d)
+	if c.f(idv, outv) != nil {
+		return -1
+	}
+	return 0
+}
