@@ -91,15 +91,15 @@ def main():
                 extra = ["--filter", ids]
             for nprobe in NPROBES:
                 res = f"{a.out}/{name}.r.npy"
-                out = run([a.vlcc, "search", "--index", ix, "--query", f"{dev}/query.fvecs",
-                           "--k", "10", "--nprobe", str(nprobe), "--threads", "2", "--out", res,
-                           "--json"] + extra, a.root)
-                j = json.loads(out)
+                cmd = [a.vlcc, "search", "--index", ix, "--query", f"{dev}/query.fvecs", "--k",
+                       "10", "--nprobe", str(nprobe), "--threads", "2", "--out", res, "--json"]
+                # The best of three runs: one run of 1000 queries takes a tenth of a second.
+                runs = [json.loads(run(cmd + extra, a.root)) for _ in range(3)]
                 got = np.load(res)
-                rows.append((f"{pct}%" if pct else "none", nprobe, recall10(got, truth), j["qps"],
-                             j["queries_short_of_k"]))
+                rows.append((f"{pct}%" if pct else "none", nprobe, recall10(got, truth),
+                             max(j["qps"] for j in runs), runs[0]["queries_short_of_k"]))
         print(f"### {name} ({SETS[name]} B, default parameters)\n")
-        print("| allowed | nprobe | R@10 (exact among allowed) | QPS (2T) | queries short of 10 |")
+        print("| allowed | nprobe | R@10 (exact among allowed) | QPS (2T, best of 3) | queries short of 10 |")
         print("|---|---|---|---|---|")
         for r in rows:
             print(f"| {r[0]} | {r[1]} | {r[2]:.3f} | {r[3]:,.0f} | {r[4]} |")
