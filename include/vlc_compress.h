@@ -249,6 +249,24 @@ typedef enum {
 } vlcc_param;
 
 /**
+ * Refinement vectors an index keeps beside its codes (numbers are stable).
+ */
+typedef enum {
+  /**
+   * None: a re-rank needs raw vectors from the caller.
+   */
+  VLCC_REFINE_NONE = 0,
+  /**
+   * Each vector in IEEE half precision: 2 d bytes.
+   */
+  VLCC_REFINE_F16 = 1,
+  /**
+   * What each code misses, 8 bits per value under a per-vector scale: d + 4 bytes.
+   */
+  VLCC_REFINE_INT8 = 2,
+} vlcc_refine;
+
+/**
  * Search parameters for `vlcc_search_params_set` / `_get`. Values are doubles holding whole
  * numbers. Numbers are stable.
  */
@@ -590,6 +608,21 @@ vlcc_status vlcc_last_error_message(char *buf, size_t len, size_t *out_len);
  * what it needs: the compressor may be freed first. `*out` receives it, owned by the caller.
  */
 vlcc_status vlcc_index_new(const vlcc_compressor *c, vlcc_index **out);
+
+/**
+ * Creates an empty index like `vlcc_index_new` that keeps refinement vectors of kind `refine`
+ * (a `vlcc_refine` value; unknown ones fail with INVALID_ARGUMENT). They are made from the
+ * vectors added (host memory only: `vlcc_index_add_device` refuses), saved in the index file,
+ * memory-mapped on load, and moved with their ids by remove and merge (which needs both
+ * indexes to keep the same kind). A search with rerank above 0 and no raw vectors or fetch
+ * callback re-ranks against them.
+ */
+vlcc_status vlcc_index_new_with_refine(const vlcc_compressor *c, uint32_t refine, vlcc_index **out);
+
+/**
+ * Stores in `*out` the kind of refinement vectors the index keeps (a `vlcc_refine` value).
+ */
+vlcc_status vlcc_index_refine(const vlcc_index *ix, uint32_t *out);
 
 /**
  * Frees an index. NULL is a no-op.

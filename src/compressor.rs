@@ -132,4 +132,9 @@ impl Compressor {
     pub fn new_index(&self) -> Result<Index> {
         Index::new(self.ctx.clone(), self.codebook()?.clone())
     }
+
+    /// As `new_index`, keeping refinement vectors of kind `refine` (`Index::with_refine`).
+    pub fn new_index_with_refine(&self, refine: crate::Refine) -> Result<Index> {
+        Index::with_refine(self.ctx.clone(), self.codebook()?.clone(), refine)
+    }
 }

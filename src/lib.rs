@@ -49,7 +49,7 @@ pub use context::Context;
 pub use error::{Error, Result};
 pub use index::{
     recall_at, DenseRaw, FetchRaw, Filter, Index, IndexStats, Predicate, RangeResults, RawVectors,
-    SearchResults,
+    Refine, SearchResults,
 };
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
 pub use quant::{Codebook, TrainReport, Vectors};

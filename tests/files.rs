@@ -183,7 +183,12 @@ fn reserved_fields_padding_and_layout_are_strict() {
         ("reserved header", Box::new(|b| b[20] = 1)),
         ("reserved header", Box::new(|b| b[50] = 1)),
         ("reserved field", Box::new(|b| b[64 + 4] = 1)),
-        ("meta: reserved", Box::new(move |b| b[meta + 28] = 1)),
+        // The refinement field: rows declared, none there.
+        ("refinement rows", Box::new(move |b| b[meta + 28] = 1)),
+        (
+            "unknown refinement kind",
+            Box::new(move |b| b[meta + 28] = 9),
+        ),
         // META is 48 bytes: 16 bytes of padding follow it.
         ("padding", Box::new(move |b| b[meta + 50] = 1)),
         // Section 2 moved onto section 1.

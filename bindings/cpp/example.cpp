@@ -143,6 +143,14 @@ int main(int argc, char** argv) {
     }, d);
     const auto fetched = index.search(q10, rp);
     filtered = filtered && fetched.ids == dense.ids && fetched.distances == dense.distances;
+    // Refinement vectors kept in the index: re-rank with nothing from the caller.
+    vlcc::Index refined(comp, VLCC_REFINE_INT8);
+    refined.add(x, ids);
+    const vlcc::Index loaded = vlcc::Index::deserialize(ctx, refined.serialize());
+    const auto by_refine = loaded.search(q10, vlcc::SearchParams(5, 16, 30));
+    int near = 0;
+    for (size_t q = 0; q < 10; q++) near += by_refine.ids[q * 5] == dense.ids[q * 5];
+    filtered = filtered && loaded.refine() == VLCC_REFINE_INT8 && near >= 9;
     caught = caught && filtered;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",

@@ -379,6 +379,18 @@ public:
         detail::check(vlcc_index_new(c.get(), &p));
         p_.reset(p);
     }
+    // An index keeping refinement vectors of kind `refine`: a search with rerank > 0 and no
+    // raw vectors or fetch re-ranks against them.
+    Index(const Compressor& c, vlcc_refine refine) {
+        vlcc_index* p = nullptr;
+        detail::check(vlcc_index_new_with_refine(c.get(), static_cast<uint32_t>(refine), &p));
+        p_.reset(p);
+    }
+    vlcc_refine refine() const {
+        uint32_t r = 0;
+        detail::check(vlcc_index_refine(p_.get(), &r));
+        return static_cast<vlcc_refine>(r);
+    }
     static Index load(const Context& ctx, const std::string& path, bool mmap = true) {
         vlcc_index* p = nullptr;
         detail::check(vlcc_index_load(ctx.get(), path.c_str(), mmap ? 1 : 0, &p));

@@ -601,13 +601,38 @@ func newIndex(p *C.vlcc_index) (*Index, error) {
 
 // NewIndex makes an empty index on the compressor's codebook.
 func NewIndex(c *Compressor) (*Index, error) {
+	return NewIndexWithRefine(c, RefineNone)
+}
+
+// Refine is the kind of refinement vectors an index keeps beside its codes.
+type Refine uint32
+
+// Refinement kinds (see the C header): none, half-precision vectors, or what each code misses
+// in 8 bits per value.
+const (
+	RefineNone Refine = C.VLCC_REFINE_NONE
+	RefineF16  Refine = C.VLCC_REFINE_F16
+	RefineInt8 Refine = C.VLCC_REFINE_INT8
+)
+
+// NewIndexWithRefine is NewIndex keeping refinement vectors of kind r: a search with Rerank > 0
+// and neither Raw nor Fetch then re-ranks against them. They are saved, loaded, removed and
+// merged with the index.
+func NewIndexWithRefine(c *Compressor, r Refine) (*Index, error) {
 	var p *C.vlcc_index
-	err := call(func() C.vlcc_status { return C.vlcc_index_new(c.p, &p) })
+	err := call(func() C.vlcc_status { return C.vlcc_index_new_with_refine(c.p, C.uint32_t(r), &p) })
 	runtime.KeepAlive(c)
 	if err != nil {
 		return nil, err
 	}
 	return newIndex(p)
+}
+
+// Refine is the kind of refinement vectors the index keeps.
+func (ix *Index) Refine() (Refine, error) {
+	var r C.uint32_t
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_refine(h, &r) })
+	return Refine(r), err
 }
 
 // Load opens an index file; with mmap, ids and codes are used in place from the file.

@@ -734,3 +734,47 @@ func TestFetchRerank(t *testing.T) {
 		t.Fatalf("both Raw and Fetch: %v", err)
 	}
 }
+
+func TestRefinedIndex(t *testing.T) {
+	c, _, x := indexed(t, 2000, 25)
+	ix, err := NewIndexWithRefine(c, RefineInt8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Add(x, rowIDs(2000)); err != nil {
+		t.Fatal(err)
+	}
+	q := x[:10*dim]
+	exact, _, err := ix.Search(q, SearchParams{K: 5, NProbe: 16, Rerank: 30, Raw: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ix.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, _ := NewContext(CPU, 0, 1)
+	defer ctx.Close()
+	back, err := Deserialize(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	got, _, err := back.Search(q, SearchParams{K: 5, NProbe: 16, Rerank: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := 0
+	for i := 0; i < 10; i++ {
+		if got[i*5] == exact[i*5] {
+			same++
+		}
+	}
+	if r, _ := back.Refine(); r != RefineInt8 || same < 9 {
+		t.Fatalf("refine %v, %d of 10 nearest agree", r, same)
+	}
+	if _, err := NewIndexWithRefine(c, Refine(7)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("unknown kind: %v", err)
+	}
+}

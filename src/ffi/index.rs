@@ -70,6 +70,50 @@ pub unsafe extern "C" fn vlcc_index_new(
     }
 }
 
+/// Refinement vectors an index keeps beside its codes (numbers are stable).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum vlcc_refine {
+    /// None: a re-rank needs raw vectors from the caller.
+    None = 0,
+    /// Each vector in IEEE half precision: 2 d bytes.
+    F16 = 1,
+    /// What each code misses, 8 bits per value under a per-vector scale: d + 4 bytes.
+    Int8 = 2,
+}
+
+/// Creates an empty index like `vlcc_index_new` that keeps refinement vectors of kind `refine`
+/// (a `vlcc_refine` value; unknown ones fail with INVALID_ARGUMENT). They are made from the
+/// vectors added (host memory only: `vlcc_index_add_device` refuses), saved in the index file,
+/// memory-mapped on load, and moved with their ids by remove and merge (which needs both
+/// indexes to keep the same kind). A search with rerank above 0 and no raw vectors or fetch
+/// callback re-ranks against them.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_new_with_refine(
+    c: *const vlcc_compressor,
+    refine: u32,
+    out: *mut *mut vlcc_index,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let c = compressor_ref(c)?;
+        let Some(kind) = crate::Refine::from_code(refine) else {
+            return fail(vlcc_status::InvalidArgument, format!("unknown refinement kind {refine}"));
+        };
+        let index = c.new_index_with_refine(kind)?;
+        write_out(out, boxed(index), "out")
+    }
+}
+
+/// Stores in `*out` the kind of refinement vectors the index keeps (a `vlcc_refine` value).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_refine(ix: *const vlcc_index, out: *mut u32) -> vlcc_status {
+    ffi_boundary! {
+        let r = index_ref(ix)?.refine().code();
+        write_out(out, r, "out")
+    }
+}
+
 /// Frees an index. NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_free(ix: *mut vlcc_index) {
@@ -249,6 +293,8 @@ impl<'a> Raw<'a> {
                 "raw vectors and a fetch callback were both given: give one",
             ),
             Some(fetch) => Ok(Raw::Fetch(FetchRows { fetch, d })),
+            // No rows: the index's refinement vectors, where it keeps some.
+            None if raw.is_null() && raw_n == 0 => Ok(Raw::None),
             None => Ok(Raw::Dense(DenseRaw {
                 data: slice(raw, count(raw_n, d, "raw vectors")?, "raw")?,
                 d,

@@ -43,9 +43,11 @@ pub(crate) mod sec {
     pub const LIST_OFFSETS: u32 = 5;
     pub const IDS: u32 = 6;
     pub const CODES: u32 = 7;
+    /// Refinement rows (index files whose META says so).
+    pub const REFINE: u32 = 8;
 }
 
-/// META section: 48 bytes of little-endian fields.
+/// META section: 48 bytes of little-endian fields (docs/format.md).
 pub(crate) const META_LEN: usize = 48;
 
 pub(crate) fn checksum(bytes: &[u8]) -> u64 {

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::error::{Error, Result};
+use crate::index::Refine;
 use crate::params::{Metric, Rotation};
 use crate::quant::{Codebook, ProductQuantizer};
 use std::ops::Range;
@@ -97,7 +98,7 @@ fn layout(b: &[u8]) -> Result<Layout> {
         let id = u32_at(e, 0);
         let off = u64_at(e, 8);
         let len = u64_at(e, 16);
-        if !(sec::META..=sec::CODES).contains(&id) {
+        if !(sec::META..=sec::REFINE).contains(&id) {
             return corrupt(format!("unknown section id {id}"));
         }
         if u32_at(e, 4) != 0 {
@@ -149,6 +150,7 @@ fn layout(b: &[u8]) -> Result<Layout> {
             sec::LIST_OFFSETS,
             sec::IDS,
             sec::CODES,
+            sec::REFINE,
         ]
     };
     if let Some(s) = sections.iter().find(|s| !allowed.contains(&s.0)) {
@@ -200,6 +202,7 @@ fn floats(b: &[u8], r: Range<usize>, count: usize, name: &str) -> Result<Vec<f32
 
 struct Meta {
     ntotal: u64,
+    refine: Refine,
 }
 
 fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
@@ -214,13 +217,19 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
     let f = |i: usize| u32_at(mb, i * 4) as usize;
     let (d, metric, nlist, nsub, bits, dsub, rotation) =
         (f(0), f(1), f(2), f(3), f(4) as u32, f(5), f(6));
-    if f(7) != 0 {
-        return corrupt("meta: reserved field is not zero");
+    let refine = Refine::from_code(f(7) as u32)
+        .map_or_else(|| corrupt(format!("unknown refinement kind {}", f(7))), Ok)?;
+    if (refine != Refine::None) != l.get(sec::REFINE).is_some() {
+        return corrupt(format!(
+            "refinement rows do not match their kind ({refine})"
+        ));
     }
     let ntotal = u64_at(mb, 32);
     let fingerprint = u64_at(mb, 40);
-    if l.kind == Kind::Codebook as u32 && ntotal != 0 {
-        return corrupt(format!("a codebook file says it holds {ntotal} vectors"));
+    if l.kind == Kind::Codebook as u32 && (ntotal != 0 || refine != Refine::None) {
+        return corrupt(format!(
+            "a codebook file says it holds {ntotal} vectors or refinement rows ({refine})"
+        ));
     }
     let metric = Metric::from_code(metric as u32)
         .map_or_else(|| corrupt(format!("unknown metric {metric}")), Ok)?;
@@ -255,7 +264,7 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
     if cb.fingerprint != fingerprint || u64_at(b, 32) != fingerprint {
         return corrupt("codebook fingerprint does not match its contents");
     }
-    Ok((cb, Meta { ntotal }))
+    Ok((cb, Meta { ntotal, refine }))
 }
 
 /// Where the lists of an index lie inside its bytes; validated once.
@@ -264,6 +273,8 @@ struct ListLayout {
     ids: Range<usize>,
     codes: Range<usize>,
     code_size: usize,
+    refine: Range<usize>,
+    refine_size: usize,
 }
 
 fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout> {
@@ -284,6 +295,18 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
     if Some(ids.len()) != n.checked_mul(8) || Some(codes.len()) != n.checked_mul(cs) {
         return corrupt("ids or codes section size does not match the vector count");
     }
+    // Refinement rows are there exactly when META declares them, one per vector.
+    let rs = meta.refine.row_bytes(cb.dim());
+    let refine = match (l.get(sec::REFINE), meta.refine) {
+        (None, Refine::None) => 0..0,
+        (Some(r), k) if k != Refine::None && Some(r.len()) == n.checked_mul(rs) => r,
+        _ => {
+            return corrupt(format!(
+                "refinement rows do not match their kind ({})",
+                meta.refine
+            ))
+        }
+    };
     if let Some(i) = b[ids.clone()].chunks_exact(8).position(|v| v == [0xff; 8]) {
         return corrupt(format!(
             "vector {i} has id {} (UINT64_MAX), the no-result marker",
@@ -295,6 +318,8 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
         ids,
         codes,
         code_size: cs,
+        refine,
+        refine_size: rs,
     })
 }
 
@@ -309,14 +334,17 @@ fn owned_lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<Lists
     let ll = lists(b, l, cb, meta)?;
     let ids_all: Vec<u64> = bytemuck::pod_collect_to_vec(&b[ll.ids.clone()]);
     let codes_all = &b[ll.codes.clone()];
+    let refine_all = &b[ll.refine.clone()];
     let nl = cb.anchors();
     let (mut ids, mut codes) = (Vec::with_capacity(nl), Vec::with_capacity(nl));
+    let mut refine = Vec::with_capacity(nl);
     for j in 0..nl {
         let (s, e) = (ll.offsets[j] as usize, ll.offsets[j + 1] as usize);
         ids.push(ids_all[s..e].to_vec());
         codes.push(codes_all[s * ll.code_size..e * ll.code_size].to_vec());
+        refine.push(refine_all[s * ll.refine_size..e * ll.refine_size].to_vec());
     }
-    Ok(Lists::Owned { ids, codes })
+    Ok(Lists::Owned { ids, codes, refine })
 }
 
 /// Parses a codebook from bytes (a codebook or an index file).
@@ -325,13 +353,16 @@ pub fn read_codebook_bytes(b: &[u8]) -> Result<Codebook> {
     Ok(codebook(b, &l)?.0)
 }
 
+/// An index file's parts: codebook, lists and the kind of refinement rows they hold.
+pub(crate) type IndexParts = (Codebook, Lists, Refine);
+
 /// Parses an index's codebook and lists from bytes (copied into memory).
-pub(crate) fn read_index_bytes(b: &[u8]) -> Result<(Codebook, Lists)> {
+pub(crate) fn read_index_bytes(b: &[u8]) -> Result<IndexParts> {
     let l = layout(b)?;
     kind_check(&l, Kind::Index)?;
     let (cb, meta) = codebook(b, &l)?;
     let lists = owned_lists(b, &l, &cb, &meta)?;
-    Ok((cb, lists))
+    Ok((cb, lists, meta.refine))
 }
 
 fn open_map(path: &Path) -> Result<memmap2::Mmap> {
@@ -350,14 +381,14 @@ pub fn load_codebook(path: &Path) -> Result<Codebook> {
 
 /// Loads an index's codebook and lists. With `mmap`, ids and codes stay in the file's memory
 /// map and are used in place; otherwise they are read in.
-pub(crate) fn load_index(path: &Path, mmap: bool) -> Result<(Codebook, Lists)> {
+pub(crate) fn load_index(path: &Path, mmap: bool) -> Result<IndexParts> {
     let map = open_map(path)?;
     let l = layout(&map)?;
     kind_check(&l, Kind::Index)?;
     let (cb, meta) = codebook(&map, &l)?;
     if !mmap {
         let lists = owned_lists(&map, &l, &cb, &meta)?;
-        return Ok((cb, lists));
+        return Ok((cb, lists, meta.refine));
     }
     let ll = lists(&map, &l, &cb, &meta)?;
     if bytemuck::try_cast_slice::<u8, u64>(&map[ll.ids.clone()]).is_err() {
@@ -369,6 +400,8 @@ pub(crate) fn load_index(path: &Path, mmap: bool) -> Result<(Codebook, Lists)> {
         ids: ll.ids,
         codes: ll.codes,
         code_size: ll.code_size,
+        refine: ll.refine,
+        refine_size: ll.refine_size,
     };
-    Ok((cb, Lists::Mapped(mapped)))
+    Ok((cb, Lists::Mapped(mapped), meta.refine))
 }

@@ -2,6 +2,7 @@
 //! written front to back in one stream.
 
 use super::*;
+use crate::index::Refine;
 use crate::quant::Codebook;
 use std::io::Write;
 
@@ -24,7 +25,7 @@ impl Section<'_> {
     }
 }
 
-fn meta(cb: &Codebook, ntotal: u64) -> Vec<u8> {
+fn meta(cb: &Codebook, ntotal: u64, refine: Refine) -> Vec<u8> {
     let mut m = Vec::with_capacity(META_LEN);
     for v in [
         cb.d as u32,
@@ -34,7 +35,7 @@ fn meta(cb: &Codebook, ntotal: u64) -> Vec<u8> {
         cb.pq.bits,
         cb.pq.dsub as u32,
         cb.rotation.code(),
-        0,
+        refine.code(),
     ] {
         m.extend_from_slice(&v.to_le_bytes());
     }
@@ -113,20 +114,23 @@ fn emit(
     w.write_all(&zeros[..file_len - pos])
 }
 
-fn with_sections<R>(ix: Option<&Lists>, cb: &Codebook, f: impl FnOnce(Kind, &[Section]) -> R) -> R {
+/// An index's lists and the refinement rows its META declares.
+type IndexLists<'a> = Option<(&'a Lists, Refine)>;
+
+fn with_sections<R>(ix: IndexLists, cb: &Codebook, f: impl FnOnce(Kind, &[Section]) -> R) -> R {
     match ix {
         None => {
-            let m = meta(cb, 0);
+            let m = meta(cb, 0, Refine::None);
             f(Kind::Codebook, &codebook_sections(cb, &m))
         }
-        Some(ix) => {
+        Some((ix, refine)) => {
             let nl = cb.anchors();
             let mut offsets = Vec::with_capacity(nl + 1);
             offsets.push(0u64);
             for j in 0..nl {
                 offsets.push(offsets[j] + ix.list(j).0.len() as u64);
             }
-            let m = meta(cb, offsets[nl]);
+            let m = meta(cb, offsets[nl], refine);
             let mut s = codebook_sections(cb, &m);
             s.push(Section {
                 id: sec::LIST_OFFSETS,
@@ -142,12 +146,18 @@ fn with_sections<R>(ix: Option<&Lists>, cb: &Codebook, f: impl FnOnce(Kind, &[Se
                 id: sec::CODES,
                 parts: (0..nl).map(|j| ix.list(j).1).collect(),
             });
+            if refine != Refine::None {
+                s.push(Section {
+                    id: sec::REFINE,
+                    parts: (0..nl).map(|j| ix.refine(j)).collect(),
+                });
+            }
             f(Kind::Index, &s)
         }
     }
 }
 
-fn save(path: &Path, ix: Option<&Lists>, cb: &Codebook) -> crate::Result<()> {
+fn save(path: &Path, ix: IndexLists, cb: &Codebook) -> crate::Result<()> {
     write_atomically(path, |file| {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
         with_sections(ix, cb, |kind, s| emit(&mut w, kind, cb.fingerprint, s))?;
@@ -155,7 +165,7 @@ fn save(path: &Path, ix: Option<&Lists>, cb: &Codebook) -> crate::Result<()> {
     })
 }
 
-fn to_bytes(ix: Option<&Lists>, cb: &Codebook) -> Vec<u8> {
+fn to_bytes(ix: IndexLists, cb: &Codebook) -> Vec<u8> {
     let mut out = Vec::new();
     with_sections(ix, cb, |kind, s| emit(&mut out, kind, cb.fingerprint, s))
         .expect("writing to memory cannot fail");
@@ -168,8 +178,13 @@ pub fn save_codebook(cb: &Codebook, path: &Path) -> crate::Result<()> {
 }
 
 /// Saves an index: codebook and lists (atomically).
-pub(crate) fn save_index(cb: &Codebook, lists: &Lists, path: &Path) -> crate::Result<()> {
-    save(path, Some(lists), cb)
+pub(crate) fn save_index(
+    cb: &Codebook,
+    lists: &Lists,
+    refine: Refine,
+    path: &Path,
+) -> crate::Result<()> {
+    save(path, Some((lists, refine)), cb)
 }
 
 /// A codebook serialized to memory (same bytes as its file).
@@ -178,6 +193,6 @@ pub fn codebook_bytes(cb: &Codebook) -> Vec<u8> {
 }
 
 /// An index serialized to memory (same bytes as its file).
-pub(crate) fn index_bytes(cb: &Codebook, lists: &Lists) -> Vec<u8> {
-    to_bytes(Some(lists), cb)
+pub(crate) fn index_bytes(cb: &Codebook, lists: &Lists, refine: Refine) -> Vec<u8> {
+    to_bytes(Some((lists, refine)), cb)
 }

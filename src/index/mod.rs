@@ -6,10 +6,12 @@ mod fastscan;
 mod filter;
 mod ids;
 mod range;
+mod refine;
 mod search;
 
 pub use filter::{Filter, Predicate};
 pub use range::RangeResults;
+pub use refine::Refine;
 pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 
 use crate::backend::{CodebookView, ListsView};
@@ -50,6 +52,7 @@ fn check_ids(ids: &[u64]) -> Result<()> {
 struct OwnedLists<'a> {
     ids: &'a mut Vec<Vec<u64>>,
     codes: &'a mut Vec<Vec<u8>>,
+    refine: &'a mut Vec<Vec<u8>>,
     map: Option<&'a mut IdMap>,
 }
 
@@ -65,7 +68,9 @@ pub struct IndexStats {
     pub empty_lists: usize,
     /// Largest list over the mean list size.
     pub max_list_over_mean: f64,
-    /// Bytes of codes and ids held.
+    /// Bytes of refinement vector per vector (0 where the index keeps none).
+    pub refine_bytes_per_vector: usize,
+    /// Bytes of codes, ids and refinement vectors held.
     pub payload_bytes: usize,
     pub memory_mapped: bool,
 }
@@ -76,6 +81,8 @@ pub struct Index {
     ctx: Arc<Context>,
     pub(crate) cb: Arc<Codebook>,
     pub(crate) lists: Lists,
+    /// The refinement rows the lists keep (`refine`).
+    refine: Refine,
     /// Lookup-table terms derived from the codebook (never stored in files).
     pub(crate) tables: search::Tables,
     /// Unique to this index and its contents: renewed by every change, so a device copy of
@@ -102,53 +109,92 @@ impl Index {
     /// An empty index on a trained codebook, adding and searching on `ctx`. Its search
     /// tables are allocated here: a machine without the memory for them gives `OutOfMemory`.
     pub fn new(ctx: Arc<Context>, cb: Arc<Codebook>) -> Result<Index> {
+        Index::with_refine(ctx, cb, Refine::None)
+    }
+
+    /// As `new`, keeping refinement vectors of kind `refine` beside the codes: a search with
+    /// `rerank > 0` and no raw vectors then re-ranks against them (module `refine`).
+    pub fn with_refine(ctx: Arc<Context>, cb: Arc<Codebook>, refine: Refine) -> Result<Index> {
         let lists = Lists::empty(cb.anchors())?;
-        Index::from_parts(ctx, cb, lists)
+        Index::from_parts(ctx, cb, lists, refine)
+    }
+
+    /// The refinement vectors this index keeps.
+    pub fn refine(&self) -> Refine {
+        self.refine
+    }
+
+    /// The re-rank's raw vectors: the caller's where given, else the refinement vectors this
+    /// index keeps, if any (`own` holds them for the call).
+    pub(crate) fn raw_or_refined<'r>(
+        &'r self,
+        raw: Option<&'r dyn RawVectors>,
+        own: &'r Option<refine::RefineRows<'r>>,
+    ) -> Option<&'r dyn RawVectors> {
+        raw.or(own.as_ref().map(|r| r as &dyn RawVectors))
+    }
+
+    /// This index's refinement vectors as raw vectors, where it keeps some.
+    pub(crate) fn refined(&self) -> Option<refine::RefineRows<'_>> {
+        (self.refine != Refine::None).then_some(refine::RefineRows { ix: self })
     }
 
     /// Loads an index file onto `ctx`. With `mmap`, ids and codes stay in the file's memory
     /// map and are used in place (the first `add`/`remove` copies them into memory);
     /// otherwise they are read in. Damaged files give `Corrupt`.
     pub fn load(ctx: Arc<Context>, path: impl AsRef<std::path::Path>, mmap: bool) -> Result<Index> {
-        let (cb, lists) = crate::format::load_index(path.as_ref(), mmap)?;
-        Index::from_parts(ctx, Arc::new(cb), lists)
+        let (cb, lists, refine) = crate::format::load_index(path.as_ref(), mmap)?;
+        Index::from_parts(ctx, Arc::new(cb), lists, refine)
     }
 
     /// Parses an index from the bytes of its file (`to_bytes`), onto `ctx`.
     pub fn from_bytes(ctx: Arc<Context>, bytes: &[u8]) -> Result<Index> {
-        let (cb, lists) = crate::format::read_index_bytes(bytes)?;
-        Index::from_parts(ctx, Arc::new(cb), lists)
+        let (cb, lists, refine) = crate::format::read_index_bytes(bytes)?;
+        Index::from_parts(ctx, Arc::new(cb), lists, refine)
     }
 
     /// Saves codebook and lists to `path` (atomically: a crash leaves the old file or the new).
     pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
-        crate::format::save_index(&self.cb, &self.lists, path.as_ref())
+        crate::format::save_index(&self.cb, &self.lists, self.refine, path.as_ref())
     }
 
     /// The bytes of this index's file.
     pub fn to_bytes(&self) -> Vec<u8> {
-        crate::format::index_bytes(&self.cb, &self.lists)
+        crate::format::index_bytes(&self.cb, &self.lists, self.refine)
     }
 
     /// A copy of this index on another context (another backend or device, say); the
     /// lists are copied into memory.
     pub fn to_context(&self, ctx: Arc<Context>) -> Result<Index> {
+        Index::from_parts(ctx, self.cb.clone(), self.owned_copy(), self.refine)
+    }
+
+    /// The lists, copied into memory.
+    fn owned_copy(&self) -> Lists {
         let m = self.nlist();
         let (mut ids, mut codes) = (Vec::with_capacity(m), Vec::with_capacity(m));
+        let mut refine = Vec::with_capacity(m);
         for j in 0..m {
             let (i, c) = self.list(j);
             ids.push(i.to_vec());
             codes.push(c.to_vec());
+            refine.push(self.lists.refine(j).to_vec());
         }
-        Index::from_parts(ctx, self.cb.clone(), Lists::Owned { ids, codes })
+        Lists::Owned { ids, codes, refine }
     }
 
-    fn from_parts(ctx: Arc<Context>, cb: Arc<Codebook>, lists: Lists) -> Result<Index> {
+    fn from_parts(
+        ctx: Arc<Context>,
+        cb: Arc<Codebook>,
+        lists: Lists,
+        refine: Refine,
+    ) -> Result<Index> {
         let tables = search::Tables::new(&cb, MAX_TERM_BYTES)?;
         Ok(Index {
             ctx,
             cb,
             lists,
+            refine,
             tables,
             stamp: next_stamp(),
             packed4: OnceLock::new(),
@@ -226,7 +272,9 @@ impl Index {
             } else {
                 0.0
             },
-            payload_bytes: n * (self.cb.residual_code_size() + 8),
+            refine_bytes_per_vector: self.refine.row_bytes(self.cb.dim()),
+            payload_bytes: n
+                * (self.cb.residual_code_size() + 8 + self.refine.row_bytes(self.cb.dim())),
             memory_mapped: matches!(self.lists, Lists::Mapped(_)),
         }
     }
@@ -236,20 +284,13 @@ impl Index {
         self.stamp = next_stamp();
         self.packed4 = OnceLock::new();
         if let Lists::Mapped(_) = &self.lists {
-            let m = self.nlist();
-            let mut ids = Vec::with_capacity(m);
-            let mut codes = Vec::with_capacity(m);
-            for j in 0..m {
-                let (i, c) = self.list(j);
-                ids.push(i.to_vec());
-                codes.push(c.to_vec());
-            }
-            self.lists = Lists::Owned { ids, codes };
+            self.lists = self.owned_copy();
         }
         match &mut self.lists {
-            Lists::Owned { ids, codes } => Ok(OwnedLists {
+            Lists::Owned { ids, codes, refine } => Ok(OwnedLists {
                 ids,
                 codes,
+                refine,
                 map: self.id_map.get_mut(),
             }),
             Lists::Mapped(_) => Err(Error::InvalidState("index lists are still mapped".into())),
@@ -282,7 +323,18 @@ impl Index {
         check_ids(ids)?;
         let cb = &self.cb;
         let (anchor, codes) = self.ctx.run(|b| cb.encode_parts(b, x))?;
-        self.append(&anchor, &codes, ids)
+        let refine = match self.refine {
+            Refine::None => Vec::new(),
+            r => {
+                let x = crate::quant::prepare(x.rows_f32(0, ids.len(), d), d, cb.metric());
+                let approx = match r {
+                    Refine::Int8 => cb.decode_parts(&anchor, &codes)?,
+                    _ => Vec::new(),
+                };
+                r.encode(&x, d, &approx)?
+            }
+        };
+        self.append(&anchor, &codes, &refine, ids)
     }
 
     /// As `add`, for `ids.len()` vectors in CUDA device memory at address `at`, read in place
@@ -294,17 +346,25 @@ impl Index {
     pub unsafe fn add_device(&mut self, at: u64, ids: &[u64]) -> Result<()> {
         crate::backend::need_device_memory(self.ctx.backend(), "adding from device memory")?;
         check_ids(ids)?;
+        if self.refine != Refine::None {
+            return Err(Error::InvalidArgument(format!(
+                "this index keeps {} refinement vectors, made from host memory: add with add",
+                self.refine
+            )));
+        }
         let cb = &self.cb;
         // SAFETY: as the caller vouches.
         let (anchor, codes) = self
             .ctx
             .run(|b| unsafe { cb.encode_parts_device(b, at, ids.len()) })?;
-        self.append(&anchor, &codes, ids)
+        self.append(&anchor, &codes, &[], ids)
     }
 
-    /// Appends encoded vectors (each one's anchor and code) to their lists under `ids`.
-    fn append(&mut self, anchor: &[u32], codes: &[u8], ids: &[u64]) -> Result<()> {
+    /// Appends encoded vectors (each one's anchor, code and refinement row) to their lists
+    /// under `ids`.
+    fn append(&mut self, anchor: &[u32], codes: &[u8], refine: &[u8], ids: &[u64]) -> Result<()> {
         let cs = self.cb.residual_code_size();
+        let rs = self.refine.row_bytes(self.cb.dim());
         let l = self.owned_lists()?;
         let mut map = l.map;
         if let Some(map) = map.as_deref_mut() {
@@ -331,6 +391,7 @@ impl Index {
             }
             li.push(id);
             lc.extend_from_slice(&codes[i * cs..(i + 1) * cs]);
+            l.refine[a as usize].extend_from_slice(&refine[i * rs..(i + 1) * rs]);
         }
         Ok(())
     }
@@ -341,6 +402,7 @@ impl Index {
     pub fn remove(&mut self, ids: &[u64]) -> Result<usize> {
         self.id_map()?;
         let cs = self.cb.residual_code_size();
+        let rs = self.refine.row_bytes(self.cb.dim());
         let l = self.owned_lists()?;
         let Some(map) = l.map else {
             return Err(Error::InvalidState("the id map went missing".into()));
@@ -349,11 +411,12 @@ impl Index {
         for &id in ids {
             while let Some(at) = map.take(id) {
                 let (j, row) = (at.list as usize, at.row as usize);
-                let (li, lc) = (&mut l.ids[j], &mut l.codes[j]);
+                let (li, lc, lr) = (&mut l.ids[j], &mut l.codes[j], &mut l.refine[j]);
                 let last = li.len() - 1;
                 if row != last {
                     li[row] = li[last];
                     lc.copy_within(last * cs..(last + 1) * cs, row * cs);
+                    lr.copy_within(last * rs..(last + 1) * rs, row * rs);
                     map.moved(
                         li[row],
                         ids::Loc {
@@ -365,6 +428,7 @@ impl Index {
                 }
                 li.pop();
                 lc.truncate(last * cs);
+                lr.truncate(last * rs);
                 removed += 1;
             }
         }
@@ -380,10 +444,17 @@ impl Index {
                 other.cb.fingerprint()
             )));
         }
+        if other.refine != self.refine {
+            return Err(Error::InvalidArgument(format!(
+                "refinement vectors differ: {} here, {} in the other index",
+                self.refine, other.refine
+            )));
+        }
         let m = self.nlist();
         let theirs: Vec<(Vec<u64>, Vec<u8>)> = (0..m)
             .map(|j| (other.list(j).0.to_vec(), other.list(j).1.to_vec()))
             .collect();
+        let their_refine: Vec<Vec<u8>> = (0..m).map(|j| other.lists.refine(j).to_vec()).collect();
         let l = self.owned_lists()?;
         if let Some(map) = l.map {
             map.reserve(other.len())?;
@@ -403,9 +474,10 @@ impl Index {
                 }
             }
         }
-        for (j, (i, c)) in theirs.into_iter().enumerate() {
+        for (j, ((i, c), r)) in theirs.into_iter().zip(their_refine).enumerate() {
             l.ids[j].extend(i);
             l.codes[j].extend(c);
+            l.refine[j].extend(r);
         }
         Ok(())
     }

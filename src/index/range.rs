@@ -50,7 +50,8 @@ impl Index {
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
     ) -> Result<RangeResults> {
-        let raw = self.check_search(queries, p, raw)?;
+        let own = self.refined();
+        let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
         if radius.is_nan() {
             return Err(Error::InvalidArgument("radius is NaN".into()));
         }

@@ -393,7 +393,8 @@ impl Index {
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
     ) -> Result<SearchResults> {
-        let raw = self.check_search(queries, p, raw)?;
+        let own = self.refined();
+        let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let q = prepare(queries, d, self.cb.metric);

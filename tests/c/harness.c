@@ -628,6 +628,26 @@ static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
     vlcc_search_params_free(fp);
     expect_status(search(ix, q, NQ, K, 64, 0, NULL, 0, want_ids, want_d), VLCC_STATUS_OK);
 
+    /* Refinement vectors: re-rank with no rows from the caller, close to the exact re-rank. */
+    vlcc_index *refined = NULL;
+    uint32_t kind = 9;
+    expect_status(vlcc_index_new_with_refine(c, 7, &refined), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_new_with_refine(c, VLCC_REFINE_INT8, &refined), VLCC_STATUS_OK);
+    expect_status(vlcc_index_add(refined, x, N, ids), VLCC_STATUS_OK);
+    expect_status(vlcc_index_refine(refined, &kind), VLCC_STATUS_OK);
+    expect(kind == VLCC_REFINE_INT8, "refinement kind");
+    expect_status(vlcc_index_refine(ix, &kind), VLCC_STATUS_OK);
+    expect(kind == VLCC_REFINE_NONE, "no refinement");
+    expect_status(search(refined, q, NQ, K, 16, 40, x, N, want_ids, want_d), VLCC_STATUS_OK);
+    expect_status(search(refined, q, NQ, K, 16, 40, NULL, 0, f_ids, f_d), VLCC_STATUS_OK);
+    size_t agree = 0;
+    for (size_t i = 0; i < NQ; i++) agree += f_ids[i * K] == want_ids[i * K];
+    expect(agree >= NQ - 2, "refined re-rank finds the exact nearest");
+    expect_status(vlcc_index_add_device(refined, x, 1, ids), VLCC_STATUS_BACKEND_UNAVAILABLE);
+    expect_status(vlcc_index_merge(refined, ix), VLCC_STATUS_INVALID_ARGUMENT);
+    vlcc_index_free(refined);
+    expect_status(search(ix, q, NQ, K, 64, 0, NULL, 0, want_ids, want_d), VLCC_STATUS_OK);
+
     /* Range search: the hits of a radius at the 5th of an unfiltered top-k, best first. */
     vlcc_search_params *rp = NULL;
     expect_status(vlcc_search_params_new(&rp), VLCC_STATUS_OK);

@@ -4,7 +4,9 @@ use super::{AnyResult, RunOpts, TrainOpts};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use vlc_compress::{recall_at, vecio, Compressor, DenseRaw, Progress, RawVectors, SearchParams};
+use vlc_compress::{
+    recall_at, vecio, Compressor, DenseRaw, Progress, RawVectors, Refine, SearchParams,
+};
 
 #[derive(Args)]
 pub(crate) struct EvalArgs {
@@ -26,6 +28,10 @@ pub(crate) struct EvalArgs {
     /// as a caller whose vectors are already on the GPU does (`--backend cuda`).
     #[arg(long)]
     raw_on_device: bool,
+    /// Keep refinement vectors in the index (none, f16 or int8): --rerank then re-ranks
+    /// against them instead of the base vectors.
+    #[arg(long, default_value = "none")]
+    refine: Refine,
     #[command(flatten)]
     train: TrainOpts,
     #[command(flatten)]
@@ -85,6 +91,7 @@ fn run_eval(
     run: &RunOpts,
     probes: &[(usize, usize)],
     raw_on_device: bool,
+    refine: Refine,
 ) -> AnyResult<Vec<serde_json::Value>> {
     let (base, query, gt) = (&data.base, &data.query, &data.gt);
     if base.cols != query.cols {
@@ -104,7 +111,7 @@ fn run_eval(
     let rep = c.train_with_progress(&base.data, base.cols, &bar)?.clone();
     let train_seconds = t.elapsed().as_secs_f64();
     bar.finish();
-    let mut index = c.new_index()?;
+    let mut index = c.new_index_with_refine(refine)?;
     let ids: Vec<u64> = (0..base.rows as u64).collect();
     let t = Instant::now();
     index.add(&base.data[..], &ids)?;
@@ -132,6 +139,8 @@ fn run_eval(
             match &raw_d {
                 // SAFETY: nothing writes the device copy while it is searched.
                 Some(r) => unsafe { index.search_device_raw(q, &p, r.at, base.rows) },
+                // A refined index re-ranks against its own vectors.
+                None if refine != Refine::None => index.search(q, &p, None),
                 None => index.search(q, &p, Some(&raw as &dyn RawVectors)),
             }
         };
@@ -152,7 +161,8 @@ fn run_eval(
             "anchors": train.anchors, "bytes_per_vector": stats.residual_code_size,
             "compression_ratio": (base.cols * 4) as f64 / stats.residual_code_size as f64,
             "train_seconds": train_seconds, "encode_seconds": encode_seconds,
-            "nprobe": nprobe, "rerank": rerank, "raw": if raw_d.is_some() { "device" } else { "host" },
+            "nprobe": nprobe, "rerank": rerank, "raw": if raw_d.is_some() { "device" } else if refine != Refine::None { refine.name() } else { "host" },
+            "refine_bytes_per_vector": refine.row_bytes(base.cols),
             "recall_at_1": recall_at(&res.ids, 10, &gt.data, gt.cols, 1), "recall_at_10": recall_at(&res.ids, 10, &gt.data, gt.cols, 10),
             "qps": query.rows as f64 / secs, "threads": ctx.threads(),
             "energy": rep.energy, "max_list_over_mean": stats.max_list_over_mean,
@@ -212,7 +222,7 @@ pub(crate) fn eval(a: &EvalArgs) -> AnyResult {
         gt: vecio::read_ivecs(&a.gt)?,
     };
     let probes: Vec<(usize, usize)> = a.nprobe.iter().map(|&p| (p, a.rerank)).collect();
-    let rows = run_eval(&data, &a.train, &a.run, &probes, a.raw_on_device)?;
+    let rows = run_eval(&data, &a.train, &a.run, &probes, a.raw_on_device, a.refine)?;
     print_rows(&rows, a.run.json);
     Ok(())
 }
@@ -254,6 +264,7 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
         run,
         &[(4, 0), (16, 0), (64, 0), (16, 100)],
         false,
+        Refine::None,
     )?;
     print_rows(&rows, run.json);
     Ok(())

@@ -297,6 +297,10 @@ struct BuildArgs {
     /// Use this codebook instead of training one on the input.
     #[arg(long)]
     codebook: Option<PathBuf>,
+    /// Keep refinement vectors in the index (none, f16 or int8): `search --rerank` then needs
+    /// no --raw.
+    #[arg(long, default_value = "none")]
+    refine: vlc_compress::Refine,
     #[command(flatten)]
     train: TrainOpts,
     #[command(flatten)]
@@ -529,7 +533,7 @@ fn build(a: BuildArgs) -> AnyResult {
             c
         }
     };
-    let mut index = c.new_index()?;
+    let mut index = c.new_index_with_refine(a.refine)?;
     let ids: Vec<u64> = (0..x.rows as u64).collect();
     index.add(&x.data[..], &ids)?;
     index.save(&a.out)?;

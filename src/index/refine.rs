@@ -1,0 +1,179 @@
+//! Refinement vectors: a second, finer copy of each vector that an index may keep beside its
+//! codes, so that an exact-enough re-rank needs nothing from the caller (FAISS's
+//! `IndexRefine`). Chosen when the index is made; saved in the file and memory-mapped on load.
+//!
+//! - `F16`: the vector (as the index sees it: normalised under cosine) in IEEE half precision,
+//!   2 d bytes.
+//! - `Int8`: what its code misses, `r = x - x_hat` (`x_hat` decoded from its anchor and code),
+//!   as d signed bytes under one scale `s = max |r_i| / 127` stored first (f32, little-endian):
+//!   4 + d bytes; each value is off by at most s / 2.
+
+use crate::error::{Error, Result};
+
+/// What refinement vectors an index keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Refine {
+    /// None: re-rank needs raw vectors from the caller.
+    #[default]
+    None,
+    /// Half-precision vectors.
+    F16,
+    /// Scalar-quantized residuals, 8 bits per value.
+    Int8,
+}
+
+impl Refine {
+    /// The number files and the C ABI use.
+    pub fn code(self) -> u32 {
+        match self {
+            Refine::None => 0,
+            Refine::F16 => 1,
+            Refine::Int8 => 2,
+        }
+    }
+
+    pub fn from_code(c: u32) -> Option<Refine> {
+        match c {
+            0 => Some(Refine::None),
+            1 => Some(Refine::F16),
+            2 => Some(Refine::Int8),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Refine::None => "none",
+            Refine::F16 => "f16",
+            Refine::Int8 => "int8",
+        }
+    }
+
+    /// Bytes of one vector's row at dimension `d`.
+    pub fn row_bytes(self, d: usize) -> usize {
+        match self {
+            Refine::None => 0,
+            Refine::F16 => 2 * d,
+            Refine::Int8 => 4 + d,
+        }
+    }
+
+    /// The rows of `x` (n x d, prepared for the metric), `approx` being what their codes
+    /// decode to (n x d; read by `Int8` only). An f16 row that cannot hold a value is refused.
+    pub(crate) fn encode(self, x: &[f32], d: usize, approx: &[f32]) -> Result<Vec<u8>> {
+        let rb = self.row_bytes(d);
+        let n = x.len() / d.max(1);
+        let mut out = crate::error::try_vec(n.saturating_mul(rb), 0u8, "refinement rows")?;
+        for (i, row) in x.chunks_exact(d).enumerate() {
+            let o = &mut out[i * rb..(i + 1) * rb];
+            match self {
+                Refine::None => {}
+                Refine::F16 => {
+                    for (v, b) in row.iter().zip(o.chunks_exact_mut(2)) {
+                        let h = half::f16::from_f32(*v);
+                        if h.is_infinite() {
+                            return Err(Error::InvalidArgument(format!(
+                                "row {i} holds {v}, beyond float16: use int8 refinement"
+                            )));
+                        }
+                        b.copy_from_slice(&h.to_le_bytes());
+                    }
+                }
+                Refine::Int8 => {
+                    let anchor = &approx[i * d..(i + 1) * d];
+                    let top = row
+                        .iter()
+                        .zip(anchor)
+                        .fold(0f32, |m, (v, c)| m.max((v - c).abs()));
+                    let s = if top > 0.0 { top / 127.0 } else { 1.0 };
+                    o[..4].copy_from_slice(&s.to_le_bytes());
+                    for ((v, c), b) in row.iter().zip(anchor).zip(&mut o[4..]) {
+                        *b = ((v - c) / s).round().clamp(-127.0, 127.0) as i8 as u8;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One row back as floats into `out` (d values), `anchor` being what its vector's code
+    /// decodes to (read by `Int8` only).
+    pub(crate) fn decode(self, row: &[u8], anchor: &[f32], out: &mut [f32]) {
+        match self {
+            Refine::None => {}
+            Refine::F16 => {
+                for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                    *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            }
+            Refine::Int8 => {
+                let s = f32::from_le_bytes([row[0], row[1], row[2], row[3]]);
+                for ((o, &b), c) in out.iter_mut().zip(&row[4..]).zip(anchor) {
+                    *o = c + s * (b as i8) as f32;
+                }
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Refine {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Refine> {
+        match s {
+            "none" => Ok(Refine::None),
+            "f16" => Ok(Refine::F16),
+            "int8" => Ok(Refine::Int8),
+            _ => Err(Error::InvalidArgument(format!(
+                "refine {s:?}: expected none, f16 or int8"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Refine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An index's refinement vectors as the raw vectors of a re-rank, found through its id map
+/// (where several vectors share an id, the first added).
+pub(crate) struct RefineRows<'a> {
+    pub ix: &'a super::Index,
+}
+
+impl crate::RawVectors for RefineRows<'_> {
+    fn dim(&self) -> usize {
+        self.ix.cb.dim()
+    }
+    fn fetch(&self, ids: &[u64], out: &mut [f32]) -> Result<()> {
+        let (ix, d) = (self.ix, self.ix.cb.dim());
+        let map = ix.id_map()?;
+        let (rs, cs) = (ix.refine.row_bytes(d), ix.cb.residual_code_size());
+        let mut at = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let l = map.locations(id).next();
+            at.push(l.ok_or_else(|| crate::error::raw_missing(id))?);
+        }
+        // Int8 rows refine what the codes decode to.
+        let approx = match ix.refine {
+            Refine::Int8 => {
+                let anchors: Vec<u32> = at.iter().map(|l| l.list).collect();
+                let mut codes = Vec::with_capacity(ids.len() * cs);
+                for l in &at {
+                    let r = l.row as usize;
+                    codes.extend_from_slice(&ix.list(l.list as usize).1[r * cs..(r + 1) * cs]);
+                }
+                ix.cb.decode_parts(&anchors, &codes)?
+            }
+            _ => Vec::new(),
+        };
+        for (i, (l, o)) in at.iter().zip(out.chunks_exact_mut(d.max(1))).enumerate() {
+            let (j, r) = (l.list as usize, l.row as usize);
+            let row = &ix.lists.refine(j)[r * rs..(r + 1) * rs];
+            ix.refine
+                .decode(row, approx.get(i * d..(i + 1) * d).unwrap_or(&[]), o);
+        }
+        Ok(())
+    }
+}
