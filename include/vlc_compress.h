@@ -257,13 +257,17 @@ typedef enum {
    */
   VLCC_REFINE_NONE = 0,
   /**
-   * Each vector in IEEE half precision: 2 d bytes.
+   * Each vector in IEEE half precision: 2 d + 2 bytes.
    */
   VLCC_REFINE_F16 = 1,
   /**
-   * What each code misses, 8 bits per value under a per-vector scale: d + 4 bytes.
+   * What each code misses, 8 bits per value under a per-vector scale: d + 6 bytes.
    */
   VLCC_REFINE_INT8 = 2,
+  /**
+   * No vectors: the error bounds alone, 2 bytes.
+   */
+  VLCC_REFINE_BOUND = 3,
 } vlcc_refine;
 
 /**
@@ -283,6 +287,15 @@ typedef enum {
    * Candidates re-scored exactly against raw vectors: 0 (none) or >= k. Default 0.
    */
   VLCC_SEARCH_PARAM_RERANK = 3,
+  /**
+   * 1: the re-rank is certified (`auto`): rerank (>= k) is then the most candidates kept,
+   * re-scored in the order of their distance lower bounds until none left can beat the
+   * k-th exact distance, so the top-k is exact over the probed lists unless that cap was
+   * hit (`vlcc_index_search_bounds` tells which). Needs an index that keeps error bounds
+   * (`vlcc_index_new_with_refine`, any kind but NONE) and raw vectors or a fetch. 0 or 1.
+   * Default 0.
+   */
+  VLCC_SEARCH_PARAM_RERANK_AUTO = 4,
 } vlcc_search_param;
 
 /**
@@ -610,8 +623,10 @@ vlcc_status vlcc_last_error_message(char *buf, size_t len, size_t *out_len);
 vlcc_status vlcc_index_new(const vlcc_compressor *c, vlcc_index **out);
 
 /**
- * Creates an empty index like `vlcc_index_new` that keeps refinement vectors of kind `refine`
- * (a `vlcc_refine` value; unknown ones fail with INVALID_ARGUMENT). They are made from the
+ * Creates an empty index like `vlcc_index_new` that keeps side rows of kind `refine` (a
+ * `vlcc_refine` value; unknown ones fail with INVALID_ARGUMENT): each vector's error bound
+ * (2 bytes, for `vlcc_index_search_bounds` and the certified re-rank), then for F16 and INT8
+ * a refinement vector. They are made from the
  * vectors added (host memory only: `vlcc_index_add_device` refuses), saved in the index file,
  * memory-mapped on load, and moved with their ids by remove and merge (which needs both
  * indexes to keep the same kind). A search with rerank above 0 and no raw vectors or fetch
@@ -799,6 +814,29 @@ vlcc_status vlcc_index_get_codes(const vlcc_index *ix,
                                  const uint64_t *ids,
                                  size_t n,
                                  uint8_t *codes);
+
+/**
+ * `vlcc_index_search` with more per result. `lower` and `upper` (nq*k floats each) receive
+ * bounds of each hit's true distance (squared L2, or similarity): from its code distance and
+ * its error bound, or its exact distance twice where re-ranked; NaN where the slot is missing.
+ * `reranked` (nq) receives the candidates each query re-scored exactly, `certified` (nq) 1
+ * where its top-k is proven exact over its probed lists (a `VLCC_SEARCH_PARAM_RERANK_AUTO`
+ * re-rank that did not hit its cap), else 0. Any of the four may be NULL. The index must keep
+ * error bounds (`vlcc_index_new_with_refine`, any kind but NONE), else INVALID_STATE. Scans
+ * on the host; thread-safe like search; nothing is written on error.
+ */
+vlcc_status vlcc_index_search_bounds(const vlcc_index *ix,
+                                     const float *queries,
+                                     size_t nq,
+                                     const vlcc_search_params *params,
+                                     const float *raw,
+                                     size_t raw_n,
+                                     uint64_t *ids,
+                                     float *distances,
+                                     float *lower,
+                                     float *upper,
+                                     uint64_t *reranked,
+                                     uint8_t *certified);
 
 /**
  * Every vector of the lists each query probes (`params`: nprobe; k is not used) whose squared

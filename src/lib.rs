@@ -48,8 +48,8 @@ pub use compressor::Compressor;
 pub use context::Context;
 pub use error::{Error, Result};
 pub use index::{
-    recall_at, DenseRaw, FetchRaw, Filter, Index, IndexStats, Predicate, RangeResults, RawVectors,
-    Refine, SearchResults,
+    recall_at, BoundedResults, DenseRaw, FetchRaw, Filter, Index, IndexStats, Predicate,
+    RangeResults, RawVectors, Refine, SearchResults,
 };
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
 pub use quant::{Codebook, TrainReport, Vectors};

@@ -195,6 +195,57 @@ fn the_whole_pipeline_runs_from_the_command_line() {
         &dir,
     );
     assert!(!ok && err.contains("range.npy"), "{err}");
+    // An index with error bounds: the certified re-rank reports what it re-ranked.
+    run(&[
+        "build",
+        "--input",
+        &base,
+        "--codebook",
+        "cb.vlcc",
+        "--refine",
+        "bound",
+        "--out",
+        "ixb.vlcc",
+    ]);
+    let out = run(&[
+        "search",
+        "--index",
+        "ixb.vlcc",
+        "--query",
+        &data("query.fvecs"),
+        "--nprobe",
+        "8",
+        "--rerank",
+        "auto",
+        "--rerank-cap",
+        "100000",
+        "--raw",
+        &base,
+        "--out",
+        "auto.ivecs",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["rerank"], "auto");
+    assert!(v["reranked_per_query"].as_f64().unwrap() >= 10.0, "{v}");
+    assert_eq!(v["queries_certified"], 500, "{v}");
+    let (ok, _, err) = vlc(
+        &[
+            "search",
+            "--index",
+            "ix.vlcc",
+            "--query",
+            &data("query.fvecs"),
+            "--rerank",
+            "auto",
+            "--raw",
+            &base,
+            "--out",
+            "a.ivecs",
+        ],
+        &dir,
+    );
+    assert!(!ok && err.contains("error bounds"), "{err}");
     run(&[
         "search", "--index", "ix.vlcc", "--query", "q16.npy", "--rerank", "50", "--raw", &base,
         "--out", "r.npy",

@@ -151,6 +151,11 @@ int main(int argc, char** argv) {
     int near = 0;
     for (size_t q = 0; q < 10; q++) near += by_refine.ids[q * 5] == dense.ids[q * 5];
     filtered = filtered && loaded.refine() == VLCC_REFINE_INT8 && near >= 9;
+    // The certified re-rank: exact over the probed lists, as re-ranking all of them is.
+    const auto every = loaded.search(q10, vlcc::SearchParams(5, 16, n), x);
+    const auto certain = loaded.search_bounds(q10, vlcc::SearchParams(5, 16, n).rerank_auto(true), x);
+    filtered = filtered && certain.results.ids == every.ids && certain.certified[0] == 1 &&
+               certain.reranked[0] > 0 && certain.lower[0] == certain.results.distances[0];
     caught = caught && filtered;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",

@@ -280,6 +280,8 @@ public:
         return v;
     }
     size_t k() const { return static_cast<size_t>(get(VLCC_SEARCH_PARAM_K)); }
+    // A certified re-rank (VLCC_SEARCH_PARAM_RERANK_AUTO): rerank is then its cap.
+    SearchParams& rerank_auto(bool on) { return set(VLCC_SEARCH_PARAM_RERANK_AUTO, on ? 1 : 0); }
     const vlcc_search_params* get() const noexcept { return p_.get(); }
 
     // Searches return only ids in [0, n_bits) whose bit is set (bit i%8 of byte i/8); copied.
@@ -369,6 +371,14 @@ struct RangeResults {
     std::vector<size_t> offsets;  // nq + 1
     std::vector<uint64_t> ids;
     std::vector<float> distances;
+};
+
+/// Results with each hit's distance bounds (search_bounds).
+struct BoundedResults {
+    Results results;
+    std::vector<float> lower, upper;  // per slot; NaN where missing
+    std::vector<uint64_t> reranked;   // per query: candidates re-scored exactly
+    std::vector<uint8_t> certified;   // per query: 1 where the top-k is proven exact
 };
 
 /// A searchable compressed index.
@@ -490,6 +500,19 @@ public:
         detail::check(vlcc_range_results_view(r, &n, &off, &ids, &dist));
         return RangeResults{std::vector<size_t>(off, off + n + 1), std::vector<uint64_t>(ids, ids + off[n]),
                             std::vector<float>(dist, dist + off[n])};
+    }
+    // search with each hit's distance bounds (an index with error bounds: Index(c, refine)
+    // with any kind but NONE); with p.rerank_auto(true), the certified re-rank's counts.
+    BoundedResults search_bounds(span<const float> queries, const SearchParams& p, span<const float> raw = {}) const {
+        const size_t d = dim(), nq = detail::rows(queries.size(), d, "search_bounds: queries"), k = p.k();
+        const size_t raw_n = raw.empty() ? 0 : detail::rows(raw.size(), d, "search_bounds: raw");
+        BoundedResults b{Results{k, std::vector<uint64_t>(nq * k), std::vector<float>(nq * k)},
+                         std::vector<float>(nq * k), std::vector<float>(nq * k), std::vector<uint64_t>(nq),
+                         std::vector<uint8_t>(nq)};
+        detail::check(vlcc_index_search_bounds(p_.get(), queries.data(), nq, p.get(), raw.data(), raw_n,
+                                               b.results.ids.data(), b.results.distances.data(), b.lower.data(),
+                                               b.upper.data(), b.reranked.data(), b.certified.data()));
+        return b;
     }
     // For each id, whether a vector with it is held (the first call by id builds the id map).
     std::vector<bool> contains(span<const uint64_t> ids) const {

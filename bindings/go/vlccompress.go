@@ -613,7 +613,48 @@ const (
 	RefineNone Refine = C.VLCC_REFINE_NONE
 	RefineF16  Refine = C.VLCC_REFINE_F16
 	RefineInt8 Refine = C.VLCC_REFINE_INT8
+	// RefineBound keeps the error bounds alone (2 bytes a vector): SearchBounds and
+	// RerankAuto, no refined re-rank.
+	RefineBound Refine = C.VLCC_REFINE_BOUND
 )
+
+// BoundedResults are SearchBounds' answer: the results, a lower and an upper bound of each
+// hit's true distance (NaN where missing), and per query the candidates re-scored exactly and
+// whether its top-K is proven exact over its probed lists.
+type BoundedResults struct {
+	IDs          []uint64
+	Distances    []float32
+	Lower, Upper []float32
+	Reranked     []int
+	Certified    []bool
+}
+
+// SearchBounds is Search with each hit's distance bounds (the index must keep error bounds:
+// NewIndexWithRefine, any kind but RefineNone) and, with p.RerankAuto, the certified re-rank's
+// counts.
+func (ix *Index) SearchBounds(queries []float32, p SearchParams) (BoundedResults, error) {
+	var r BoundedResults
+	if ix.dim == 0 || len(queries)%ix.dim != 0 || p.K <= 0 {
+		return r, &Error{Status: StatusInvalidArgument, Message: "queries must be whole rows; K >= 1"}
+	}
+	nq := len(queries) / ix.dim
+	r.Lower, r.Upper = make([]float32, nq*p.K), make([]float32, nq*p.K)
+	rr, cf := make([]C.uint64_t, nq+1), make([]C.uint8_t, nq+1)
+	rawRows := len(p.Raw) / ix.dim
+	ids, dist, err := ix.search(queries, p, nil, nil, func(h *C.vlcc_index, nq int, sp *C.vlcc_search_params, ids *C.uint64_t, dist *C.float) C.vlcc_status {
+		return C.vlcc_index_search_bounds(h, floatPtr(queries), C.size_t(nq), sp, floatPtr(p.Raw), C.size_t(rawRows), ids, dist, floatPtr(r.Lower), floatPtr(r.Upper), &rr[0], &cf[0])
+	})
+	runtime.KeepAlive(p.Raw)
+	if err != nil {
+		return BoundedResults{}, err
+	}
+	r.IDs, r.Distances = ids, dist
+	r.Reranked, r.Certified = make([]int, nq), make([]bool, nq)
+	for i := 0; i < nq; i++ {
+		r.Reranked[i], r.Certified[i] = int(rr[i]), cf[i] != 0
+	}
+	return r, nil
+}
 
 // NewIndexWithRefine is NewIndex keeping refinement vectors of kind r: a search with Rerank > 0
 // and neither Raw nor Fetch then re-ranks against them. They are saved, loaded, removed and
@@ -743,11 +784,21 @@ type SearchParams struct {
 	Raw    []float32 // raw vectors, row i = id i (needed when Rerank > 0, unless Fetch)
 	Fetch  Fetch     // raw vectors by id for the re-rank, instead of Raw
 	Filter *Filter   // ids the search may return (nil: any)
+	// RerankAuto certifies the re-rank: Rerank (>= K) is then the most candidates kept,
+	// re-scored in the order of their distance lower bounds until none left can beat the
+	// K-th exact distance (an index with error bounds: NewIndexWithRefine, any kind but
+	// RefineNone; and Raw or Fetch).
+	RerankAuto bool
 }
 
 // setCallbacks puts p's filter and fetch on the C parameters sp (of an index of dimension d);
 // the returned func releases what they hold and must run after the search.
 func setCallbacks(sp *C.vlcc_search_params, p SearchParams, d int) (C.vlcc_status, func()) {
+	if p.RerankAuto {
+		if s := C.vlcc_search_params_set(sp, C.VLCC_SEARCH_PARAM_RERANK_AUTO, 1); s != C.VLCC_STATUS_OK {
+			return s, func() {}
+		}
+	}
 	s, release := setFilter(sp, p.Filter)
 	if s != C.VLCC_STATUS_OK || p.Fetch == nil {
 		return s, release

@@ -778,3 +778,38 @@ func TestRefinedIndex(t *testing.T) {
 		t.Fatalf("unknown kind: %v", err)
 	}
 }
+
+func TestSearchBounds(t *testing.T) {
+	c, _, x := indexed(t, 2000, 26)
+	ix, err := NewIndexWithRefine(c, RefineBound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Add(x, rowIDs(2000)); err != nil {
+		t.Fatal(err)
+	}
+	q := x[:10*dim]
+	r, err := ix.SearchBounds(q, SearchParams{K: 5, NProbe: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range r.IDs {
+		var e float32
+		for j := 0; j < dim; j++ {
+			v := q[(i/5)*dim+j] - x[int(id)*dim+j]
+			e += v * v
+		}
+		if e < r.Lower[i]*0.9999-1e-4 || e > r.Upper[i]*1.0001+1e-4 {
+			t.Fatalf("hit %d: %v not in [%v, %v]", i, e, r.Lower[i], r.Upper[i])
+		}
+	}
+	every, _, err := ix.Search(q, SearchParams{K: 5, NProbe: 16, Rerank: 2000, Raw: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ix.SearchBounds(q, SearchParams{K: 5, NProbe: 16, Rerank: 2000, Raw: x, RerankAuto: true})
+	if err != nil || !reflect.DeepEqual(a.IDs, every) || !a.Certified[0] || a.Reranked[0] == 0 {
+		t.Fatalf("auto: %v %v %v", err, a.Certified, a.Reranked)
+	}
+}

@@ -76,14 +76,18 @@ pub unsafe extern "C" fn vlcc_index_new(
 pub enum vlcc_refine {
     /// None: a re-rank needs raw vectors from the caller.
     None = 0,
-    /// Each vector in IEEE half precision: 2 d bytes.
+    /// Each vector in IEEE half precision: 2 d + 2 bytes.
     F16 = 1,
-    /// What each code misses, 8 bits per value under a per-vector scale: d + 4 bytes.
+    /// What each code misses, 8 bits per value under a per-vector scale: d + 6 bytes.
     Int8 = 2,
+    /// No vectors: the error bounds alone, 2 bytes.
+    Bound = 3,
 }
 
-/// Creates an empty index like `vlcc_index_new` that keeps refinement vectors of kind `refine`
-/// (a `vlcc_refine` value; unknown ones fail with INVALID_ARGUMENT). They are made from the
+/// Creates an empty index like `vlcc_index_new` that keeps side rows of kind `refine` (a
+/// `vlcc_refine` value; unknown ones fail with INVALID_ARGUMENT): each vector's error bound
+/// (2 bytes, for `vlcc_index_search_bounds` and the certified re-rank), then for F16 and INT8
+/// a refinement vector. They are made from the
 /// vectors added (host memory only: `vlcc_index_add_device` refuses), saved in the index file,
 /// memory-mapped on load, and moved with their ids by remove and merge (which needs both
 /// indexes to keep the same kind). A search with rerank above 0 and no raw vectors or fetch
@@ -224,8 +228,9 @@ pub unsafe extern "C" fn vlcc_index_search(
         let (p, filter) = (sp.p, sp.filter.as_ref());
         let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;
         let inputs = [("queries", q), ("raw vectors", raw.dense())];
-        write_results(&inputs, nq, p.k, ids, distances, || {
-            h.search_filtered(q, &p, raw.get(), filter)
+        write_results(&inputs, nq, p.k, ids, distances, || match sp.auto {
+            true => Ok(h.search_bounded(q, &p, raw.get(), filter, true)?.results),
+            false => h.search_filtered(q, &p, raw.get(), filter),
         })
     }
 }
@@ -602,6 +607,57 @@ pub unsafe extern "C" fn vlcc_index_get_codes(
         let out = out_buf(codes, len, len, "codes")?;
         no_overlap(ids, out, "ids and codes")?;
         out.copy_from_slice(&h.get_codes(ids)?);
+        Ok(())
+    }
+}
+
+/// `vlcc_index_search` with more per result. `lower` and `upper` (nq*k floats each) receive
+/// bounds of each hit's true distance (squared L2, or similarity): from its code distance and
+/// its error bound, or its exact distance twice where re-ranked; NaN where the slot is missing.
+/// `reranked` (nq) receives the candidates each query re-scored exactly, `certified` (nq) 1
+/// where its top-k is proven exact over its probed lists (a `VLCC_SEARCH_PARAM_RERANK_AUTO`
+/// re-rank that did not hit its cap), else 0. Any of the four may be NULL. The index must keep
+/// error bounds (`vlcc_index_new_with_refine`, any kind but NONE), else INVALID_STATE. Scans
+/// on the host; thread-safe like search; nothing is written on error.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_search_bounds(
+    ix: *const vlcc_index,
+    queries: *const f32,
+    nq: usize,
+    params: *const vlcc_search_params,
+    raw: *const f32,
+    raw_n: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+    lower: *mut f32,
+    upper: *mut f32,
+    reranked: *mut u64,
+    certified: *mut u8,
+) -> vlcc_status {
+    ffi_boundary! {
+        let (h, q, sp) = search_args(ix, queries, nq, params)?;
+        let (p, filter) = (sp.p, sp.filter.as_ref());
+        let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;
+        let need = count(nq, p.k, "results")?;
+        let opt = |ptr: *mut f32, what: &str| -> FfiResult<Option<&mut [f32]>> {
+            if ptr.is_null() { Ok(None) } else { Ok(Some(out_buf(ptr, need, need, what)?)) }
+        };
+        let (lo, hi) = (opt(lower, "lower")?, opt(upper, "upper")?);
+        let rr = if reranked.is_null() { None } else { Some(out_buf(reranked, nq, nq, "reranked")?) };
+        let cf = if certified.is_null() { None } else { Some(out_buf(certified, nq, nq, "certified")?) };
+        let mut extra = None;
+        let inputs = [("queries", q), ("raw vectors", raw.dense())];
+        write_results(&inputs, nq, p.k, ids, distances, || {
+            let b = h.search_bounded(q, &p, raw.get(), filter, sp.auto)?;
+            let res = b.results.clone();
+            extra = Some(b);
+            Ok(res)
+        })?;
+        let b = extra.expect("written by the search");
+        if let Some(o) = lo { o.copy_from_slice(&b.lower); }
+        if let Some(o) = hi { o.copy_from_slice(&b.upper); }
+        if let Some(o) = rr { for (o, &v) in o.iter_mut().zip(&b.reranked) { *o = v as u64; } }
+        if let Some(o) = cf { for (o, &v) in o.iter_mut().zip(&b.certified) { *o = v as u8; } }
         Ok(())
     }
 }

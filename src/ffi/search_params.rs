@@ -24,6 +24,13 @@ pub enum vlcc_search_param {
     Nprobe = 2,
     /// Candidates re-scored exactly against raw vectors: 0 (none) or >= k. Default 0.
     Rerank = 3,
+    /// 1: the re-rank is certified (`auto`): rerank (>= k) is then the most candidates kept,
+    /// re-scored in the order of their distance lower bounds until none left can beat the
+    /// k-th exact distance, so the top-k is exact over the probed lists unless that cap was
+    /// hit (`vlcc_index_search_bounds` tells which). Needs an index that keeps error bounds
+    /// (`vlcc_index_new_with_refine`, any kind but NONE) and raw vectors or a fetch. 0 or 1.
+    /// Default 0.
+    RerankAuto = 4,
 }
 
 /// What a `vlcc_search_params` holds: the numbers, the filter and the fetch callback if set.
@@ -32,6 +39,8 @@ pub(crate) struct Params {
     pub p: SearchParams,
     pub filter: Option<Filter>,
     pub fetch: Option<Fetch>,
+    /// `VLCC_SEARCH_PARAM_RERANK_AUTO`.
+    pub auto: bool,
 }
 
 /// A caller's fetch callback and pointer, which the caller vouches may be used from any thread.
@@ -136,7 +145,15 @@ pub unsafe extern "C" fn vlcc_search_params_set(
     value: f64,
 ) -> vlcc_status {
     ffi_boundary! {
-        Ok(params_mut(p)?.p.set(param, value)?)
+        let p = params_mut(p)?;
+        if param != vlcc_search_param::RerankAuto as u32 {
+            return Ok(p.p.set(param, value)?);
+        }
+        if value != 0.0 && value != 1.0 {
+            return fail(vlcc_status::InvalidArgument, format!("rerank_auto = {value}: must be 0 or 1"));
+        }
+        p.auto = value == 1.0;
+        Ok(())
     }
 }
 
@@ -148,7 +165,12 @@ pub unsafe extern "C" fn vlcc_search_params_get(
     out: *mut f64,
 ) -> vlcc_status {
     ffi_boundary! {
-        let v = search_params_ref(p)?.p.get(param)?;
+        let p = search_params_ref(p)?;
+        let v = if param == vlcc_search_param::RerankAuto as u32 {
+            p.auto as u8 as f64
+        } else {
+            p.p.get(param)?
+        };
         write_out(out, v, "out")
     }
 }

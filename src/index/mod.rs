@@ -2,6 +2,7 @@
 //! context whose backend adds and searches. `search(&self)` is safe from many threads at
 //! once; `add`/`remove` take `&mut self`.
 
+mod bounds;
 mod fastscan;
 mod filter;
 mod ids;
@@ -9,6 +10,7 @@ mod range;
 mod refine;
 mod search;
 
+pub use bounds::BoundedResults;
 pub use filter::{Filter, Predicate};
 pub use range::RangeResults;
 pub use refine::Refine;
@@ -93,6 +95,8 @@ pub struct Index {
     packed4: OnceLock<Vec<Vec<u8>>>,
     /// Where each id sits (`ids`), built by the first call that needs it and kept by changes.
     id_map: OnceLock<IdMap>,
+    /// The largest error bound held (`bounds`), found when first needed, dropped by changes.
+    max_bound: OnceLock<f32>,
 }
 
 /// Source of index stamps, unique within the process.
@@ -136,7 +140,9 @@ impl Index {
 
     /// This index's refinement vectors as raw vectors, where it keeps some.
     pub(crate) fn refined(&self) -> Option<refine::RefineRows<'_>> {
-        (self.refine != Refine::None).then_some(refine::RefineRows { ix: self })
+        self.refine
+            .has_vectors()
+            .then_some(refine::RefineRows { ix: self })
     }
 
     /// Loads an index file onto `ctx`. With `mmap`, ids and codes stay in the file's memory
@@ -199,6 +205,7 @@ impl Index {
             stamp: next_stamp(),
             packed4: OnceLock::new(),
             id_map: OnceLock::new(),
+            max_bound: OnceLock::new(),
         })
     }
 
@@ -283,6 +290,7 @@ impl Index {
     fn owned_lists(&mut self) -> Result<OwnedLists<'_>> {
         self.stamp = next_stamp();
         self.packed4 = OnceLock::new();
+        self.max_bound = OnceLock::new();
         if let Lists::Mapped(_) = &self.lists {
             self.lists = self.owned_copy();
         }
@@ -327,10 +335,8 @@ impl Index {
             Refine::None => Vec::new(),
             r => {
                 let x = crate::quant::prepare(x.rows_f32(0, ids.len(), d), d, cb.metric());
-                let approx = match r {
-                    Refine::Int8 => cb.decode_parts(&anchor, &codes)?,
-                    _ => Vec::new(),
-                };
+                // Every kind keeps the error bound, which needs what the codes decode to.
+                let approx = cb.decode_parts(&anchor, &codes)?;
                 r.encode(&x, d, &approx)?
             }
         };

@@ -1,21 +1,27 @@
-//! Refinement vectors: a second, finer copy of each vector that an index may keep beside its
-//! codes, so that an exact-enough re-rank needs nothing from the caller (FAISS's
-//! `IndexRefine`). Chosen when the index is made; saved in the file and memory-mapped on load.
+//! Side rows an index may keep beside its codes, one per vector, chosen when the index is made,
+//! saved in its file and memory-mapped on load. Each starts with an error bound (2 bytes: the
+//! reconstruction error `|x - x_hat|` as an IEEE half float rounded up, `x_hat` being what the
+//! code decodes to, `x` the vector as the index sees it, normalised under cosine), from which
+//! searches give every hit a lower and an upper bound of its true distance (`bounds`). Then,
+//! for a re-rank that needs nothing from the caller (FAISS's `IndexRefine`), a finer copy of
+//! the vector:
 //!
-//! - `F16`: the vector (as the index sees it: normalised under cosine) in IEEE half precision,
-//!   2 d bytes.
-//! - `Int8`: what its code misses, `r = x - x_hat` (`x_hat` decoded from its anchor and code),
-//!   as d signed bytes under one scale `s = max |r_i| / 127` stored first (f32, little-endian):
-//!   4 + d bytes; each value is off by at most s / 2.
+//! - `Bound`: none, the bound alone (2 bytes).
+//! - `F16`: the vector in IEEE half precision (2 + 2 d bytes).
+//! - `Int8`: what its code misses, `r = x - x_hat`, as d signed bytes under one scale
+//!   `s = max |r_i| / 127` stored first (f32, little-endian): 2 + 4 + d bytes; each value is
+//!   off by at most s / 2.
 
 use crate::error::{Error, Result};
 
 /// What refinement vectors an index keeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Refine {
-    /// None: re-rank needs raw vectors from the caller.
+    /// None: re-rank needs raw vectors from the caller, and hits have no distance bounds.
     #[default]
     None,
+    /// Error bounds only.
+    Bound,
     /// Half-precision vectors.
     F16,
     /// Scalar-quantized residuals, 8 bits per value.
@@ -29,6 +35,7 @@ impl Refine {
             Refine::None => 0,
             Refine::F16 => 1,
             Refine::Int8 => 2,
+            Refine::Bound => 3,
         }
     }
 
@@ -37,6 +44,7 @@ impl Refine {
             0 => Some(Refine::None),
             1 => Some(Refine::F16),
             2 => Some(Refine::Int8),
+            3 => Some(Refine::Bound),
             _ => None,
         }
     }
@@ -46,6 +54,7 @@ impl Refine {
             Refine::None => "none",
             Refine::F16 => "f16",
             Refine::Int8 => "int8",
+            Refine::Bound => "bound",
         }
     }
 
@@ -53,21 +62,32 @@ impl Refine {
     pub fn row_bytes(self, d: usize) -> usize {
         match self {
             Refine::None => 0,
-            Refine::F16 => 2 * d,
-            Refine::Int8 => 4 + d,
+            Refine::Bound => 2,
+            Refine::F16 => 2 + 2 * d,
+            Refine::Int8 => 2 + 4 + d,
         }
     }
 
+    /// Whether re-ranks read vectors from these rows.
+    pub fn has_vectors(self) -> bool {
+        matches!(self, Refine::F16 | Refine::Int8)
+    }
+
     /// The rows of `x` (n x d, prepared for the metric), `approx` being what their codes
-    /// decode to (n x d; read by `Int8` only). An f16 row that cannot hold a value is refused.
+    /// decode to (n x d). An f16 row that cannot hold a value is refused.
     pub(crate) fn encode(self, x: &[f32], d: usize, approx: &[f32]) -> Result<Vec<u8>> {
         let rb = self.row_bytes(d);
         let n = x.len() / d.max(1);
         let mut out = crate::error::try_vec(n.saturating_mul(rb), 0u8, "refinement rows")?;
         for (i, row) in x.chunks_exact(d).enumerate() {
-            let o = &mut out[i * rb..(i + 1) * rb];
+            if self == Refine::None {
+                continue;
+            }
+            let anchor = &approx[i * d..(i + 1) * d];
+            let (head, o) = out[i * rb..(i + 1) * rb].split_at_mut(2);
+            head.copy_from_slice(&bound_up(row, anchor).to_le_bytes());
             match self {
-                Refine::None => {}
+                Refine::None | Refine::Bound => {}
                 Refine::F16 => {
                     for (v, b) in row.iter().zip(o.chunks_exact_mut(2)) {
                         let h = half::f16::from_f32(*v);
@@ -80,7 +100,6 @@ impl Refine {
                     }
                 }
                 Refine::Int8 => {
-                    let anchor = &approx[i * d..(i + 1) * d];
                     let top = row
                         .iter()
                         .zip(anchor)
@@ -96,11 +115,20 @@ impl Refine {
         Ok(out)
     }
 
-    /// One row back as floats into `out` (d values), `anchor` being what its vector's code
-    /// decodes to (read by `Int8` only).
-    pub(crate) fn decode(self, row: &[u8], anchor: &[f32], out: &mut [f32]) {
+    /// A row's error bound (`|x - x_hat|` rounded up); +inf for `None`.
+    pub(crate) fn bound(self, row: &[u8]) -> f32 {
         match self {
-            Refine::None => {}
+            Refine::None => f32::INFINITY,
+            _ => half::f16::from_le_bytes([row[0], row[1]]).to_f32(),
+        }
+    }
+
+    /// One row's vector back as floats into `out` (d values), `anchor` being what its
+    /// vector's code decodes to (read by `Int8` only).
+    pub(crate) fn decode(self, row: &[u8], anchor: &[f32], out: &mut [f32]) {
+        let row = row.get(2..).unwrap_or(&[]);
+        match self {
+            Refine::None | Refine::Bound => {}
             Refine::F16 => {
                 for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
                     *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
@@ -123,8 +151,9 @@ impl std::str::FromStr for Refine {
             "none" => Ok(Refine::None),
             "f16" => Ok(Refine::F16),
             "int8" => Ok(Refine::Int8),
+            "bound" => Ok(Refine::Bound),
             _ => Err(Error::InvalidArgument(format!(
-                "refine {s:?}: expected none, f16 or int8"
+                "refine {s:?}: expected none, bound, f16 or int8"
             ))),
         }
     }
@@ -175,5 +204,22 @@ impl crate::RawVectors for RefineRows<'_> {
                 .decode(row, approx.get(i * d..(i + 1) * d).unwrap_or(&[]), o);
         }
         Ok(())
+    }
+}
+
+/// `|x - x_hat|` as an f16 no smaller than it (computed in f64): a bound that holds.
+fn bound_up(x: &[f32], approx: &[f32]) -> half::f16 {
+    let e = x
+        .iter()
+        .zip(approx)
+        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let h = half::f16::from_f64(e);
+    if h.to_f64() >= e {
+        h
+    } else {
+        // The next f16 up (e is finite and non-negative; past the largest, +inf).
+        half::f16::from_bits(h.to_bits() + 1)
     }
 }

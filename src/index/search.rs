@@ -124,6 +124,8 @@ pub(crate) struct Tables {
     rot_anchors: Option<Vec<f32>>,
     /// |a|^2 per anchor, for coarse L2 distances.
     pub anchor_norms: Vec<f32>,
+    /// The largest |a|, for the rounding slack of distance bounds.
+    pub max_anchor_norm: f32,
     /// PQ centroids transposed to M x dsub x ksub: a query's table is then a run of
     /// contiguous multiply-adds over the centroids.
     cent_t: Vec<f32>,
@@ -186,6 +188,7 @@ impl Tables {
         Ok(Tables {
             l2_terms,
             rot_anchors,
+            max_anchor_norm: anchor_norms.iter().fold(0f32, |m, &v| m.max(v)).sqrt(),
             anchor_norms,
             cent_t,
         })
@@ -312,14 +315,14 @@ impl Keep for Within {
     }
 }
 
-struct TopK {
+pub(super) struct TopK {
     k: usize,
     heap: BinaryHeap<Cand>,
-    worst: f32,
+    pub(super) worst: f32,
 }
 
 impl TopK {
-    fn new(k: usize) -> Self {
+    pub(super) fn new(k: usize) -> Self {
         TopK {
             k,
             heap: BinaryHeap::with_capacity(k + 1),
@@ -327,7 +330,7 @@ impl TopK {
         }
     }
     #[inline]
-    fn push(&mut self, d: f32, id: u64) {
+    pub(super) fn push(&mut self, d: f32, id: u64) {
         if d > self.worst {
             return;
         }
@@ -344,7 +347,10 @@ impl TopK {
             self.worst = self.heap.peek().unwrap().0;
         }
     }
-    fn sorted(self) -> Vec<Cand> {
+    pub(super) fn len(&self) -> usize {
+        self.heap.len()
+    }
+    pub(super) fn sorted(self) -> Vec<Cand> {
         self.heap.into_sorted_vec()
     }
 }
@@ -498,13 +504,13 @@ impl Index {
 
     /// Candidates kept per query: k or the re-rank depth, but never more than the index
     /// holds (so a huge k or rerank sizes nothing by itself).
-    fn candidates(&self, p: &SearchParams) -> usize {
+    pub(super) fn candidates(&self, p: &SearchParams) -> usize {
         p.k.max(p.rerank).min(self.len().max(1))
     }
 
     /// The host scan of the prepared queries `q` into their `p.k` result slots, re-ranked
     /// against `raw` where given: one coarse GEMM per block of queries.
-    fn scan_host(
+    pub(super) fn scan_host(
         &self,
         q: &[f32],
         p: &SearchParams,
@@ -585,7 +591,7 @@ impl Index {
 
     /// Result arrays with every slot missing: id `u64::MAX`, distance NaN.
     /// Allocated fallibly: `nq * k` comes from the caller.
-    fn empty_results(&self, nq: usize, k: usize) -> Result<(Vec<u64>, Vec<f32>)> {
+    pub(super) fn empty_results(&self, nq: usize, k: usize) -> Result<(Vec<u64>, Vec<f32>)> {
         let missing = f32::NAN;
         let Some(n) = nq.checked_mul(k) else {
             return Err(Error::OutOfMemory(format!(

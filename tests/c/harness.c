@@ -645,6 +645,37 @@ static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
     expect(agree >= NQ - 2, "refined re-rank finds the exact nearest");
     expect_status(vlcc_index_add_device(refined, x, 1, ids), VLCC_STATUS_BACKEND_UNAVAILABLE);
     expect_status(vlcc_index_merge(refined, ix), VLCC_STATUS_INVALID_ARGUMENT);
+    /* Bounds around every hit, and the certified re-rank (exact over the probed lists). */
+    float lo[NQ * K], hi[NQ * K];
+    uint64_t rr_n[NQ];
+    uint8_t cert[NQ];
+    vlcc_search_params *bp = NULL;
+    expect_status(vlcc_search_params_new(&bp), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search_bounds(ix, q, NQ, bp, NULL, 0, f_ids, f_d, lo, hi, NULL, NULL), VLCC_STATUS_INVALID_STATE);
+    expect_status(vlcc_index_search_bounds(refined, q, NQ, bp, NULL, 0, f_ids, f_d, lo, hi, rr_n, cert), VLCC_STATUS_OK);
+    int inside = 1;
+    for (size_t i = 0; i < NQ * K; i++) {
+        const float *v = x + f_ids[i] * D;
+        float e = 0;
+        for (size_t t = 0; t < D; t++) e += (q[(i / K) * D + t] - v[t]) * (q[(i / K) * D + t] - v[t]);
+        inside &= lo[i] <= e * 1.00001f + 1e-5f && e <= hi[i] * 1.00001f + 1e-5f;
+    }
+    expect(inside && rr_n[0] == 0 && cert[0] == 0, "true distances within the bounds");
+    double auto_v = 0;
+    expect_status(vlcc_search_params_set(bp, VLCC_SEARCH_PARAM_RERANK_AUTO, 2), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_set(bp, VLCC_SEARCH_PARAM_RERANK_AUTO, 1), VLCC_STATUS_OK);
+    expect_status(vlcc_search_params_get(bp, VLCC_SEARCH_PARAM_RERANK_AUTO, &auto_v), VLCC_STATUS_OK);
+    expect(auto_v == 1, "auto re-rank set");
+    expect_status(vlcc_search_params_set(bp, VLCC_SEARCH_PARAM_RERANK, N), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search_bounds(refined, q, NQ, bp, NULL, 0, f_ids, f_d, lo, hi, rr_n, cert), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_search_bounds(refined, q, NQ, bp, x, N, f_ids, f_d, lo, hi, rr_n, cert), VLCC_STATUS_OK);
+    expect_status(search(refined, q, NQ, K, 16, N, x, N, want_ids, want_d), VLCC_STATUS_OK);
+    size_t certified_all = 0;
+    for (size_t i = 0; i < NQ; i++) certified_all += cert[i] == 1 && rr_n[i] > 0;
+    expect(certified_all == NQ && memcmp(f_ids, want_ids, sizeof f_ids) == 0, "auto re-rank equals re-ranking every probed vector");
+    expect_status(vlcc_index_search(refined, q, NQ, bp, x, N, r_ids, r_d), VLCC_STATUS_OK);
+    expect(memcmp(r_ids, want_ids, sizeof r_ids) == 0, "auto through vlcc_index_search");
+    vlcc_search_params_free(bp);
     vlcc_index_free(refined);
     expect_status(search(ix, q, NQ, K, 64, 0, NULL, 0, want_ids, want_d), VLCC_STATUS_OK);
 

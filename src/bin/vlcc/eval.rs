@@ -21,9 +21,18 @@ pub(crate) struct EvalArgs {
     /// Comma-separated nprobe values.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
     nprobe: Vec<usize>,
-    /// Re-rank this many candidates exactly against the base vectors (0 = off).
-    #[arg(long, default_value_t = 0)]
-    rerank: usize,
+    /// Re-rank this many candidates exactly against the base vectors (0 = off), or `auto`:
+    /// the certified re-rank (up to --rerank-cap candidates; the index keeps error bounds,
+    /// --refine bound unless another kind is given), reporting candidates re-ranked per query.
+    #[arg(long, default_value = "0")]
+    rerank: RerankArg,
+    /// Most candidates an `auto` re-rank keeps per query.
+    #[arg(long, default_value_t = 1000)]
+    rerank_cap: usize,
+    /// Check every hit's distance bounds against its exact distance (an index that keeps
+    /// error bounds): reports violations (must be 0) and the bounds' mean width.
+    #[arg(long)]
+    check_bounds: bool,
     /// Re-rank against a copy of the base vectors in CUDA device memory (made once, untimed),
     /// as a caller whose vectors are already on the GPU does (`--backend cuda`).
     #[arg(long)]
@@ -36,6 +45,36 @@ pub(crate) struct EvalArgs {
     train: TrainOpts,
     #[command(flatten)]
     run: RunOpts,
+}
+
+/// `--rerank`: a depth, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RerankArg {
+    Depth(usize),
+    Auto,
+}
+
+impl std::str::FromStr for RerankArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RerankArg, String> {
+        match s {
+            "auto" => Ok(RerankArg::Auto),
+            n => n
+                .parse()
+                .map(RerankArg::Depth)
+                .map_err(|_| format!("{n:?}: expected a number of candidates or auto")),
+        }
+    }
+}
+
+/// What `run_eval` re-ranks and checks beyond the nprobe list.
+#[derive(Clone, Copy)]
+struct EvalMode {
+    raw_on_device: bool,
+    refine: Refine,
+    /// The certified re-rank, with `rerank` its cap.
+    auto: bool,
+    check_bounds: bool,
 }
 
 /// An indicatif bar fed by the library's progress reports; hidden for --json and non-terminals.
@@ -90,9 +129,14 @@ fn run_eval(
     train: &TrainOpts,
     run: &RunOpts,
     probes: &[(usize, usize)],
-    raw_on_device: bool,
-    refine: Refine,
+    mode: EvalMode,
 ) -> AnyResult<Vec<serde_json::Value>> {
+    let EvalMode {
+        raw_on_device,
+        refine,
+        auto,
+        check_bounds,
+    } = mode;
     let (base, query, gt) = (&data.base, &data.query, &data.gt);
     if base.cols != query.cols {
         return Err(format!("base is {}-d, queries {}-d", base.cols, query.cols).into());
@@ -135,16 +179,64 @@ fn run_eval(
         // One untimed warm-up, then the best of repeated runs (at least 0.5 s or 10 runs),
         // as peers' benchmarks do: a single cold run mostly measures page faults.
         let q = &query.data;
+        let rawp = Some(&raw as &dyn RawVectors);
         let search = || {
             match &raw_d {
                 // SAFETY: nothing writes the device copy while it is searched.
                 Some(r) => unsafe { index.search_device_raw(q, &p, r.at, base.rows) },
+                None if auto => Ok(index.search_bounded(q, &p, rawp, None, true)?.results),
                 // A refined index re-ranks against its own vectors.
-                None if refine != Refine::None => index.search(q, &p, None),
-                None => index.search(q, &p, Some(&raw as &dyn RawVectors)),
+                None if refine.has_vectors() => index.search(q, &p, None),
+                None => index.search(q, &p, rawp),
             }
         };
         let res = search()?;
+        let mut extra = serde_json::Map::new();
+        if auto {
+            let b = index.search_bounded(q, &p, rawp, None, true)?;
+            let nq = b.reranked.len().max(1) as f64;
+            extra.insert(
+                "reranked_per_query".into(),
+                (b.reranked.iter().sum::<usize>() as f64 / nq).into(),
+            );
+            extra.insert(
+                "certified".into(),
+                (b.certified.iter().filter(|&&c| c).count() as f64 / nq).into(),
+            );
+        }
+        if check_bounds {
+            let p0 = SearchParams { rerank: 0, ..p };
+            let b = index.search_bounded(q, &p0, None, None, false)?;
+            let (d, l2) = (base.cols, train.metric == vlc_compress::Metric::L2);
+            let (mut bad, mut width, mut hits) = (0usize, 0f64, 0usize);
+            for (t, &id) in b
+                .results
+                .ids
+                .iter()
+                .enumerate()
+                .filter(|(_, &id)| id != u64::MAX)
+            {
+                let (qv, x) = (
+                    &q[(t / 10) * d..(t / 10 + 1) * d],
+                    &base.data[id as usize * d..(id as usize + 1) * d],
+                );
+                let e: f32 = if l2 {
+                    qv.iter().zip(x).map(|(a, b)| (a - b) * (a - b)).sum()
+                } else {
+                    qv.iter().zip(x).map(|(a, b)| a * b).sum()
+                };
+                let tol = 1e-5 * (1.0 + e.abs());
+                bad += usize::from(!(b.lower[t] <= e + tol && e <= b.upper[t] + tol));
+                width += ((b.upper[t] - b.lower[t]) / e.abs().max(1e-12)) as f64;
+                hits += 1;
+            }
+            extra.insert("bound_hits".into(), hits.into());
+            extra.insert("bound_violations".into(), bad.into());
+            extra.insert(
+                "bound_width_over_distance".into(),
+                (width / hits.max(1) as f64).into(),
+            );
+        }
         let (mut secs, mut spent, mut reps) = (f64::INFINITY, 0.0, 0);
         while reps < 10 && (spent < 0.5 || reps < 1) {
             let t = Instant::now();
@@ -161,13 +253,16 @@ fn run_eval(
             "anchors": train.anchors, "bytes_per_vector": stats.residual_code_size,
             "compression_ratio": (base.cols * 4) as f64 / stats.residual_code_size as f64,
             "train_seconds": train_seconds, "encode_seconds": encode_seconds,
-            "nprobe": nprobe, "rerank": rerank, "raw": if raw_d.is_some() { "device" } else if refine != Refine::None { refine.name() } else { "host" },
+            "nprobe": nprobe, "rerank": rerank, "raw": if raw_d.is_some() { "device" } else if refine.has_vectors() && !auto { refine.name() } else { "host" },
             "refine_bytes_per_vector": refine.row_bytes(base.cols),
             "recall_at_1": recall_at(&res.ids, 10, &gt.data, gt.cols, 1), "recall_at_10": recall_at(&res.ids, 10, &gt.data, gt.cols, 10),
             "qps": query.rows as f64 / secs, "threads": ctx.threads(),
             "energy": rep.energy, "max_list_over_mean": stats.max_list_over_mean,
             "h2d_bytes": tr.h2d_bytes, "d2h_bytes": tr.d2h_bytes,
         }));
+        if let Some(o) = rows.last_mut().and_then(|r| r.as_object_mut()) {
+            o.extend(extra);
+        }
     }
     Ok(rows)
 }
@@ -221,8 +316,23 @@ pub(crate) fn eval(a: &EvalArgs) -> AnyResult {
         query: vecio::read_vectors(&a.query)?,
         gt: vecio::read_ivecs(&a.gt)?,
     };
-    let probes: Vec<(usize, usize)> = a.nprobe.iter().map(|&p| (p, a.rerank)).collect();
-    let rows = run_eval(&data, &a.train, &a.run, &probes, a.raw_on_device, a.refine)?;
+    let (depth, auto) = match a.rerank {
+        RerankArg::Depth(n) => (n, false),
+        RerankArg::Auto => (a.rerank_cap, true),
+    };
+    // Auto re-ranks and bound checks need error bounds: kept by every kind but none.
+    let refine = match a.refine {
+        Refine::None if auto || a.check_bounds => Refine::Bound,
+        r => r,
+    };
+    let probes: Vec<(usize, usize)> = a.nprobe.iter().map(|&p| (p, depth)).collect();
+    let mode = EvalMode {
+        raw_on_device: a.raw_on_device,
+        refine,
+        auto,
+        check_bounds: a.check_bounds,
+    };
+    let rows = run_eval(&data, &a.train, &a.run, &probes, mode)?;
     print_rows(&rows, a.run.json);
     Ok(())
 }
@@ -263,8 +373,12 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
         &train,
         run,
         &[(4, 0), (16, 0), (64, 0), (16, 100)],
-        false,
-        Refine::None,
+        EvalMode {
+            raw_on_device: false,
+            refine: Refine::None,
+            auto: false,
+            check_bounds: false,
+        },
     )?;
     print_rows(&rows, run.json);
     Ok(())

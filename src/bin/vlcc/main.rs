@@ -317,9 +317,14 @@ struct SearchArgs {
     k: usize,
     #[arg(long, default_value_t = 16)]
     nprobe: usize,
-    /// Re-rank this many candidates exactly (needs --raw).
-    #[arg(long, default_value_t = 0)]
-    rerank: usize,
+    /// Re-rank this many candidates exactly (against --raw, or the index's refinement
+    /// vectors), or `auto`: the certified re-rank (up to --rerank-cap candidates; needs --raw
+    /// and an index built with --refine other than none).
+    #[arg(long, default_value = "0")]
+    rerank: eval::RerankArg,
+    /// Most candidates an `auto` re-rank keeps per query.
+    #[arg(long, default_value_t = 1000)]
+    rerank_cap: usize,
     /// Raw vectors of the index (row number = id), for --rerank.
     #[arg(long)]
     raw: Option<PathBuf>,
@@ -573,10 +578,14 @@ fn search(a: SearchArgs) -> AnyResult {
         data: &r.data,
         d: r.cols,
     });
+    let (depth, auto) = match a.rerank {
+        eval::RerankArg::Depth(n) => (n, false),
+        eval::RerankArg::Auto => (a.rerank_cap, true),
+    };
     let p = SearchParams {
         k: a.k,
         nprobe: a.nprobe,
-        rerank: a.rerank,
+        rerank: depth,
     };
     let raw = dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors);
     if let Some(radius) = a.radius {
@@ -587,17 +596,22 @@ fn search(a: SearchArgs) -> AnyResult {
         if let Some(p) = &a.out_distances {
             vecio::write_ragged(p, &res.distances, &res.offsets)?;
         }
-        let out = serde_json::json!({"queries": q.rows, "radius": radius, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs, "hits": res.ids.len(), "mean_hits": res.ids.len() as f64 / q.rows.max(1) as f64});
+        let out = serde_json::json!({"queries": q.rows, "radius": radius, "nprobe": a.nprobe, "rerank": depth, "seconds": secs, "qps": q.rows as f64 / secs, "hits": res.ids.len(), "mean_hits": res.ids.len() as f64 / q.rows.max(1) as f64});
         eval::print_object(&out, a.run.json);
         return Ok(());
     }
     let t = std::time::Instant::now();
-    let res = index.search_filtered(
-        &q.data,
-        &p,
-        dense.as_ref().map(|r| r as &dyn vlc_compress::RawVectors),
-        filter.as_ref(),
-    )?;
+    let (res, reranked) = if auto {
+        let b = index.search_bounded(&q.data, &p, raw, filter.as_ref(), true)?;
+        let mean = b.reranked.iter().sum::<usize>() as f64 / q.rows.max(1) as f64;
+        let certified = b.certified.iter().filter(|&&c| c).count();
+        (b.results, Some((mean, certified)))
+    } else {
+        (
+            index.search_filtered(&q.data, &p, raw, filter.as_ref())?,
+            None,
+        )
+    };
     let secs = t.elapsed().as_secs_f64();
     match a.out.extension().and_then(|e| e.to_str()) {
         Some("ivecs") => vecio::write_ivecs(&a.out, &ivecs_ids(&res.ids, &a.out)?, a.k)?,
@@ -615,7 +629,12 @@ fn search(a: SearchArgs) -> AnyResult {
         vecio::write_vectors(p, &res.distances, a.k)?;
     }
     let short = (0..q.rows).filter(|&i| res.found(i) < a.k).count();
-    let out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": a.rerank, "seconds": secs, "qps": q.rows as f64 / secs, "queries_short_of_k": short});
+    let mut out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": depth, "seconds": secs, "qps": q.rows as f64 / secs, "queries_short_of_k": short});
+    if let Some((mean, certified)) = reranked {
+        out["rerank"] = "auto".into();
+        out["reranked_per_query"] = mean.into();
+        out["queries_certified"] = certified.into();
+    }
     eval::print_object(&out, a.run.json);
     Ok(())
 }
