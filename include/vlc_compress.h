@@ -845,7 +845,8 @@ vlcc_status vlcc_index_search_bounds(const vlcc_index *ix,
  * codes; with rerank above 0, each hit is scored again exactly against `raw` (row i = id i, as
  * `vlcc_index_search` reads it) and kept only if that score is within the radius. `*out`
  * receives the results (read them with `vlcc_range_results_view`), owned by the caller. A NaN
- * radius fails with INVALID_ARGUMENT. Scans on the host; thread-safe like search.
+ * radius fails with INVALID_ARGUMENT. Scans on the device on CUDA contexts (a callback filter
+ * keeps the host path), on the host elsewhere; thread-safe like search.
  */
 vlcc_status vlcc_index_range_search(const vlcc_index *ix,
                                     const float *queries,

@@ -239,6 +239,13 @@ fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
 }
 
 #[test]
+fn range_search_runs_on_the_device() {
+    let Some(g) = gpu() else { return };
+    let demo = common::demo();
+    common::range_search_parity(&g, &demo.base, &demo.query.data);
+}
+
+#[test]
 fn filters_are_applied_in_the_device_scan() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();

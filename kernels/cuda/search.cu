@@ -130,12 +130,40 @@ struct GlobalLut {
     }
 };
 
-// This thread's share of one list's codes [s0, s1), offered to its `want` best; with
+// Where a scan's scores go: this thread's `want` best (top-k search).
+struct TopSink {
+    float* kd;
+    unsigned* kp;
+    int want;
+    int* held;
+    __device__ void operator()(float v, unsigned long long i) const { offer(kd, kp, want, *held, v, (unsigned)i); }
+};
+
+// Where a range search's scores go: those within `radius` counted per query and, in the
+// second pass (`at` given), written at the query's offset (`at[qi]` + its next slot).
+struct RangeSink {
+    float radius;
+    unsigned* count;
+    const unsigned long long* at;
+    const unsigned long long* ids;
+    unsigned long long* out_id;
+    float* out_d;
+    int qi;
+    __device__ void operator()(float v, unsigned long long i) const {
+        if (!(v <= radius)) return;
+        const unsigned slot = atomicAdd(count + qi, 1u);
+        if (at) {
+            out_id[at[qi] + slot] = ids[i];
+            out_d[at[qi] + slot] = v;
+        }
+    }
+};
+
+// This thread's share of one list's codes [s0, s1), each score given to `sink`; with
 // `filtered`, only the positions whose bit is set in `allow`.
-template <class Lut>
+template <class Lut, class Sink>
 __device__ __forceinline__ void scan_codes(const unsigned char* __restrict__ codes, unsigned long long s0,
-                           unsigned long long s1, int nsub, int ksub, float b0, Lut lut,
-                           float* kd, unsigned* kp, int want, int& held,
+                           unsigned long long s1, int nsub, int ksub, float b0, Lut lut, Sink sink,
                            const unsigned* __restrict__ allow, int filtered) {
     for (unsigned long long i = s0 + threadIdx.x; i < s1; i += blockDim.x) {
         if (filtered && !((__ldg(allow + (i >> 5)) >> (i & 31)) & 1u)) continue;
@@ -162,7 +190,7 @@ __device__ __forceinline__ void scan_codes(const unsigned char* __restrict__ cod
             const unsigned char* c = codes + i * nsub;
             for (int j = 0; j < nsub; j++) v += lut(j * 256 + c[j]);
         }
-        offer(kd, kp, want, held, v, (unsigned)i);
+        sink(v, i);
     }
 }
 
@@ -203,15 +231,40 @@ extern "C" __global__ void scan_lists(const unsigned char* __restrict__ codes,
     if (!repeat) {
         const float b0 = base[(size_t)qi * nprobe + p];
         const unsigned long long s0 = start[a], s1 = start[a + 1];
+        const TopSink sink{kd, kp, want, &held};
         if (staged)
-            scan_codes(codes, s0, s1, nsub, ksub, b0, SharedLut{lut}, kd, kp, want, held, allow,
-                       filtered);
+            scan_codes(codes, s0, s1, nsub, ksub, b0, SharedLut{lut}, sink, allow, filtered);
         else
-            scan_codes(codes, s0, s1, nsub, ksub, b0, GlobalLut{ta, qtq, l2}, kd, kp, want, held,
-                       allow, filtered);
+            scan_codes(codes, s0, s1, nsub, ksub, b0, GlobalLut{ta, qtq, l2}, sink, allow, filtered);
     }
     const size_t o = ((size_t)qi * nprobe + p) * want;
     block_top(kd, kp, want, held, sd, sp, st, cand_d + o, cand_p + o);
+}
+
+// Range search, one block per (probe, query) as scan_lists: every vector scoring at most
+// `radius` is counted in count[query]; with `at` (each query's offset, from the counts of a
+// first pass), its id and score are also written there, in no particular order.
+extern "C" __global__ void range_lists(const unsigned char* __restrict__ codes,
+                                       const unsigned long long* __restrict__ start,
+                                       const float* __restrict__ terms, int l2,
+                                       const float* __restrict__ qt, int nsub, int ksub,
+                                       const unsigned* __restrict__ probes,
+                                       const float* __restrict__ base, int nprobe, float radius,
+                                       const unsigned* __restrict__ allow, int filtered,
+                                       const unsigned long long* __restrict__ ids,
+                                       unsigned* __restrict__ count,
+                                       const unsigned long long* __restrict__ at,
+                                       unsigned long long* __restrict__ out_id,
+                                       float* __restrict__ out_d) {
+    const int p = blockIdx.x, qi = blockIdx.y;
+    const unsigned a = probes[(size_t)qi * nprobe + p];
+    for (int o = 0; o < p; o++)
+        if (probes[(size_t)qi * nprobe + o] == a) return;  // a list probed twice counts once
+    const float* qtq = qt + (size_t)qi * nsub * ksub;
+    const float* ta = terms + (size_t)a * nsub * ksub;
+    const RangeSink sink{radius, count, at, ids, out_id, out_d, qi};
+    scan_codes(codes, start[a], start[a + 1], nsub, ksub, base[(size_t)qi * nprobe + p],
+               GlobalLut{ta, qtq, l2}, sink, allow, filtered);
 }
 
 // One block per query: the `want` best of its nprobe x want candidates, as ids and distances.

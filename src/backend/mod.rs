@@ -122,6 +122,9 @@ pub trait KmeansSession {
 /// Device backends hold their device through each call and copy data on rayon's global pool
 /// meanwhile, so they must not be called from inside that pool's tasks: a task that the
 /// copying thread picks up while it waits could need the same device.
+/// A device range search's answer: hits per query, then their ids and scores.
+pub type RangeHits = (Vec<usize>, Vec<u64>, Vec<f32>);
+
 pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Human-readable device description.
@@ -204,6 +207,22 @@ pub trait Backend: Send + Sync {
         _want: usize,
         _allow: Option<&[u32]>,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+        Ok(None)
+    }
+    /// Range search on the device: for each query of `q` (prepared), every vector of its
+    /// `nprobe` nearest lists scoring at most `radius` (squared L2, or minus the inner
+    /// product), `allow` as for `search_lists`. Returns each query's hit count, then the ids
+    /// and scores query after query, unordered within a query. `None` leaves it to the host,
+    /// which is what backends without device range search answer.
+    fn range_lists(
+        &self,
+        _cb: &CodebookView,
+        _lists: &ListsView,
+        _q: &[f32],
+        _nprobe: usize,
+        _radius: f32,
+        _allow: Option<&[u32]>,
+    ) -> Result<Option<RangeHits>> {
         Ok(None)
     }
     /// Exact re-rank on the device against raw vectors in device memory: for each query of

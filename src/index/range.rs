@@ -41,7 +41,8 @@ impl Index {
     /// best first. Distances are those of the codes; with `p.rerank > 0` every hit is scored
     /// again exactly against `raw` and kept only if that exact score is within the radius (a
     /// vector whose code's score misses the radius is not found either way). `p.k` is not
-    /// used; `filter` as in [`Index::search_filtered`]. Scans on the host.
+    /// used; `filter` as in [`Index::search_filtered`]. Scans on the device on CUDA contexts
+    /// (a predicate filter keeps the host path), on the host elsewhere.
     pub fn range_search(
         &self,
         queries: &[f32],
@@ -60,26 +61,25 @@ impl Index {
         // Scores are smaller-is-better: minus the similarity under inner product.
         let bound = if l2 { radius } else { -radius };
         let q = prepare(queries, d, metric);
-        let per_query = self.context().run(|_| {
-            q.par_chunks(QUERY_BLOCK * d)
-                .map(|qb| {
-                    let mut out = Vec::with_capacity(qb.len() / d);
-                    let keep = |i: usize, w: Within| {
-                        let mut hits = w.hits()?;
-                        if let Some(raw) = raw {
-                            self.rescore(&qb[i * d..(i + 1) * d], &mut hits, raw)?;
-                            hits.retain(|c| c.0 <= bound);
-                        }
-                        hits.sort_unstable();
-                        out.push(hits);
-                        Ok(())
-                    };
-                    self.scan_block(qb, p.nprobe, filter, || Within::new(bound), keep)?;
-                    Ok(out)
+        let per_query = self.context().run(|b| {
+            let hits = match self.range_on_device(b, &q, p.nprobe, bound, filter)? {
+                Some(h) => h,
+                None => self.range_on_host(&q, p.nprobe, bound, filter)?,
+            };
+            // Re-scored exactly where asked, then best first.
+            hits.into_par_iter()
+                .enumerate()
+                .map(|(i, mut hits)| {
+                    if let Some(raw) = raw {
+                        self.rescore(&q[i * d..(i + 1) * d], &mut hits, raw)?;
+                        hits.retain(|c| c.0 <= bound);
+                    }
+                    hits.sort_unstable();
+                    Ok(hits)
                 })
-                .collect::<Result<Vec<Vec<Vec<Cand>>>>>()
+                .collect::<Result<Vec<Vec<Cand>>>>()
         })?;
-        let total: usize = per_query.iter().flatten().map(Vec::len).sum();
+        let total: usize = per_query.iter().map(Vec::len).sum();
         let mut r = RangeResults {
             offsets: Vec::with_capacity(q.len() / d.max(1) + 1),
             ids: Vec::new(),
@@ -91,7 +91,7 @@ impl Index {
             .try_reserve_exact(total)
             .map_err(|_| room("distances"))?;
         r.offsets.push(0);
-        for hits in per_query.into_iter().flatten() {
+        for hits in per_query {
             for c in hits {
                 r.ids.push(c.1);
                 r.distances.push(if l2 { c.0 } else { -c.0 });
@@ -99,5 +99,67 @@ impl Index {
             r.offsets.push(r.ids.len());
         }
         Ok(r)
+    }
+
+    /// Each prepared query's hits within `bound` (smaller is better), from the host scan.
+    fn range_on_host(
+        &self,
+        q: &[f32],
+        nprobe: usize,
+        bound: f32,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<Vec<Cand>>> {
+        let d = self.cb.dim();
+        let blocks = q
+            .par_chunks(QUERY_BLOCK * d)
+            .map(|qb| {
+                let mut out = Vec::with_capacity(qb.len() / d);
+                let keep = |_: usize, w: Within| {
+                    out.push(w.hits()?);
+                    Ok(())
+                };
+                self.scan_block(qb, nprobe, filter, || Within::new(bound), keep)?;
+                Ok(out)
+            })
+            .collect::<Result<Vec<Vec<Vec<Cand>>>>>()?;
+        Ok(blocks.into_iter().flatten().collect())
+    }
+
+    /// As `range_on_host`, on the backend's device where it scans these lists (`None`
+    /// otherwise, and for predicate filters, which are the caller's host code).
+    fn range_on_device(
+        &self,
+        backend: &dyn crate::Backend,
+        q: &[f32],
+        nprobe: usize,
+        bound: f32,
+        filter: Option<&Filter>,
+    ) -> Result<Option<Vec<Vec<Cand>>>> {
+        if !filter.is_none_or(Filter::on_device) {
+            return Ok(None);
+        }
+        let found = self.with_views(|cb, lists| {
+            if !backend.caps().scans(cb, lists, 1) {
+                return Ok(None);
+            }
+            let allow = match filter {
+                Some(f) => Some(f.positions(&lists.flatten_ids())?),
+                None => None,
+            };
+            backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref())
+        })?;
+        let Some((counts, ids, scores)) = found else {
+            return Ok(None);
+        };
+        let mut at = 0;
+        let hits = counts
+            .iter()
+            .map(|&c| {
+                let h = (at..at + c).map(|t| Cand(scores[t], ids[t])).collect();
+                at += c;
+                h
+            })
+            .collect();
+        Ok(Some(hits))
     }
 }

@@ -517,3 +517,65 @@ pub fn filtered_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, que
         }
     }
 }
+
+/// Range search on `dev` against the host on one index (`base`, 64 anchors, 8-bit and 4-bit
+/// codes, L2 and inner product), plain and with a bitset filter: each query's hits agree (as
+/// sets, allowing 0.1% that sit on the radius within float rounding) with distances within
+/// 1e-3, and came from the device.
+pub fn range_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
+    use vlc_compress::{Filter, Metric, SearchParams};
+    let cpu = ctx(0);
+    let n = base.rows as u64;
+    let evens = Filter::bitset(&vec![0x55u8; n.div_ceil(8) as usize], n).unwrap();
+    for (metric, bits) in [(Metric::L2, 8), (Metric::L2, 4), (Metric::InnerProduct, 8)] {
+        let mut p = small_params(64, 16);
+        p.metric = metric;
+        p.bits = bits;
+        let host = indexed(&cpu, p, base);
+        let ix = host.to_context(dev.clone()).unwrap();
+        let sp = SearchParams {
+            k: 50,
+            nprobe: 8,
+            rerank: 0,
+        };
+        // The 50th hit of the first query as the radius.
+        let radius = host.search(query, &sp, None).unwrap().distances[49];
+        for filter in [None, Some(&evens)] {
+            let what = format!("{metric:?} {bits}-bit filter {}", filter.is_some());
+            let want = host.range_search(query, radius, &sp, None, filter).unwrap();
+            let before = dev.backend().transfers().d2h_bytes;
+            let got = ix.range_search(query, radius, &sp, None, filter).unwrap();
+            assert!(
+                dev.backend().transfers().d2h_bytes > before,
+                "{what}: on the host"
+            );
+            let (mut same, mut all) = (0usize, 0usize);
+            for i in 0..want.len() {
+                let (wi, wd) = want.hits(i);
+                let (gi, gd) = got.hits(i);
+                let g: std::collections::HashMap<u64, f32> =
+                    gi.iter().copied().zip(gd.iter().copied()).collect();
+                for (id, v) in wi.iter().zip(wd) {
+                    if let Some(u) = g.get(id) {
+                        assert!(
+                            (u - v).abs() <= 1e-3 * (1.0 + v.abs()),
+                            "{what}: {u} vs {v}"
+                        );
+                        same += 1;
+                    }
+                }
+                all += wi.len().max(gi.len());
+                assert!(gd.windows(2).all(|w| if metric == Metric::L2 {
+                    w[0] <= w[1]
+                } else {
+                    w[0] >= w[1]
+                }));
+            }
+            eprintln!("{what}: {same} of {all} hits agree");
+            assert!(
+                all > 0 && same as f64 >= 0.999 * all as f64,
+                "{what}: {same} of {all}"
+            );
+        }
+    }
+}

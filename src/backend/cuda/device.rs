@@ -22,6 +22,7 @@ pub(super) struct Kernels {
     pub(super) query_tables: CudaFunction,
     pub(super) scan_lists: CudaFunction,
     pub(super) merge_candidates: CudaFunction,
+    pub(super) range_lists: CudaFunction,
     /// Exact re-rank: any rows, and rows of whole float4s.
     pub(super) rerank_rows: [CudaFunction; 2],
 }

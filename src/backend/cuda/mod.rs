@@ -195,6 +195,7 @@ pub fn open(ordinal: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
         query_tables: f(2, "query_tables")?,
         scan_lists: f(2, "scan_lists")?,
         merge_candidates: f(2, "merge_candidates")?,
+        range_lists: f(2, "range_lists")?,
         rerank_rows: [f(2, "rerank_rows")?, f(2, "rerank_rows4")?],
     };
     let scan_smem = scan_shared_memory(&ctx, &k.scan_lists)?;
@@ -451,6 +452,18 @@ impl Backend for CudaBackend {
         allow: Option<&[u32]>,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         self.scan(cb, lists, q, nprobe, want, None, allow)
+    }
+
+    fn range_lists(
+        &self,
+        cb: &CodebookView,
+        lists: &ListsView,
+        q: &[f32],
+        nprobe: usize,
+        radius: f32,
+        allow: Option<&[u32]>,
+    ) -> Result<Option<super::RangeHits>> {
+        self.range(cb, lists, q, nprobe, radius, allow)
     }
 
     unsafe fn rerank_device(

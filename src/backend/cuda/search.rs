@@ -106,6 +106,15 @@ impl DeviceLists {
     }
 }
 
+/// A batch of queries after the probe: on the device, the queries, their probed lists and
+/// coarse scores (nb x nprobe), and their tables (nb x nsub x ksub).
+pub(super) struct Probed {
+    qd: CudaSlice<f32>,
+    probes: CudaSlice<u32>,
+    base: CudaSlice<f32>,
+    qt: CudaSlice<f32>,
+}
+
 impl CudaBackend {
     /// `search_lists`, with the candidates re-ranked on the device against `raw` when given
     /// (`raw.k` results per query, else `want`); `None` where the device does not scan.
@@ -157,6 +166,45 @@ impl CudaBackend {
             self.rerank_errors(s, bad)?;
         }
         Ok(Some((ids, dist)))
+    }
+
+    /// `range_lists`: batches of queries through `range_batch`; `None` where the device does
+    /// not scan these lists.
+    pub(super) fn range(
+        &self,
+        cb: &CodebookView,
+        lists: &ListsView,
+        q: &[f32],
+        nprobe: usize,
+        radius: f32,
+        allow: Option<&[u32]>,
+    ) -> Result<Option<crate::backend::RangeHits>> {
+        if !self.caps().scans(cb, lists, 1) {
+            return Ok(None);
+        }
+        self.bind()?;
+        let mut resident = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+        let dc = slot.get(cb.key, || DeviceCodebook::upload(self, cb))?;
+        let dev = self.lock();
+        let upload = || DeviceLists::upload(self, &dev, cb, lists);
+        let Some(dl) = resident.get_or_host(lists.key, upload)? else {
+            return Ok(None);
+        };
+        let s = &dev.stream;
+        let allow = match allow {
+            Some(a) => Some(self.up(s, a)?),
+            None => None,
+        };
+        let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
+        for batch in q.chunks(cb.d * QUERY_BATCH) {
+            let n = nprobe.min(dl.m);
+            let (c, i, v) = self.range_batch(&dev, dc, dl, batch, n, radius, allow.as_ref())?;
+            counts.extend(c);
+            ids.extend(i);
+            dist.extend(v);
+        }
+        Ok(Some((counts, ids, dist)))
     }
 
     /// The re-rank's error words for one call (`bad` in search.cu), none set: the smallest
@@ -243,6 +291,88 @@ impl CudaBackend {
         allow: Option<&CudaSlice<u32>>,
     ) -> Result<(CudaSlice<f32>, CudaSlice<u64>, CudaSlice<f32>)> {
         let s = &dev.stream;
+        let (nsub, ksub) = (dl.nsub, dl.ksub);
+        let nb = q.len() / dl.d;
+        let Probed {
+            qd,
+            probes,
+            base,
+            qt,
+        } = self.probe_batch(dev, dc, dl, q, nprobe)?;
+        let (l2i, npi, nsi, ksi) = (dl.l2 as i32, nprobe as i32, nsub as i32, ksub as i32);
+
+        let per = nprobe * want;
+        let mut cand_d = CudaBackend::zeros::<f32>(s, nb * per)?;
+        let mut cand_p = CudaBackend::zeros::<u32>(s, nb * per)?;
+        let wi = want as i32;
+        let table = 4 * nsub * ksub;
+        let staged = table <= self.scan_smem;
+        let si = staged as i32;
+        let unfiltered = CudaBackend::zeros::<u32>(s, 1)?;
+        let fi = allow.is_some() as i32;
+        let allow = allow.unwrap_or(&unfiltered);
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.scan_lists)
+                    .arg(&dl.codes)
+                    .arg(&dl.start)
+                    .arg(&dl.terms)
+                    .arg(&l2i)
+                    .arg(&qt)
+                    .arg(&nsi)
+                    .arg(&ksi)
+                    .arg(&probes)
+                    .arg(&base)
+                    .arg(&npi)
+                    .arg(&wi)
+                    .arg(&mut cand_d)
+                    .arg(&mut cand_p)
+                    .arg(&si)
+                    .arg(allow)
+                    .arg(&fi)
+                    .launch(LaunchConfig {
+                        grid_dim: (nprobe as u32, nb as u32, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: if staged { table as u32 } else { 0 },
+                    })
+            },
+            "scan lists",
+        )?;
+        let mut out_d = CudaBackend::zeros::<f32>(s, nb * want)?;
+        let mut out_id = CudaBackend::zeros::<u64>(s, nb * want)?;
+        let pi = per as i32;
+        ran(
+            unsafe {
+                s.launch_builder(&dev.k.merge_candidates)
+                    .arg(&cand_d)
+                    .arg(&cand_p)
+                    .arg(&pi)
+                    .arg(&wi)
+                    .arg(&dl.ids)
+                    .arg(&mut out_d)
+                    .arg(&mut out_id)
+                    .launch(LaunchConfig {
+                        grid_dim: (nb as u32, 1, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+            },
+            "merge candidates",
+        )?;
+        Ok((qd, out_id, out_d))
+    }
+
+    /// The first steps of a batch of queries (nb x d, prepared): coarse GEMM and probe
+    /// selection, the padded, rotated queries and their tables, left on the device.
+    fn probe_batch(
+        &self,
+        dev: &Device,
+        dc: &DeviceCodebook,
+        dl: &DeviceLists,
+        q: &[f32],
+        nprobe: usize,
+    ) -> Result<Probed> {
+        let s = &dev.stream;
         let (d, dp, m, nsub, ksub) = (dl.d, dl.dp, dl.m, dl.nsub, dl.ksub);
         let nb = q.len() / d;
         let qd = self.up(s, q)?;
@@ -311,64 +441,104 @@ impl CudaBackend {
             },
             "query tables",
         )?;
-        let per = nprobe * want;
-        let mut cand_d = CudaBackend::zeros::<f32>(s, nb * per)?;
-        let mut cand_p = CudaBackend::zeros::<u32>(s, nb * per)?;
-        let wi = want as i32;
-        let table = 4 * nsub * ksub;
-        let staged = table <= self.scan_smem;
-        let si = staged as i32;
+        Ok(Probed {
+            qd,
+            probes,
+            base,
+            qt,
+        })
+    }
+
+    /// Range search of a batch of queries (nb x d, prepared): every vector of the probed lists
+    /// scoring at most `radius` (smaller is better), skipping the positions `allow` does not
+    /// set. Two passes of `range_lists`: one counts each query's hits, the second writes them
+    /// at offsets made from the counts. Returns the counts, then ids and scores query after
+    /// query (unordered within a query).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn range_batch(
+        &self,
+        dev: &Device,
+        dc: &DeviceCodebook,
+        dl: &DeviceLists,
+        q: &[f32],
+        nprobe: usize,
+        radius: f32,
+        allow: Option<&CudaSlice<u32>>,
+    ) -> Result<(Vec<usize>, Vec<u64>, Vec<f32>)> {
+        let s = &dev.stream;
+        let nb = q.len() / dl.d;
+        let p = self.probe_batch(dev, dc, dl, q, nprobe)?;
         let unfiltered = CudaBackend::zeros::<u32>(s, 1)?;
         let fi = allow.is_some() as i32;
         let allow = allow.unwrap_or(&unfiltered);
-        ran(
-            unsafe {
-                s.launch_builder(&dev.k.scan_lists)
-                    .arg(&dl.codes)
-                    .arg(&dl.start)
-                    .arg(&dl.terms)
-                    .arg(&l2i)
-                    .arg(&qt)
-                    .arg(&nsi)
-                    .arg(&ksi)
-                    .arg(&probes)
-                    .arg(&base)
-                    .arg(&npi)
-                    .arg(&wi)
-                    .arg(&mut cand_d)
-                    .arg(&mut cand_p)
-                    .arg(&si)
-                    .arg(allow)
-                    .arg(&fi)
-                    .launch(LaunchConfig {
+        let (l2i, npi, nsi, ksi) = (dl.l2 as i32, nprobe as i32, dl.nsub as i32, dl.ksub as i32);
+        let pass = |count: &mut CudaSlice<u32>,
+                    at: Option<&CudaSlice<u64>>,
+                    out_id: &mut CudaSlice<u64>,
+                    out_d: &mut CudaSlice<f32>| {
+            let none = 0u64;
+            // SAFETY: buffers sized from nb, nprobe and the counts as the kernel indexes them;
+            // a null `at` makes the kernel count only.
+            ran(
+                unsafe {
+                    let mut b = s.launch_builder(&dev.k.range_lists);
+                    b.arg(&dl.codes)
+                        .arg(&dl.start)
+                        .arg(&dl.terms)
+                        .arg(&l2i)
+                        .arg(&p.qt)
+                        .arg(&nsi)
+                        .arg(&ksi)
+                        .arg(&p.probes)
+                        .arg(&p.base)
+                        .arg(&npi)
+                        .arg(&radius)
+                        .arg(allow)
+                        .arg(&fi)
+                        .arg(&dl.ids)
+                        .arg(count);
+                    match at {
+                        Some(a) => b.arg(a),
+                        None => b.arg(&none),
+                    };
+                    b.arg(out_id).arg(out_d).launch(LaunchConfig {
                         grid_dim: (nprobe as u32, nb as u32, 1),
-                        block_dim: (128, 1, 1),
-                        shared_mem_bytes: if staged { table as u32 } else { 0 },
-                    })
-            },
-            "scan lists",
-        )?;
-        let mut out_d = CudaBackend::zeros::<f32>(s, nb * want)?;
-        let mut out_id = CudaBackend::zeros::<u64>(s, nb * want)?;
-        let pi = per as i32;
-        ran(
-            unsafe {
-                s.launch_builder(&dev.k.merge_candidates)
-                    .arg(&cand_d)
-                    .arg(&cand_p)
-                    .arg(&pi)
-                    .arg(&wi)
-                    .arg(&dl.ids)
-                    .arg(&mut out_d)
-                    .arg(&mut out_id)
-                    .launch(LaunchConfig {
-                        grid_dim: (nb as u32, 1, 1),
                         block_dim: (128, 1, 1),
                         shared_mem_bytes: 0,
                     })
-            },
-            "merge candidates",
-        )?;
-        Ok((qd, out_id, out_d))
+                },
+                "range lists",
+            )
+        };
+        let mut count = CudaBackend::zeros::<u32>(s, nb)?;
+        let (mut id1, mut d1) = (
+            CudaBackend::zeros::<u64>(s, 1)?,
+            CudaBackend::zeros::<f32>(s, 1)?,
+        );
+        pass(&mut count, None, &mut id1, &mut d1)?;
+        let counts: Vec<usize> = self
+            .down(s, &count)?
+            .into_iter()
+            .map(|c| c as usize)
+            .collect();
+        let mut at = Vec::with_capacity(nb);
+        let mut total = 0u64;
+        for &c in &counts {
+            at.push(total);
+            total += c as u64;
+        }
+        if total == 0 {
+            return Ok((counts, Vec::new(), Vec::new()));
+        }
+        let n = usize::try_from(total)
+            .map_err(|_| crate::Error::OutOfMemory(format!("range search: {total} hits")))?;
+        let at = self.up(s, &at)?;
+        let mut cursor = CudaBackend::zeros::<u32>(s, nb)?;
+        let (mut ids, mut dist) = (
+            CudaBackend::zeros::<u64>(s, n)?,
+            CudaBackend::zeros::<f32>(s, n)?,
+        );
+        pass(&mut cursor, Some(&at), &mut ids, &mut dist)?;
+        Ok((counts, self.down(s, &ids)?, self.down(s, &dist)?))
     }
 }
