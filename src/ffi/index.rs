@@ -567,14 +567,28 @@ pub unsafe extern "C" fn vlcc_index_reconstruct_ids(
     vectors: *mut f32,
 ) -> vlcc_status {
     ffi_boundary! {
-        let h = index_ref(ix)?;
-        let ids = slice(ids, n, "ids")?;
-        let len = count(n, h.codebook().dim(), "vectors")?;
-        let out = out_buf(vectors, len, len, "vectors")?;
-        no_overlap(ids, out, "ids and vectors")?;
-        out.copy_from_slice(&h.reconstruct(ids)?);
-        Ok(())
+        by_ids(ix, ids, n, vectors, "vectors", |c| c.dim(), Index::reconstruct)
     }
+}
+
+/// Rows for `n` ids (`width(codebook)` values each) from `rows` into `out`, checked as the
+/// by-id calls check them.
+unsafe fn by_ids<T: Copy>(
+    ix: *const vlcc_index,
+    ids: *const u64,
+    n: usize,
+    out: *mut T,
+    what: &str,
+    width: impl Fn(&crate::Codebook) -> usize,
+    rows: impl Fn(&Index, &[u64]) -> crate::Result<Vec<T>>,
+) -> FfiResult {
+    let h = index_ref(ix)?;
+    let ids = slice(ids, n, "ids")?;
+    let len = count(n, width(h.codebook()), what)?;
+    let out = out_buf(out, len, len, what)?;
+    no_overlap(ids, out, &format!("ids and {what}"))?;
+    out.copy_from_slice(&rows(h, ids)?);
+    Ok(())
 }
 
 /// Stores in `*out` the bytes of one code as `vlcc_index_get_codes` writes it (anchor id, then
@@ -601,13 +615,7 @@ pub unsafe extern "C" fn vlcc_index_get_codes(
     codes: *mut u8,
 ) -> vlcc_status {
     ffi_boundary! {
-        let h = index_ref(ix)?;
-        let ids = slice(ids, n, "ids")?;
-        let len = count(n, h.codebook().codec_size(), "codes")?;
-        let out = out_buf(codes, len, len, "codes")?;
-        no_overlap(ids, out, "ids and codes")?;
-        out.copy_from_slice(&h.get_codes(ids)?);
-        Ok(())
+        by_ids(ix, ids, n, codes, "codes", |c| c.codec_size(), Index::get_codes)
     }
 }
 

@@ -132,6 +132,21 @@ impl CudaBackend {
         if !self.caps().scans(cb, lists, want) {
             return Ok(None);
         }
+        self.resident(cb, lists, allow, |dev, dc, dl, allow| {
+            self.scan_resident(dev, dc, dl, cb, q, nprobe, want, raw, allow)
+        })
+    }
+
+    /// Runs `f` with the device, the codebook and lists resident there (uploaded where they
+    /// changed) and the allowed positions uploaded once for the call; `None` where the lists
+    /// stay on the host.
+    fn resident<R>(
+        &self,
+        cb: &CodebookView,
+        lists: &ListsView,
+        allow: Option<&[u32]>,
+        f: impl FnOnce(&Device, &DeviceCodebook, &DeviceLists, Option<&CudaSlice<u32>>) -> Result<R>,
+    ) -> Result<Option<R>> {
         self.bind()?;
         let mut resident = self.lists.lock().unwrap_or_else(|e| e.into_inner());
         let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,12 +156,28 @@ impl CudaBackend {
         let Some(dl) = resident.get_or_host(lists.key, upload)? else {
             return Ok(None);
         };
-        let s = &dev.stream;
-        // The allowed positions, once per call (a word of zeros, unread, without a filter).
         let allow = match allow {
-            Some(a) => Some(self.up(s, a)?),
+            Some(a) => Some(self.up(&dev.stream, a)?),
             None => None,
         };
+        f(&dev, dc, dl, allow.as_ref()).map(Some)
+    }
+
+    /// `scan` on the resident lists.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_resident(
+        &self,
+        dev: &Device,
+        dc: &DeviceCodebook,
+        dl: &DeviceLists,
+        cb: &CodebookView,
+        q: &[f32],
+        nprobe: usize,
+        want: usize,
+        raw: Option<DeviceRerank>,
+        allow: Option<&CudaSlice<u32>>,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        let s = &dev.stream;
         let mut rerank = match raw {
             Some(r) => Some((r, self.rerank_flags(s)?)),
             None => None,
@@ -154,10 +185,10 @@ impl CudaBackend {
         let (mut ids, mut dist) = (Vec::new(), Vec::new());
         for batch in q.chunks(cb.d * QUERY_BATCH) {
             let (qd, cid, cd) =
-                self.search_batch(&dev, dc, dl, batch, nprobe.min(dl.m), want, allow.as_ref())?;
+                self.search_batch(dev, dc, dl, batch, nprobe.min(dl.m), want, allow)?;
             let (i, v) = match &mut rerank {
                 None => (self.down(s, &cid)?, self.down(s, &cd)?),
-                Some((r, bad)) => self.rerank_batch(&dev, cb, &qd, &cid, want, *r, bad)?,
+                Some((r, bad)) => self.rerank_batch(dev, cb, &qd, &cid, want, *r, bad)?,
             };
             ids.extend(i);
             dist.extend(v);
@@ -165,7 +196,7 @@ impl CudaBackend {
         if let Some((_, bad)) = &rerank {
             self.rerank_errors(s, bad)?;
         }
-        Ok(Some((ids, dist)))
+        Ok((ids, dist))
     }
 
     /// `range_lists`: batches of queries through `range_batch`; `None` where the device does
@@ -182,29 +213,17 @@ impl CudaBackend {
         if !self.caps().scans(cb, lists, 1) {
             return Ok(None);
         }
-        self.bind()?;
-        let mut resident = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-        let dc = slot.get(cb.key, || DeviceCodebook::upload(self, cb))?;
-        let dev = self.lock();
-        let upload = || DeviceLists::upload(self, &dev, cb, lists);
-        let Some(dl) = resident.get_or_host(lists.key, upload)? else {
-            return Ok(None);
-        };
-        let s = &dev.stream;
-        let allow = match allow {
-            Some(a) => Some(self.up(s, a)?),
-            None => None,
-        };
-        let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
-        for batch in q.chunks(cb.d * QUERY_BATCH) {
-            let n = nprobe.min(dl.m);
-            let (c, i, v) = self.range_batch(&dev, dc, dl, batch, n, radius, allow.as_ref())?;
-            counts.extend(c);
-            ids.extend(i);
-            dist.extend(v);
-        }
-        Ok(Some((counts, ids, dist)))
+        self.resident(cb, lists, allow, |dev, dc, dl, allow| {
+            let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
+            for batch in q.chunks(cb.d * QUERY_BATCH) {
+                let n = nprobe.min(dl.m);
+                let (c, i, v) = self.range_batch(dev, dc, dl, batch, n, radius, allow)?;
+                counts.extend(c);
+                ids.extend(i);
+                dist.extend(v);
+            }
+            Ok((counts, ids, dist))
+        })
     }
 
     /// The re-rank's error words for one call (`bad` in search.cu), none set: the smallest
