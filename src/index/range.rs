@@ -1,7 +1,7 @@
 //! Range search: every vector of the probed lists within a radius of the query (L2) or above a
 //! similarity threshold (inner product, cosine), in the shape of FAISS's `RangeSearchResult`.
 
-use super::search::{Cand, Within, QUERY_BLOCK};
+use super::search::{query_block, Cand, Within};
 use super::{Filter, Index, RawVectors};
 use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
@@ -111,7 +111,7 @@ impl Index {
     ) -> Result<Vec<Vec<Cand>>> {
         let d = self.cb.dim();
         let blocks = q
-            .par_chunks(QUERY_BLOCK * d)
+            .par_chunks(query_block(q.len() / d.max(1)) * d)
             .map(|qb| {
                 let mut out = Vec::with_capacity(qb.len() / d);
                 let keep = |_: usize, w: Within| {

@@ -355,8 +355,12 @@ impl TopK {
     }
 }
 
-/// Queries per parallel task: one coarse GEMM each.
-pub(super) const QUERY_BLOCK: usize = 16;
+/// Queries per parallel task, one coarse GEMM each, for `nq` queries: large enough that the
+/// GEMM's packing of the anchors is paid over many queries (16 left it a sixth of a 4-bit
+/// search), small enough to give every thread several tasks.
+pub(super) fn query_block(nq: usize) -> usize {
+    nq.div_ceil(4 * rayon::current_num_threads()).clamp(16, 128)
+}
 
 impl Index {
     /// Searches `queries` (nq x d) on the context's backend: on its device where it scans
@@ -520,9 +524,10 @@ impl Index {
         dist: &mut [f32],
     ) -> Result<()> {
         let (d, k, want) = (self.cb.dim(), p.k, self.candidates(p));
-        q.par_chunks(QUERY_BLOCK * d)
-            .zip(ids.par_chunks_mut(QUERY_BLOCK * k))
-            .zip(dist.par_chunks_mut(QUERY_BLOCK * k))
+        let block = query_block(q.len() / d.max(1));
+        q.par_chunks(block * d)
+            .zip(ids.par_chunks_mut(block * k))
+            .zip(dist.par_chunks_mut(block * k))
             .map(|((qb, ib), db)| self.search_block(qb, p, want, raw, filter, ib, db))
             .collect()
     }
