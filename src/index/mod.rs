@@ -6,9 +6,12 @@ mod bounds;
 mod fastscan;
 mod filter;
 mod ids;
+mod keep;
 mod range;
+mod raw;
 mod refine;
 mod search;
+mod tables;
 
 pub use bounds::BoundedResults;
 pub use filter::{Filter, Predicate};

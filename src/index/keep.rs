@@ -1,0 +1,127 @@
+//! Where a scan's scored vectors go: the best k (`TopK`) or all within a radius (`Within`).
+
+use crate::error::{Error, Result};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Candidate ordered by (distance, id): the heap's top is the worst kept.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) struct Cand(pub(super) f32, pub(super) u64);
+impl Eq for Cand {}
+impl PartialOrd for Cand {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Cand {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
+    }
+}
+
+/// Where a scan's scored vectors go: the best k (`TopK`), or all within a radius (`Within`).
+pub(super) trait Keep {
+    /// Scores above this are not kept (smaller is better).
+    fn bound(&self) -> f32;
+    /// Offers a score no larger than `bound()`.
+    fn keep(&mut self, d: f32, id: u64);
+}
+
+impl Keep for TopK {
+    #[inline(always)]
+    fn bound(&self) -> f32 {
+        self.worst
+    }
+    #[inline(always)]
+    fn keep(&mut self, d: f32, id: u64) {
+        self.push(d, id)
+    }
+}
+
+/// Every scored vector within `radius` (a range search's sink). An allocation that fails
+/// stops the keeping and is reported by `hits`.
+pub(super) struct Within {
+    radius: f32,
+    hits: Vec<Cand>,
+    full: bool,
+}
+
+impl Within {
+    pub(super) fn new(radius: f32) -> Within {
+        Within {
+            radius,
+            hits: Vec::new(),
+            full: false,
+        }
+    }
+
+    /// What was kept, or `OutOfMemory` where it did not fit.
+    pub(super) fn hits(self) -> Result<Vec<Cand>> {
+        if self.full {
+            return Err(Error::OutOfMemory(format!(
+                "range search: more than {} hits for one query",
+                self.hits.len()
+            )));
+        }
+        Ok(self.hits)
+    }
+}
+
+impl Keep for Within {
+    #[inline(always)]
+    fn bound(&self) -> f32 {
+        if self.full {
+            f32::NEG_INFINITY
+        } else {
+            self.radius
+        }
+    }
+    #[inline(always)]
+    fn keep(&mut self, d: f32, id: u64) {
+        if self.hits.try_reserve(1).is_err() {
+            self.full = true;
+            return;
+        }
+        self.hits.push(Cand(d, id))
+    }
+}
+
+pub(super) struct TopK {
+    k: usize,
+    heap: BinaryHeap<Cand>,
+    pub(super) worst: f32,
+}
+
+impl TopK {
+    pub(super) fn new(k: usize) -> Self {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+            worst: f32::INFINITY,
+        }
+    }
+    #[inline]
+    pub(super) fn push(&mut self, d: f32, id: u64) {
+        if d > self.worst {
+            return;
+        }
+        let c = Cand(d, id);
+        if self.heap.len() < self.k {
+            self.heap.push(c);
+        } else if c < *self.heap.peek().unwrap() {
+            self.heap.pop();
+            self.heap.push(c);
+        } else {
+            return;
+        }
+        if self.heap.len() == self.k {
+            self.worst = self.heap.peek().unwrap().0;
+        }
+    }
+    pub(super) fn len(&self) -> usize {
+        self.heap.len()
+    }
+    pub(super) fn sorted(self) -> Vec<Cand> {
+        self.heap.into_sorted_vec()
+    }
+}

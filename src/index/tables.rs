@@ -1,0 +1,129 @@
+//! Lookup-table terms derived from a codebook once per index (`search` reads them).
+
+use crate::backend::layout;
+use crate::error::{try_vec, Result};
+use crate::linalg;
+use crate::params::Metric;
+use crate::quant::Codebook;
+use rayon::prelude::*;
+
+/// Tables derived from the codebook once per index. Each is allocated fallibly and bounded by
+/// `cap_bytes` where it can grow past the codebook's own size (a file's shapes are checked,
+/// but a legal shape can still ask for more than the machine has).
+#[derive(Debug)]
+pub(crate) struct Tables {
+    /// m x M x ksub: `|c|^2 + 2 <(R a)_j, c>` (None when larger than the cap).
+    pub(crate) l2_terms: Option<Vec<f32>>,
+    /// m x dp: rotated, padded anchors for tables built on the fly (None when larger than
+    /// the cap: then each probed list's is made when needed).
+    rot_anchors: Option<Vec<f32>>,
+    /// |a|^2 per anchor, for coarse L2 distances.
+    pub anchor_norms: Vec<f32>,
+    /// The largest |a|, for the rounding slack of distance bounds.
+    pub max_anchor_norm: f32,
+    /// PQ centroids transposed to M x dsub x ksub: a query's table is then a run of
+    /// contiguous multiply-adds over the centroids.
+    cent_t: Vec<f32>,
+}
+
+impl Tables {
+    /// A query's table into `out` (M x `ks`): `scale <y_j, c>` for each sub-space j and its
+    /// codewords c, `y` being the query padded and rotated (`scale` -2 under L2, -1 under
+    /// inner product).
+    pub(super) fn query_table(&self, y: &[f32], ds: usize, ks: usize, scale: f32, out: &mut [f32]) {
+        out.fill(0.0);
+        for (j, row) in out.chunks_exact_mut(ks).enumerate() {
+            for t in 0..ds {
+                let yv = scale * y[j * ds + t];
+                let col = &self.cent_t[(j * ds + t) * ks..(j * ds + t + 1) * ks];
+                for (o, c) in row.iter_mut().zip(col) {
+                    *o += yv * c;
+                }
+            }
+        }
+    }
+
+    pub fn new(cb: &Codebook, cap_bytes: usize) -> Result<Tables> {
+        let (d, dp, m) = (cb.d, cb.pq.dim(), cb.anchors());
+        let fits = |n: usize| n.checked_mul(4).is_some_and(|b| b <= cap_bytes);
+        let rot_anchors = if fits(m.saturating_mul(dp)) {
+            let mut t = try_vec(m * dp, 0f32, "rotated anchors")?;
+            t.par_chunks_mut(dp)
+                .zip(cb.anchors.par_chunks(d))
+                .for_each(|(out, a)| rotated_anchor(cb, a, out));
+            Some(t)
+        } else {
+            None
+        };
+        let per = cb.pq.nsub * cb.pq.ksub();
+        let l2_terms = match (
+            cb.metric == Metric::L2 && fits(m.saturating_mul(per)),
+            &rot_anchors,
+        ) {
+            (true, Some(ra)) => {
+                let mut t = try_vec(m * per, 0f32, "list tables")?;
+                t.par_chunks_mut(per)
+                    .zip(ra.par_chunks(dp))
+                    .for_each(|(out, ra)| list_terms(cb, ra, out));
+                Some(t)
+            }
+            _ => None,
+        };
+        let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
+        let mut cent_t = try_vec(cb.pq.centroids.len(), 0f32, "transposed centroids")?;
+        for j in 0..cb.pq.nsub {
+            for (c, v) in cb.pq.sub(j).chunks_exact(ds).enumerate() {
+                for t in 0..ds {
+                    cent_t[(j * ds + t) * ks + c] = v[t];
+                }
+            }
+        }
+        // m values: no larger than the anchors already held.
+        let anchor_norms = linalg::row_norms(&cb.anchors, d);
+        Ok(Tables {
+            l2_terms,
+            rot_anchors,
+            max_anchor_norm: anchor_norms.iter().fold(0f32, |m, &v| m.max(v)).sqrt(),
+            anchor_norms,
+            cent_t,
+        })
+    }
+
+    /// List `a`'s terms into `out` (M x ksub), from the stored rotated anchor or one made now
+    /// in `scratch` (dp values).
+    pub(super) fn fly_terms(&self, cb: &Codebook, a: usize, scratch: &mut [f32], out: &mut [f32]) {
+        let dp = cb.pq.dim();
+        let ra = match &self.rot_anchors {
+            Some(t) => &t[a * dp..(a + 1) * dp],
+            None => {
+                rotated_anchor(cb, &cb.anchors[a * cb.d..(a + 1) * cb.d], scratch);
+                &*scratch
+            }
+        };
+        list_terms(cb, ra, out);
+    }
+}
+
+/// Anchor `a` (d values) padded to the sub-space layout and rotated, into `out` (dp values).
+fn rotated_anchor(cb: &Codebook, a: &[f32], out: &mut [f32]) {
+    let (d, dp) = (cb.d, cb.pq.dim());
+    let padded = layout::pad_rows(a, d, cb.pq.dsub, dp);
+    if cb.rot.is_empty() {
+        out.copy_from_slice(&padded);
+    } else {
+        out.copy_from_slice(&layout::rotate(&cb.rot, &padded, dp));
+    }
+}
+
+/// `|c|^2 + 2 <ra_j, c>` for every sub-space j and centroid c.
+fn list_terms(cb: &Codebook, ra: &[f32], out: &mut [f32]) {
+    let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
+    for j in 0..cb.pq.nsub {
+        let cents = cb.pq.sub(j);
+        let a = &ra[j * ds..(j + 1) * ds];
+        for c in 0..ks {
+            let cv = &cents[c * ds..(c + 1) * ds];
+            out[j * ks + c] = linalg::dot(cv, cv) + 2.0 * linalg::dot(a, cv);
+        }
+    }
+}
