@@ -59,11 +59,16 @@ impl IdMap {
         }
     }
 
+    /// Records `id` at `at`; an id already held keeps its first location, the new one goes to
+    /// `more`, so `locations` lists them in insertion order.
     pub fn insert(&mut self, id: u64, at: Loc) {
-        if let Some(prev) = self.first.insert(id, at) {
-            // Keep the earlier one first: `locations` then lists them in insertion order.
-            self.first.insert(id, prev);
-            self.more.entry(id).or_default().push(at);
+        match self.first.entry(id) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(at);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.more.entry(id).or_default().push(at)
+            }
         }
     }
 
