@@ -83,7 +83,7 @@ pub(crate) fn whole_rows(len: usize, d: usize, what: &str) -> Result<usize> {
     if d == 0 {
         invalid!("dimension d = 0: must be >= 1");
     }
-    if len % d != 0 {
+    if !len.is_multiple_of(d) {
         invalid!("{len} {what} are not a whole number of {d}-d vectors");
     }
     Ok(len / d)

@@ -52,7 +52,7 @@ fn parse_vecs<T: bytemuck::Pod>(bytes: &[u8], path: &Path) -> Result<Matrix<T>> 
     }
     let d = d as usize;
     let rec = 4 + 4 * d;
-    if bytes.len() % rec != 0 {
+    if !bytes.len().is_multiple_of(rec) {
         return Err(corrupt(
             path,
             format!(
@@ -108,7 +108,7 @@ fn write_atomic(
 }
 
 fn write_vecs<T: bytemuck::Pod>(path: &Path, data: &[T], cols: usize) -> Result<()> {
-    if cols == 0 || data.len() % cols != 0 {
+    if cols == 0 || !data.len().is_multiple_of(cols) {
         return Err(Error::InvalidArgument(format!(
             "cannot write {} values as rows of {cols}",
             data.len()

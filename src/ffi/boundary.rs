@@ -116,7 +116,7 @@ pub(crate) fn check_ptr<T>(p: *const T, len: usize, what: &str) -> FfiResult {
     if p.is_null() {
         return fail(vlcc_status::NullPointer, format!("{what} is NULL"));
     }
-    if (p as usize) % std::mem::align_of::<T>() != 0 {
+    if !(p as usize).is_multiple_of(std::mem::align_of::<T>()) {
         return fail(
             vlcc_status::Unaligned,
             format!(

@@ -210,7 +210,7 @@ impl Codebook {
     ) -> Result<Codebook> {
         let dp = pq.dim();
         let bad = |m: String| Err(Error::Corrupt(m));
-        if d == 0 || anchors.is_empty() || anchors.len() % d != 0 {
+        if d == 0 || anchors.is_empty() || !anchors.len().is_multiple_of(d) {
             return bad(format!(
                 "anchors ({} values) do not fit d = {d}",
                 anchors.len()
@@ -466,7 +466,7 @@ impl Codebook {
     /// Codec mode: approximate vectors from `encode`'s bytes.
     pub fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>> {
         let (ab, cs) = (self.anchor_id_size(), self.residual_code_size());
-        if bytes.len() % (ab + cs) != 0 {
+        if !bytes.len().is_multiple_of(ab + cs) {
             return Err(Error::InvalidArgument(format!(
                 "{} bytes are not a whole number of {}-byte codes",
                 bytes.len(),
@@ -503,7 +503,7 @@ pub(crate) fn check_shape(
         Err(format!("{anchors} anchors is not in 1..={}", u32::MAX))
     } else if bits != 8 && bits != 4 {
         Err(format!("bits = {bits}, expected 8 or 4"))
-    } else if nsub == 0 || nsub > max_nsub || (nsub * bits as usize) % 8 != 0 {
+    } else if nsub == 0 || nsub > max_nsub || !(nsub * bits as usize).is_multiple_of(8) {
         Err(format!(
             "M = {nsub} sub-quantizers of {bits} bits is not a whole number of bytes in 1..={}",
             crate::params::MAX_BYTES_PER_VECTOR

@@ -52,7 +52,7 @@ impl ProductQuantizer {
         seed: u64,
         warm: Option<&ProductQuantizer>,
     ) -> Result<Self> {
-        debug_assert!(dpad % nsub == 0 && y.len() % dpad == 0);
+        debug_assert!(dpad.is_multiple_of(nsub) && y.len().is_multiple_of(dpad));
         let dsub = dpad / nsub;
         let k = 1usize << bits;
         let n = y.len() / dpad;

@@ -307,7 +307,7 @@ impl CudaBackend {
         dev.bind()?;
         let ctx = dev.stream.context();
         let bad = |why: String| Err(Error::InvalidArgument(format!("{what} at {at:#x}: {why}")));
-        if at % 4 != 0 {
+        if !at.is_multiple_of(4) {
             return bad("not 4-byte aligned".into());
         }
         // SAFETY (each query): `v` points to a value as large as the attribute's.

@@ -375,7 +375,7 @@ impl Backend for CudaBackend {
     }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;
-        if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || y.len() % dp != 0 {
+        if !pq_kernel_fits(dsub, books.len() / dp.max(1)) || !y.len().is_multiple_of(dp) {
             return super::host::pq_assign(self, y, nsub, dsub, books);
         }
         if y.is_empty() {

@@ -265,7 +265,7 @@ impl CudaBackend {
             crate::Metric::InnerProduct => 1,
             crate::Metric::Cosine => 2,
         };
-        let vec4 = d % 4 == 0 && raw.at % 16 == 0;
+        let vec4 = d % 4 == 0 && raw.at.is_multiple_of(16);
         let (di, wi, ki, n) = (d as i32, want as i32, k as i32, raw.n as u64);
         // SAFETY: qd holds nb x d floats, cand nb x want ids, the outputs nb x k; the kernel
         // reads rows only below `raw.n`, within the range `device_rows` accepted.

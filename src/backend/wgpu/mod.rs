@@ -332,7 +332,7 @@ impl Backend for WgpuBackend {
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;
         let ksub = books.len() / dp.max(1);
-        if !self.pq_fits(dsub, ksub) || y.len() % dp != 0 {
+        if !self.pq_fits(dsub, ksub) || !y.len().is_multiple_of(dp) {
             return super::host::pq_assign(self, y, nsub, dsub, books);
         }
         let n = y.len() / dp;
