@@ -202,7 +202,7 @@ pub(crate) fn block_sums_scalar(block: &[u8], table: &[u8], out: &mut [u16; BLOC
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn block_sums_avx2(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
     use std::arch::x86_64::*;
-    debug_assert!(block.len() == table.len() && block.len() % 32 == 0);
+    debug_assert!(block.len() == table.len() && block.len().is_multiple_of(32));
     let low = _mm256_set1_epi8(0x0f);
     let zero = _mm256_setzero_si256();
     let mut acc = [zero; 4];
@@ -230,14 +230,166 @@ pub(crate) unsafe fn block_sums_avx2(block: &[u8], table: &[u8], out: &mut [u16;
     }
 }
 
-/// The kernel this CPU runs: AVX2 where it has it, else the reference.
-pub(crate) fn block_sums(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 checked; blocks and tables both hold `padded(nsub)` rows of 16.
-        return unsafe { block_sums_avx2(block, table, out) };
+/// `block_sums_avx2` with AVX-512: four sub-quantizers per step, one table in each 128-bit
+/// lane; a last pair (the rows are even, not always a multiple of four) takes the AVX2 step.
+///
+/// # Safety
+/// The CPU has AVX-512BW; `block` and `table` hold the same even number of 16-byte rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512bw")]
+pub(crate) unsafe fn block_sums_avx512(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
+    use std::arch::x86_64::*;
+    debug_assert!(block.len() == table.len() && block.len().is_multiple_of(32));
+    let low = _mm512_set1_epi8(0x0f);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [zero; 4];
+    let quads = block.len() / 64 * 64;
+    for (c, t) in block[..quads]
+        .chunks_exact(64)
+        .zip(table[..quads].chunks_exact(64))
+    {
+        // SAFETY: both chunks are 64 bytes; unaligned loads.
+        let (c, t) = unsafe {
+            (
+                _mm512_loadu_si512(c.as_ptr().cast()),
+                _mm512_loadu_si512(t.as_ptr().cast()),
+            )
+        };
+        let lo = _mm512_shuffle_epi8(t, _mm512_and_si512(c, low));
+        let hi = _mm512_shuffle_epi8(t, _mm512_and_si512(_mm512_srli_epi16(c, 4), low));
+        acc[0] = _mm512_add_epi16(acc[0], _mm512_unpacklo_epi8(lo, zero));
+        acc[1] = _mm512_add_epi16(acc[1], _mm512_unpackhi_epi8(lo, zero));
+        acc[2] = _mm512_add_epi16(acc[2], _mm512_unpacklo_epi8(hi, zero));
+        acc[3] = _mm512_add_epi16(acc[3], _mm512_unpackhi_epi8(hi, zero));
     }
-    block_sums_scalar(block, table, out)
+    // Fold the 512-bit sums to 256 bits, then add the last pair as the AVX2 kernel does.
+    let mut half =
+        acc.map(|a| _mm256_add_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
+    if quads < block.len() {
+        let low = _mm256_set1_epi8(0x0f);
+        let zero = _mm256_setzero_si256();
+        // SAFETY: the rest is one 32-byte chunk of each; unaligned loads.
+        let (c, t) = unsafe {
+            (
+                _mm256_loadu_si256(block[quads..].as_ptr().cast()),
+                _mm256_loadu_si256(table[quads..].as_ptr().cast()),
+            )
+        };
+        let lo = _mm256_shuffle_epi8(t, _mm256_and_si256(c, low));
+        let hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(c, 4), low));
+        half[0] = _mm256_add_epi16(half[0], _mm256_unpacklo_epi8(lo, zero));
+        half[1] = _mm256_add_epi16(half[1], _mm256_unpackhi_epi8(lo, zero));
+        half[2] = _mm256_add_epi16(half[2], _mm256_unpacklo_epi8(hi, zero));
+        half[3] = _mm256_add_epi16(half[3], _mm256_unpackhi_epi8(hi, zero));
+    }
+    for (a, o) in half.iter().zip(out.chunks_exact_mut(8)) {
+        let s = _mm_add_epi16(_mm256_castsi256_si128(*a), _mm256_extracti128_si256(*a, 1));
+        // SAFETY: `o` is 8 u16.
+        unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
+    }
+}
+
+/// `block_sums_scalar` with NEON (always there on aarch64): one sub-quantizer per step,
+/// `tbl` looking up 16 sub-codes at once in each half of the block.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn block_sums_neon(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
+    use std::arch::aarch64::*;
+    // SAFETY: NEON is part of aarch64; every load and store stays within 16-byte rows and
+    // the 8-lane quarters of `out`.
+    unsafe {
+        let low = vdupq_n_u8(0x0f);
+        let mut acc = [vdupq_n_u16(0); 4];
+        for (c, t) in block.chunks_exact(16).zip(table.chunks_exact(16)) {
+            let (c, t) = (vld1q_u8(c.as_ptr()), vld1q_u8(t.as_ptr()));
+            let lo = vqtbl1q_u8(t, vandq_u8(c, low));
+            let hi = vqtbl1q_u8(t, vshrq_n_u8::<4>(c));
+            acc[0] = vaddw_u8(acc[0], vget_low_u8(lo));
+            acc[1] = vaddw_high_u8(acc[1], lo);
+            acc[2] = vaddw_u8(acc[2], vget_low_u8(hi));
+            acc[3] = vaddw_high_u8(acc[3], hi);
+        }
+        for (a, o) in acc.iter().zip(out.chunks_exact_mut(8)) {
+            vst1q_u16(o.as_mut_ptr(), *a);
+        }
+    }
+}
+
+/// One block's sums through the kernel `each_block` picks: what the tests compare.
+#[cfg(test)]
+pub(crate) fn block_sums(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
+    each_block(block, table, |_, s| {
+        *out = *s;
+        Ok::<(), ()>(())
+    })
+    .unwrap()
+}
+
+/// Calls `f(block number, its sums)` for each block of `packed` (a list's blocks) under one
+/// table, the kernel chosen once per call so that it inlines into the loop.
+#[inline(always)]
+pub(crate) fn each_block<E>(
+    packed: &[u8],
+    table: &[u8],
+    f: impl FnMut(usize, &[u16; BLOCK]) -> Result<(), E>,
+) -> Result<(), E> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: AVX-512BW checked.
+            return unsafe { each_block_avx512(packed, table, f) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 checked.
+            return unsafe { each_block_avx2(packed, table, f) };
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    return each_block_with(packed, table, block_sums_neon, f);
+    #[allow(unreachable_code)]
+    each_block_with(packed, table, block_sums_scalar, f)
+}
+
+/// # Safety
+/// The CPU has AVX-512BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512bw")]
+unsafe fn each_block_avx512<E>(
+    packed: &[u8],
+    table: &[u8],
+    f: impl FnMut(usize, &[u16; BLOCK]) -> Result<(), E>,
+) -> Result<(), E> {
+    // SAFETY: AVX-512BW is enabled here; every block has the table's rows.
+    let kernel = |b: &[u8], t: &[u8], o: &mut [u16; BLOCK]| unsafe { block_sums_avx512(b, t, o) };
+    each_block_with(packed, table, kernel, f)
+}
+
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn each_block_avx2<E>(
+    packed: &[u8],
+    table: &[u8],
+    f: impl FnMut(usize, &[u16; BLOCK]) -> Result<(), E>,
+) -> Result<(), E> {
+    // SAFETY: AVX2 is enabled here; every block has the table's rows.
+    let kernel = |b: &[u8], t: &[u8], o: &mut [u16; BLOCK]| unsafe { block_sums_avx2(b, t, o) };
+    each_block_with(packed, table, kernel, f)
+}
+
+#[inline(always)]
+fn each_block_with<E>(
+    packed: &[u8],
+    table: &[u8],
+    kernel: impl Fn(&[u8], &[u8], &mut [u16; BLOCK]),
+    mut f: impl FnMut(usize, &[u16; BLOCK]) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut sums = [0u16; BLOCK];
+    for (b, block) in packed.chunks_exact(table.len()).enumerate() {
+        kernel(block, table, &mut sums);
+        f(b, &sums)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -308,6 +460,20 @@ mod tests {
                 let mut got = [0u16; BLOCK];
                 block_sums(block, &table, &mut got);
                 assert_eq!(got, want, "nsub {nsub} block {b}");
+                // Each kernel this CPU can run, not only the one `block_sums` picks.
+                #[cfg(target_arch = "x86_64")]
+                {
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        // SAFETY: AVX2 checked; packed blocks and tables have equal rows.
+                        unsafe { block_sums_avx2(block, &table, &mut got) };
+                        assert_eq!(got, want, "avx2: nsub {nsub} block {b}");
+                    }
+                    if std::arch::is_x86_feature_detected!("avx512bw") {
+                        // SAFETY: AVX-512BW checked, as above.
+                        unsafe { block_sums_avx512(block, &table, &mut got) };
+                        assert_eq!(got, want, "avx512: nsub {nsub} block {b}");
+                    }
+                }
             }
         }
     }

@@ -540,9 +540,7 @@ fn scan4_blocks(
     let floor = base + table.offset - table.slack - 4e-5 * base.abs();
     let step = 1.0 / table.scale;
     let nbytes = nsub.div_ceil(2);
-    let mut sums = [0u16; fastscan::BLOCK];
-    for (b, block) in packed.chunks_exact(fastscan::block_bytes(nsub)).enumerate() {
-        fastscan::block_sums(block, &table.bytes, &mut sums);
+    fastscan::each_block(packed, &table.bytes, |b, sums| {
         let v0 = b * fastscan::BLOCK;
         for (t, &s) in sums.iter().enumerate().take(ids.len() - v0) {
             if floor + s as f32 * step > top.bound() {
@@ -552,8 +550,8 @@ fn scan4_blocks(
             let d = score4(base, lut, nsub, &codes[v * nbytes..(v + 1) * nbytes]);
             offer(top, d, ids[v], filter)?;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// One 4-bit code's distance, with `scan`'s float operations in `scan`'s order (its pair
