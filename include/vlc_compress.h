@@ -105,7 +105,34 @@ typedef enum {
    * A callback the caller gave reported a failure; the call did nothing else.
    */
   VLCC_STATUS_CALLBACK_FAILED = 17,
+  /**
+   * A progress callback returned non-zero: the call stopped and left every object as it
+   * was before the call.
+   */
+  VLCC_STATUS_CANCELLED = 18,
 } vlcc_status;
+
+/**
+ * The steps of long work a progress callback hears (numbers are stable).
+ */
+typedef enum {
+  /**
+   * Training the anchors: `done` of `total` iterations.
+   */
+  VLCC_PHASE_ANCHORS = 0,
+  /**
+   * Training the residual codebooks: `done` of `total` sub-quantizer fits.
+   */
+  VLCC_PHASE_CODEBOOKS = 1,
+  /**
+   * Encoding vectors (encode, add): `done` of `total` rows.
+   */
+  VLCC_PHASE_ENCODE = 2,
+  /**
+   * Merging another index in: `done` of `total` lists.
+   */
+  VLCC_PHASE_MERGE = 3,
+} vlcc_phase;
 
 /**
  * Backends for `vlcc_context_new`.
@@ -410,6 +437,13 @@ typedef struct {
   uint32_t memory_mapped;
 } vlcc_index_info;
 
+/**
+ * A progress callback: `done` of `total` in `phase`. Return 0 to go on; anything else
+ * cancels the call, which returns VLCC_STATUS_CANCELLED and leaves every object as it was
+ * before it (an index keeps its contents, a compressor its codebook or none).
+ */
+typedef int (*vlcc_progress_fn)(void *user, vlcc_phase phase, uint64_t done, uint64_t total);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -461,6 +495,8 @@ vlcc_status vlcc_param_bounds(uint32_t param,
  * kept). Replaces any previous codebook only on success. Fails with NOT_ENOUGH_DATA when n is 0
  * or smaller than the anchor count, NON_FINITE on NaN/inf, INVALID_ARGUMENT on d = 0.
  * Exclusive access.
+ * Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
  */
 vlcc_status vlcc_compressor_train(vlcc_compressor *c, const float *x, size_t n, size_t d);
 
@@ -491,6 +527,8 @@ vlcc_status vlcc_compressor_train_report(const vlcc_compressor *c, vlcc_train_re
  * Encodes `n` vectors (`x`: n*d floats, d = the codebook's dimension) into `out`, which must hold
  * `out_len >= n * codec_size` bytes (`vlcc_compressor_codec_size`); nothing is written on error.
  * `x` and `out` must not overlap. May run concurrently with other const calls.
+ * Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
  */
 vlcc_status vlcc_compressor_encode(const vlcc_compressor *c,
                                    const float *x,
@@ -500,6 +538,8 @@ vlcc_status vlcc_compressor_encode(const vlcc_compressor *c,
 
 /**
  * Like `vlcc_compressor_encode` for IEEE half-precision input (`x`: n*d binary16 values).
+ * Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
  */
 vlcc_status vlcc_compressor_encode_f16(const vlcc_compressor *c,
                                        const uint16_t *x,
@@ -516,6 +556,8 @@ vlcc_status vlcc_compressor_encode_f16(const vlcc_compressor *c,
  * that device (a host pointer, another device's memory, freed or too short) is
  * INVALID_ARGUMENT, checked before anything is read; NaN or infinity is NON_FINITE. Nothing
  * may write `x` while the call runs; nothing is written to `out` on error.
+ * Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
  */
 vlcc_status vlcc_compressor_encode_device(const vlcc_compressor *c,
                                           const float *x,
@@ -648,11 +690,15 @@ void vlcc_index_free(vlcc_index *ix);
  * Encodes `n` vectors (`x`: n*d floats, d = the index's dimension) and adds them with the
  * caller's `ids` (n values; duplicates are allowed, `remove` drops them all). Nothing is added
  * on error. Exclusive access.
+ * Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the index as it was.
  */
 vlcc_status vlcc_index_add(vlcc_index *ix, const float *x, size_t n, const uint64_t *ids);
 
 /**
  * Like `vlcc_index_add` for IEEE half-precision input (`x`: n*d binary16 values).
+ * Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the index as it was.
  */
 vlcc_status vlcc_index_add_f16(vlcc_index *ix, const uint16_t *x, size_t n, const uint64_t *ids);
 
@@ -661,6 +707,8 @@ vlcc_status vlcc_index_add_f16(vlcc_index *ix, const uint16_t *x, size_t n, cons
  * `vlcc_compressor_encode_device`: `x` is a device pointer to n*d floats on the device of the
  * index's context, which must run on CUDA, else BACKEND_UNAVAILABLE; `ids` is host memory).
  * Nothing is added on error. Exclusive access; nothing may write `x` while the call runs.
+ * Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the index as it was.
  */
 vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, const uint64_t *ids);
 
@@ -719,6 +767,8 @@ vlcc_status vlcc_index_remove(vlcc_index *ix, const uint64_t *ids, size_t n, siz
  * Appends every vector of `other` to `ix`. Both must be built on the same codebook
  * (same fingerprint), else VLCC_STATUS_CODEBOOK_MISMATCH. `ix` needs exclusive access; `other`
  * is only read and must be a different handle.
+ * Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+ * returns VLCC_STATUS_CANCELLED and leaves the index as it was.
  */
 vlcc_status vlcc_index_merge(vlcc_index *ix, const vlcc_index *other);
 
@@ -837,6 +887,28 @@ vlcc_status vlcc_index_search_bounds(const vlcc_index *ix,
                                      float *upper,
                                      uint64_t *reranked,
                                      uint8_t *certified);
+
+/**
+ * Long calls on objects made from `ctx` that have no callback of their own report to
+ * `f(user, ...)` (`vlcc_progress_fn`); `f` NULL removes it. `f` is called from the calling
+ * thread or the library's worker threads, never two at once for one call; `user` must stay
+ * valid while the callback is set. Reports come at least every few hundred milliseconds of
+ * CPU work (one batch on a GPU). Thread-safe; calls already running keep the callback
+ * they started with.
+ */
+vlcc_status vlcc_context_set_progress(const vlcc_context *ctx, vlcc_progress_fn f, void *user);
+
+/**
+ * As `vlcc_context_set_progress`, for this compressor's train and encode calls only (it
+ * takes precedence over the context's). Exclusive access.
+ */
+vlcc_status vlcc_compressor_set_progress(vlcc_compressor *c, vlcc_progress_fn f, void *user);
+
+/**
+ * As `vlcc_context_set_progress`, for this index's add and merge calls only (it takes
+ * precedence over the context's). Not saved with the index. Exclusive access.
+ */
+vlcc_status vlcc_index_set_progress(vlcc_index *ix, vlcc_progress_fn f, void *user);
 
 /**
  * Every vector of the lists each query probes (`params`: nprobe; k is not used) whose squared

@@ -2,7 +2,7 @@
 //! without an index, and makes indexes on its codebook.
 
 use crate::error::{Error, Result};
-use crate::train::{NoProgress, Progress};
+use crate::progress::{Listener, Progress, SharedProgress, Watch};
 use crate::{backend, linalg, Codebook, Context, Index, TrainParams, TrainReport, Vectors};
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ pub struct Compressor {
     params: TrainParams,
     codebook: Option<Arc<Codebook>>,
     report: Option<TrainReport>,
+    progress: Listener,
 }
 
 impl Compressor {
@@ -22,6 +23,7 @@ impl Compressor {
             params,
             codebook: None,
             report: None,
+            progress: Listener::default(),
         }
     }
 
@@ -42,6 +44,7 @@ impl Compressor {
             params,
             codebook: Some(cb),
             report: None,
+            progress: Listener::default(),
         }
     }
 
@@ -59,10 +62,22 @@ impl Compressor {
     }
 
     /// Trains a codebook on `x` (n x d). On error the previous codebook, if any, is kept.
-    pub fn train(&mut self, x: &[f32], d: usize) -> Result<&TrainReport> {
-        self.train_with_progress(x, d, &NoProgress)
+    /// Reports of this compressor's long calls (train, encode) go to `progress`, which may
+    /// cancel them; `None` leaves them to the context's (`Context::set_progress`).
+    pub fn set_progress(&mut self, progress: Option<SharedProgress>) {
+        self.progress = Listener(progress);
     }
 
+    /// Trains the codebook on `x` (n x d). Reports go to the compressor's progress callback,
+    /// else the context's; a cancel (`Error::Cancelled`) keeps the codebook there was.
+    pub fn train(&mut self, x: &[f32], d: usize) -> Result<&TrainReport> {
+        match self.progress.0.clone().or_else(|| self.ctx.progress()) {
+            Some(p) => self.train_with_progress(x, d, &*p),
+            None => self.train_with_progress(x, d, &crate::NoProgress),
+        }
+    }
+
+    /// As `train`, reporting to `progress` for this call.
     pub fn train_with_progress(
         &mut self,
         x: &[f32],
@@ -103,7 +118,16 @@ impl Compressor {
     /// Codec mode: `codec_size()` bytes per vector.
     pub fn encode(&self, x: Vectors<'_>) -> Result<Vec<u8>> {
         let cb = self.codebook()?;
-        self.ctx.run(|b| cb.encode(b, x))
+        let ctx = self.ctx.listener();
+        self.progress
+            .watch(&ctx, |w| self.ctx.run(|b| cb.encode_watched(b, x, w)))
+    }
+
+    /// As `encode`, reporting rows done to `progress` for this call.
+    pub fn encode_with_progress(&self, x: Vectors<'_>, progress: &dyn Progress) -> Result<Vec<u8>> {
+        let cb = self.codebook()?;
+        let w = Watch::new(progress);
+        self.ctx.run(|b| cb.encode_watched(b, x, &w))
     }
 
     /// As `encode`, for `n` vectors (n x d f32) in CUDA device memory at address `at` (a
@@ -118,8 +142,12 @@ impl Compressor {
     pub unsafe fn encode_device(&self, at: u64, n: usize) -> Result<Vec<u8>> {
         backend::need_device_memory(self.ctx.backend(), "encoding from device memory")?;
         let cb = self.codebook()?;
+        let ctx = self.ctx.listener();
         // SAFETY: as the caller vouches.
-        self.ctx.run(|b| unsafe { cb.encode_device(b, at, n) })
+        self.progress.watch(&ctx, |w| {
+            self.ctx
+                .run(|b| unsafe { cb.encode_device_watched(b, at, n, w) })
+        })
     }
 
     /// Codec mode: approximate vectors from `encode`'s bytes.

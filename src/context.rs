@@ -2,6 +2,7 @@
 
 use crate::backend::{self, Backend, BackendKind, BackendOptions};
 use crate::error::{Error, Result};
+use crate::progress::{Listener, SharedProgress};
 
 /// A backend, its device and a thread pool: shared by everything made from it. All methods take
 /// `&self`; the pool and backend synchronize internally.
@@ -9,6 +10,7 @@ pub struct Context {
     backend: Box<dyn Backend>,
     pool: rayon::ThreadPool,
     memory_cap: std::sync::atomic::AtomicUsize,
+    progress: std::sync::RwLock<Listener>,
 }
 
 impl std::fmt::Debug for Context {
@@ -43,6 +45,7 @@ impl Context {
             backend,
             pool,
             memory_cap: 0.into(),
+            progress: Default::default(),
         })
     }
 
@@ -67,5 +70,22 @@ impl Context {
 
     pub fn memory_cap(&self) -> usize {
         self.memory_cap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The progress callback for long calls on objects made from this context that have none
+    /// of their own (`Compressor::set_progress`, `Index::set_progress`); `None` clears it.
+    pub fn set_progress(&self, progress: Option<SharedProgress>) {
+        *self.progress.write().unwrap_or_else(|e| e.into_inner()) = Listener(progress);
+    }
+
+    pub fn progress(&self) -> Option<SharedProgress> {
+        self.listener().0
+    }
+
+    pub(crate) fn listener(&self) -> Listener {
+        self.progress
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

@@ -39,6 +39,9 @@ pub enum Error {
     /// that gave no rows).
     #[error("callback failed: {0}")]
     Callback(String),
+    /// The caller's progress callback asked the call to stop; nothing changed.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
     /// Operating-system I/O failure.
     #[error("i/o error: {context}: {source}")]
     Io {

@@ -35,6 +35,7 @@ pub mod format;
 pub mod index;
 pub(crate) mod linalg;
 pub mod params;
+pub mod progress;
 pub mod quant;
 pub(crate) mod rng;
 pub(crate) mod stage;
@@ -52,8 +53,8 @@ pub use index::{
     RangeResults, RawVectors, Refine, SearchResults,
 };
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
+pub use progress::{NoProgress, Phase, Progress, SharedProgress};
 pub use quant::{Codebook, TrainReport, Vectors};
-pub use train::{NoProgress, Progress};
 
 /// The crate version (from Cargo.toml).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -430,6 +430,25 @@ fn encoding_and_adding_from_device_memory_match_host_memory_and_check_the_input(
         from_dev.search(q, &p, None).unwrap(),
     );
     assert_eq!((a.ids, a.distances), (b.ids, b.distances));
+    // With a progress callback, device input is encoded block by block: the same codes, and
+    // a cancel between blocks leaves the index as it was.
+    let mut watched = vlc_compress::Compressor::with_codebook(g.clone(), cb.clone());
+    let all = Arc::new(common::CancelAt::new(usize::MAX));
+    watched.set_progress(Some(all.clone()));
+    let plain = vlc_compress::Compressor::with_codebook(g.clone(), cb.clone());
+    // SAFETY: nothing writes the buffer during the calls.
+    let (blocks, whole) = unsafe { (watched.encode_device(at, n), plain.encode_device(at, n)) };
+    assert_eq!(blocks.unwrap(), whole.unwrap());
+    assert!(all.count() >= 3, "{} reports", all.count());
+    let before = from_dev.to_bytes();
+    for stop in [0, 1, all.count() - 1] {
+        from_dev.set_progress(Some(Arc::new(common::CancelAt::new(stop))));
+        // SAFETY: nothing writes the buffer during the call.
+        let r = unsafe { from_dev.add_device(at, &ids) };
+        assert!(matches!(r, Err(vlc_compress::Error::Cancelled(_))), "{r:?}");
+        assert!(from_dev.to_bytes() == before, "stop {stop}");
+    }
+    from_dev.set_progress(None);
     // Memory from the stream-ordered pool (cuMemAllocAsync, as cudarc allocates) reads alike.
     let s = cuda.default_stream();
     let pooled = s.clone_htod(&x[..1000 * d]).unwrap();
@@ -593,4 +612,10 @@ fn dev_first_result(ix: &vlc_compress::Index, q: &[f32], d: usize) -> u64 {
         rerank: 0,
     };
     ix.search(&q[..d], &sp, None).unwrap().ids[0]
+}
+
+#[test]
+fn cancelled_calls_leave_their_objects_as_they_were() {
+    let Some(g) = gpu() else { return };
+    common::cancel_leaves_objects_as_they_were(&g);
 }

@@ -398,3 +398,9 @@ fn encoding_checks_its_input_on_the_way_up() {
     let inf = f32::INFINITY;
     common::encoding_parity_and_bad_values(&cpu, &g, x, d, 10_000, (32, 8), 69_000, inf);
 }
+
+#[test]
+fn cancelled_calls_leave_their_objects_as_they_were() {
+    let Some(g) = gpu() else { return };
+    common::cancel_leaves_objects_as_they_were(&g);
+}

@@ -93,7 +93,7 @@ pub(crate) unsafe fn compressor_ref<'a>(p: *const vlcc_compressor) -> FfiResult<
     handle::<vlcc_compressor, Compressor>(p, "compressor")
 }
 
-unsafe fn compressor_mut<'a>(p: *mut vlcc_compressor) -> FfiResult<&'a mut Compressor> {
+pub(crate) unsafe fn compressor_mut<'a>(p: *mut vlcc_compressor) -> FfiResult<&'a mut Compressor> {
     handle_mut::<vlcc_compressor, Compressor>(p, "compressor")
 }
 
@@ -181,6 +181,8 @@ pub unsafe extern "C" fn vlcc_param_bounds(
 /// kept). Replaces any previous codebook only on success. Fails with NOT_ENOUGH_DATA when n is 0
 /// or smaller than the anchor count, NON_FINITE on NaN/inf, INVALID_ARGUMENT on d = 0.
 /// Exclusive access.
+/// Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_train(
     c: *mut vlcc_compressor,
@@ -306,6 +308,8 @@ unsafe fn encode_into(
 /// Encodes `n` vectors (`x`: n*d floats, d = the codebook's dimension) into `out`, which must hold
 /// `out_len >= n * codec_size` bytes (`vlcc_compressor_codec_size`); nothing is written on error.
 /// `x` and `out` must not overlap. May run concurrently with other const calls.
+/// Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_encode(
     c: *const vlcc_compressor,
@@ -322,6 +326,8 @@ pub unsafe extern "C" fn vlcc_compressor_encode(
 }
 
 /// Like `vlcc_compressor_encode` for IEEE half-precision input (`x`: n*d binary16 values).
+/// Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_encode_f16(
     c: *const vlcc_compressor,
@@ -345,6 +351,8 @@ pub unsafe extern "C" fn vlcc_compressor_encode_f16(
 /// that device (a host pointer, another device's memory, freed or too short) is
 /// INVALID_ARGUMENT, checked before anything is read; NaN or infinity is NON_FINITE. Nothing
 /// may write `x` while the call runs; nothing is written to `out` on error.
+/// Reports to the progress callback (`vlcc_compressor_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the compressor as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_encode_device(
     c: *const vlcc_compressor,

@@ -47,7 +47,7 @@ pub(crate) unsafe fn index_ref<'a>(p: *const vlcc_index) -> FfiResult<&'a Index>
     handle::<vlcc_index, Index>(p, "index")
 }
 
-unsafe fn index_mut<'a>(p: *mut vlcc_index) -> FfiResult<&'a mut Index> {
+pub(crate) unsafe fn index_mut<'a>(p: *mut vlcc_index) -> FfiResult<&'a mut Index> {
     handle_mut::<vlcc_index, Index>(p, "index")
 }
 
@@ -145,6 +145,8 @@ unsafe fn add<X>(
 /// Encodes `n` vectors (`x`: n*d floats, d = the index's dimension) and adds them with the
 /// caller's `ids` (n values; duplicates are allowed, `remove` drops them all). Nothing is added
 /// on error. Exclusive access.
+/// Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the index as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_add(
     ix: *mut vlcc_index,
@@ -159,6 +161,8 @@ pub unsafe extern "C" fn vlcc_index_add(
 }
 
 /// Like `vlcc_index_add` for IEEE half-precision input (`x`: n*d binary16 values).
+/// Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the index as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_add_f16(
     ix: *mut vlcc_index,
@@ -176,6 +180,8 @@ pub unsafe extern "C" fn vlcc_index_add_f16(
 /// `vlcc_compressor_encode_device`: `x` is a device pointer to n*d floats on the device of the
 /// index's context, which must run on CUDA, else BACKEND_UNAVAILABLE; `ids` is host memory).
 /// Nothing is added on error. Exclusive access; nothing may write `x` while the call runs.
+/// Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the index as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_add_device(
     ix: *mut vlcc_index,
@@ -385,6 +391,8 @@ pub unsafe extern "C" fn vlcc_index_remove(
 /// Appends every vector of `other` to `ix`. Both must be built on the same codebook
 /// (same fingerprint), else VLCC_STATUS_CODEBOOK_MISMATCH. `ix` needs exclusive access; `other`
 /// is only read and must be a different handle.
+/// Reports to the progress callback (`vlcc_index_set_progress`, else the context's); a cancel
+/// returns VLCC_STATUS_CANCELLED and leaves the index as it was.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_merge(
     ix: *mut vlcc_index,

@@ -44,6 +44,9 @@ pub enum vlcc_status {
     Panic = 16,
     /// A callback the caller gave reported a failure; the call did nothing else.
     CallbackFailed = 17,
+    /// A progress callback returned non-zero: the call stopped and left every object as it
+    /// was before the call.
+    Cancelled = 18,
 }
 
 impl From<&Error> for vlcc_status {
@@ -61,6 +64,7 @@ impl From<&Error> for vlcc_status {
             Error::OutOfMemory(_) => vlcc_status::OutOfMemory,
             Error::Io { .. } => vlcc_status::Io,
             Error::Callback(_) => vlcc_status::CallbackFailed,
+            Error::Cancelled(_) => vlcc_status::Cancelled,
         }
     }
 }
@@ -88,6 +92,7 @@ pub extern "C" fn vlcc_status_str(status: u32) -> *const c_char {
         15 => b"VLCC_STATUS_IO\0",
         16 => b"VLCC_STATUS_PANIC\0",
         17 => b"VLCC_STATUS_CALLBACK_FAILED\0",
+        18 => b"VLCC_STATUS_CANCELLED\0",
         _ => b"VLCC_STATUS_UNKNOWN\0",
     };
     s.as_ptr().cast()

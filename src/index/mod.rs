@@ -22,6 +22,7 @@ pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 use crate::backend::{CodebookView, ListsView};
 use crate::error::{Error, Result};
 use crate::format::Lists;
+use crate::progress::{Listener, Phase, Progress, SharedProgress, Watch};
 use crate::quant::{Codebook, Vectors};
 use crate::Context;
 use ids::IdMap;
@@ -100,6 +101,8 @@ pub struct Index {
     id_map: OnceLock<IdMap>,
     /// The largest error bound held (`bounds`), found when first needed, dropped by changes.
     max_bound: OnceLock<f32>,
+    /// Where add and merge report (`set_progress`); never saved.
+    progress: Listener,
 }
 
 /// Source of index stamps, unique within the process.
@@ -209,11 +212,24 @@ impl Index {
             packed4: OnceLock::new(),
             id_map: OnceLock::new(),
             max_bound: OnceLock::new(),
+            progress: Listener::default(),
         })
     }
 
     pub fn codebook(&self) -> &Arc<Codebook> {
         &self.cb
+    }
+
+    /// Reports of this index's long calls (add, merge) go to `progress`, which may cancel
+    /// them; `None` leaves them to the context's (`Context::set_progress`). A cancelled call
+    /// returns `Error::Cancelled` and leaves the index as it was.
+    pub fn set_progress(&mut self, progress: Option<SharedProgress>) {
+        self.progress = Listener(progress);
+    }
+
+    /// Runs `f` with a watch on this index's progress callback, else the context's.
+    fn watched<R>(&self, f: impl FnOnce(&Watch) -> R) -> R {
+        self.progress.watch(&self.ctx.listener(), f)
     }
 
     /// The context this index adds and searches on.
@@ -322,6 +338,24 @@ impl Index {
     /// with a given id. On error nothing is added.
     pub fn add<'a>(&mut self, x: impl Into<Vectors<'a>>, ids: &[u64]) -> Result<()> {
         let x = x.into();
+        let listener = self.progress.0.clone().or_else(|| self.ctx.progress());
+        match listener {
+            Some(p) => self.add_with_progress(x, ids, &*p),
+            None => self.add_watched(x, ids, &Watch::none()),
+        }
+    }
+
+    /// As `add`, reporting rows encoded to `progress` for this call.
+    pub fn add_with_progress<'a>(
+        &mut self,
+        x: impl Into<Vectors<'a>>,
+        ids: &[u64],
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        self.add_watched(x.into(), ids, &Watch::new(progress))
+    }
+
+    fn add_watched(&mut self, x: Vectors<'_>, ids: &[u64], watch: &Watch) -> Result<()> {
         let d = self.cb.dim();
         if x.len() != ids.len() * d {
             return Err(Error::InvalidArgument(format!(
@@ -333,7 +367,7 @@ impl Index {
         }
         check_ids(ids)?;
         let cb = &self.cb;
-        let (anchor, codes) = self.ctx.run(|b| cb.encode_parts(b, x))?;
+        let (anchor, codes) = self.ctx.run(|b| cb.encode_parts_watched(b, x, watch))?;
         let refine = match self.refine {
             Refine::None => Vec::new(),
             r => {
@@ -343,6 +377,8 @@ impl Index {
                 r.encode(&x, d, &approx)?
             }
         };
+        // The last chance to cancel: from here on the index changes.
+        watch.check()?;
         self.append(&anchor, &codes, &refine, ids)
     }
 
@@ -362,10 +398,10 @@ impl Index {
             )));
         }
         let cb = &self.cb;
+        let (ctx, n) = (&self.ctx, ids.len());
         // SAFETY: as the caller vouches.
-        let (anchor, codes) = self
-            .ctx
-            .run(|b| unsafe { cb.encode_parts_device(b, at, ids.len()) })?;
+        let (anchor, codes) =
+            self.watched(|w| ctx.run(|b| unsafe { cb.encode_parts_device_watched(b, at, n, w) }))?;
         self.append(&anchor, &codes, &[], ids)
     }
 
@@ -446,6 +482,23 @@ impl Index {
 
     /// Appends every vector of `other`, which must share this index's codebook.
     pub fn merge_from(&mut self, other: &Index) -> Result<()> {
+        let listener = self.progress.0.clone().or_else(|| self.ctx.progress());
+        match listener {
+            Some(p) => self.merge_from_with_progress(other, &*p),
+            None => self.merge_watched(other, &Watch::none()),
+        }
+    }
+
+    /// As `merge_from`, reporting lists copied to `progress` for this call.
+    pub fn merge_from_with_progress(
+        &mut self,
+        other: &Index,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        self.merge_watched(other, &Watch::new(progress))
+    }
+
+    fn merge_watched(&mut self, other: &Index, watch: &Watch) -> Result<()> {
         if other.cb.fingerprint() != self.cb.fingerprint() {
             return Err(Error::CodebookMismatch(format!(
                 "fingerprints {:016x} and {:016x} differ",
@@ -460,10 +513,16 @@ impl Index {
             )));
         }
         let m = self.nlist();
-        let theirs: Vec<(Vec<u64>, Vec<u8>)> = (0..m)
-            .map(|j| (other.list(j).0.to_vec(), other.list(j).1.to_vec()))
-            .collect();
-        let their_refine: Vec<Vec<u8>> = (0..m).map(|j| other.lists.refine(j).to_vec()).collect();
+        // Their lists are copied first, with reports (and chances to cancel) along the way;
+        // this index changes only after the last report.
+        let mut theirs = Vec::with_capacity(m);
+        let mut their_refine = Vec::with_capacity(m);
+        for j in 0..m {
+            watch.report(Phase::Merge, j, m)?;
+            theirs.push((other.list(j).0.to_vec(), other.list(j).1.to_vec()));
+            their_refine.push(other.lists.refine(j).to_vec());
+        }
+        watch.report(Phase::Merge, m, m)?;
         let l = self.owned_lists()?;
         if let Some(map) = l.map {
             map.reserve(other.len())?;

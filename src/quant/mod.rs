@@ -11,8 +11,9 @@ use crate::backend::layout::{self, residuals, source_column};
 use crate::backend::{Backend, CodebookView};
 use crate::error::{check_finite, check_norms, Error, Result};
 use crate::params::{Metric, Rotation, TrainParams};
+use crate::progress::{Phase, Progress, Watch};
 use crate::rng::Rng;
-use crate::train::{self, Progress};
+use crate::train;
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::time::Instant;
@@ -64,6 +65,10 @@ impl<'a> From<&'a [half::f16]> for Vectors<'a> {
 /// Rows encoded per block: bounds the scratch memory of encoding to a few MB.
 const ENCODE_BLOCK: usize = 65_536;
 
+/// Values per encoded block when someone listens to progress: a report (and a chance to
+/// cancel) about every 50-100 ms of encoding on two cores.
+const WATCHED_BLOCK_VALUES: usize = 1 << 21;
+
 /// What training measured.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct TrainReport {
@@ -111,8 +116,12 @@ impl Codebook {
         check_norms(x, d, "training vectors")?;
         let x = prepare(x, d, p.metric);
         let n = x.len() / d;
+        let watch = Watch::new(progress);
         let t0 = Instant::now();
-        let anchors = train::train_anchors(backend, &x, d, &p.anchor, progress)?;
+        let iters = p.anchor.max_iters;
+        let tick = |it| watch.report(Phase::Anchors, it, iters);
+        let anchors = train::anneal::train_anchors_from(backend, &x, d, &p.anchor, None, &tick)?;
+        watch.report(Phase::Anchors, iters, iters)?;
         let anchor_seconds = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
@@ -131,7 +140,12 @@ impl Codebook {
         };
         let (assign, _) = backend.nearest(&sample, d, &anchors.centroids)?;
         let resid = residuals(&sample, d, dsub, dp, &anchors.centroids, &assign);
-        progress.report("codebooks", 0, 1);
+        // Every sub-quantizer fit, the rotation's alternations' and the final one's.
+        let passes = match p.rotation {
+            Rotation::Learned => p.opq_iters + 1,
+            _ => 1,
+        };
+        watch.report(Phase::Codebooks, 0, passes * nsub)?;
         let seed = p.anchor.seed ^ 0x70;
         let rot = match p.rotation {
             Rotation::None => Vec::new(),
@@ -149,7 +163,7 @@ impl Codebook {
                 let fit = &resid[..resid.len().min(keep)];
                 let mut r = rotation::eigen_allocation(fit, dp, nsub);
                 let mut pq: Option<ProductQuantizer> = None;
-                for _ in 0..p.opq_iters {
+                for pass in 0..p.opq_iters {
                     let y = layout::rotate(&r, fit, dp);
                     let q = ProductQuantizer::train(
                         backend,
@@ -160,6 +174,8 @@ impl Codebook {
                         4,
                         seed,
                         pq.as_ref(),
+                        &watch,
+                        (pass, passes),
                     )?;
                     let mut yhat = vec![0f32; y.len()];
                     q.decode(&q.encode(backend, &y)?, &mut yhat);
@@ -174,7 +190,10 @@ impl Codebook {
         } else {
             layout::rotate(&rot, &resid, dp)
         };
-        let pq = ProductQuantizer::train(backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None)?;
+        let last = (passes - 1, passes);
+        let pq = ProductQuantizer::train(
+            backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None, &watch, last,
+        )?;
         let mut yhat = vec![0f32; y.len()];
         pq.decode(&pq.encode(backend, &y)?, &mut yhat);
         let pq_mse = y
@@ -183,7 +202,8 @@ impl Codebook {
             .map(|(a, b)| ((a - b) * (a - b)) as f64)
             .sum::<f64>()
             / (y.len() / dp).max(1) as f64;
-        progress.report("codebooks", 1, 1);
+        // The last report may still cancel: nothing has been handed out yet.
+        watch.report(Phase::Codebooks, passes * nsub, passes * nsub)?;
 
         let report = TrainReport {
             energy: anchors.energy,
@@ -332,20 +352,38 @@ impl Codebook {
         backend: &dyn Backend,
         x: Vectors<'_>,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
+        self.encode_parts_watched(backend, x, &Watch::none())
+    }
+
+    /// `encode_parts`, reporting rows done to `watch` (phase `Encode`) block by block.
+    pub(crate) fn encode_parts_watched(
+        &self,
+        backend: &dyn Backend,
+        x: Vectors<'_>,
+        watch: &Watch,
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
         let d = self.d;
         let n = crate::error::whole_rows(x.len(), d, "values")?;
-        if let (true, Vectors::F32(xs), false) =
-            (backend.checks_input(), x, self.metric == Metric::Cosine)
-        {
+        if let (true, Vectors::F32(xs), false, false) = (
+            backend.checks_input(),
+            x,
+            self.metric == Metric::Cosine,
+            watch.listening(),
+        ) {
             // Nothing to convert or normalize: the backend checks while it uploads.
             let (ids, idx) = backend.encode_residuals(&self.view(), xs)?;
             return Ok((ids, self.pq.pack_owned(idx)));
         }
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.residual_code_size());
+        let rows = if watch.listening() {
+            (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
+        } else {
+            ENCODE_BLOCK
+        };
         // Block `start`, checked and prepared for the metric.
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
-            let block = x.rows_f32(start, ENCODE_BLOCK.min(n - start), d);
+            let block = x.rows_f32(start, rows.min(n - start), d);
             crate::error::check_finite_from(&block, "vectors", start * d)?;
             crate::error::check_norms_from(&block, d, "vectors", start)?;
             Ok(prepare(block, d, self.metric))
@@ -353,9 +391,10 @@ impl Codebook {
         let mut start = 0;
         let mut block = (n > 0).then(|| block_at(0)).transpose()?;
         while let Some(cur) = block {
+            watch.report(Phase::Encode, start, n)?;
             // The host checks the next block while the backend encodes this one (a device
             // backend mostly waits on the device meanwhile).
-            let next = start + ENCODE_BLOCK;
+            let next = start + rows;
             let (done, ahead) = rayon::join(
                 || backend.encode_residuals(&self.view(), &cur),
                 || (next < n).then(|| block_at(next)).transpose(),
@@ -366,6 +405,7 @@ impl Codebook {
             block = ahead?;
             start = next;
         }
+        watch.report(Phase::Encode, n, n)?;
         Ok((ids, codes))
     }
 
@@ -424,13 +464,55 @@ impl Codebook {
         n: usize,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
         // SAFETY: as the caller vouches.
-        let (ids, idx) = unsafe { backend.encode_device(&self.view(), at, n)? };
-        Ok((ids, self.pq.pack_owned(idx)))
+        unsafe { self.encode_parts_device_watched(backend, at, n, &Watch::none()) }
+    }
+
+    /// `encode_parts_device`, reporting to `watch`: one device call per block of rows when
+    /// someone listens, so that a cancel waits for one block at most.
+    ///
+    /// # Safety
+    /// Nothing writes the `n` vectors at `at` while the call runs.
+    pub(crate) unsafe fn encode_parts_device_watched(
+        &self,
+        backend: &dyn Backend,
+        at: u64,
+        n: usize,
+        watch: &Watch,
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        let rows = if watch.listening() {
+            (WATCHED_BLOCK_VALUES / self.d.max(1)).clamp(256, ENCODE_BLOCK)
+        } else {
+            n.max(1)
+        };
+        let mut ids = Vec::with_capacity(n);
+        let mut codes = Vec::with_capacity(n * self.residual_code_size());
+        let mut start = 0;
+        while start < n || (n == 0 && start == 0) {
+            watch.report(Phase::Encode, start, n)?;
+            let len = rows.min(n - start);
+            let offset = (start * self.d * std::mem::size_of::<f32>()) as u64;
+            // SAFETY: as the caller vouches; rows start..start+len of the n at `at`.
+            let (a, idx) = unsafe { backend.encode_device(&self.view(), at + offset, len)? };
+            ids.extend(a);
+            codes.extend(self.pq.pack_owned(idx));
+            start += len.max(1);
+        }
+        watch.report(Phase::Encode, n, n)?;
+        Ok((ids, codes))
     }
 
     /// Codec mode: `codec_size()` bytes per vector (little-endian anchor id, then the code).
     pub fn encode(&self, backend: &dyn Backend, x: Vectors<'_>) -> Result<Vec<u8>> {
-        let (ids, codes) = self.encode_parts(backend, x)?;
+        self.encode_watched(backend, x, &Watch::none())
+    }
+
+    pub(crate) fn encode_watched(
+        &self,
+        backend: &dyn Backend,
+        x: Vectors<'_>,
+        watch: &Watch,
+    ) -> Result<Vec<u8>> {
+        let (ids, codes) = self.encode_parts_watched(backend, x, watch)?;
         Ok(self.records(&ids, &codes))
     }
 
@@ -445,7 +527,20 @@ impl Codebook {
         n: usize,
     ) -> Result<Vec<u8>> {
         // SAFETY: as the caller vouches.
-        let (ids, codes) = unsafe { self.encode_parts_device(backend, at, n)? };
+        unsafe { self.encode_device_watched(backend, at, n, &Watch::none()) }
+    }
+
+    /// # Safety
+    /// Nothing writes the `n` vectors at `at` while the call runs.
+    pub(crate) unsafe fn encode_device_watched(
+        &self,
+        backend: &dyn Backend,
+        at: u64,
+        n: usize,
+        watch: &Watch,
+    ) -> Result<Vec<u8>> {
+        // SAFETY: as the caller vouches.
+        let (ids, codes) = unsafe { self.encode_parts_device_watched(backend, at, n, watch)? };
         Ok(self.records(&ids, &codes))
     }
 

@@ -5,7 +5,8 @@ use crate::backend::host::sub_columns;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::params::AnchorParams;
-use crate::train::{anneal, NoProgress};
+use crate::progress::{Phase, Watch};
+use crate::train::anneal;
 use rayon::prelude::*;
 
 /// M sub-codebooks of `ksub` centroids each.
@@ -40,9 +41,10 @@ impl ProductQuantizer {
     }
 
     /// With `warm`, each sub-space starts from that quantizer's centroids instead of k-means++.
+    /// Reports go to `watch` (phase `Codebooks`), which may cancel.
     /// Trains on `y` (n x `dpad`, `dpad` = M * dsub). Sub-spaces train in parallel, each with
     /// its own seed, so the result does not depend on scheduling.
-    pub fn train(
+    pub(crate) fn train(
         backend: &dyn Backend,
         y: &[f32],
         dpad: usize,
@@ -51,18 +53,27 @@ impl ProductQuantizer {
         iters: usize,
         seed: u64,
         warm: Option<&ProductQuantizer>,
+        watch: &Watch,
+        pass: (usize, usize),
     ) -> Result<Self> {
         debug_assert!(dpad.is_multiple_of(nsub) && y.len().is_multiple_of(dpad));
         let dsub = dpad / nsub;
         let k = 1usize << bits;
         let n = y.len() / dpad;
+        // `pass` = (this fit, of how many): reports count sub-spaces over all the fits.
+        let finished = std::sync::atomic::AtomicUsize::new(0);
+        let report = || {
+            let done = pass.0 * nsub + finished.load(std::sync::atomic::Ordering::Relaxed);
+            watch.report(Phase::Codebooks, done, pass.1 * nsub)
+        };
         let one = |j: usize| -> Result<Vec<f32>> {
             let sub = sub_columns(y, dpad, j * dsub, dsub);
             let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
             let init = warm
                 .filter(|w| w.dsub == dsub && w.bits == bits && k <= n)
                 .map(|w| w.sub(j));
-            let r = anneal::train_anchors_from(backend, &sub, dsub, &p, init, &NoProgress)?;
+            let r = anneal::train_anchors_from(backend, &sub, dsub, &p, init, &|_| report())?;
+            finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut c = r.centroids;
             // Fewer points than centroids: repeat the last ones (never chosen twice).
             c.resize(k * dsub, 0.0);

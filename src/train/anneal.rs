@@ -9,11 +9,11 @@
 //! and the balancing bias (crowded anchors cost more to join, so lists even out before the
 //! positions settle). `docs/training.md` has the measurements that justify both.
 
-use super::Progress;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::linalg;
 use crate::params::{AnchorParams, Init};
+use crate::progress::{Phase, Progress, Watch};
 use crate::rng::Rng;
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -62,18 +62,23 @@ pub fn train_anchors(
     p: &AnchorParams,
     progress: &dyn Progress,
 ) -> Result<AnchorResult> {
-    train_anchors_from(backend, x, d, p, None, progress)
+    let watch = Watch::new(progress);
+    let tick = |it| watch.report(Phase::Anchors, it, p.max_iters);
+    let r = train_anchors_from(backend, x, d, p, None, &tick)?;
+    watch.report(Phase::Anchors, p.max_iters, p.max_iters)?;
+    Ok(r)
 }
 
 /// Like [`train_anchors`], starting from `init` (k x d) instead of k-means++ when given:
-/// warm starts, as the learned rotation uses between its alternations.
+/// warm starts, as the learned rotation uses between its alternations. `tick(it)` runs
+/// before each long step of iteration `it`; an error from it stops the training.
 pub fn train_anchors_from(
     backend: &dyn Backend,
     x: &[f32],
     d: usize,
     p: &AnchorParams,
     init: Option<&[f32]>,
-    progress: &dyn Progress,
+    tick: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<AnchorResult> {
     p.validate()?;
     let n = crate::error::whole_rows(x.len(), d, "values")?;
@@ -141,7 +146,8 @@ pub fn train_anchors_from(
         }
     };
     for it in 0..p.max_iters {
-        progress.report("anchors", it, p.max_iters);
+        // `tick` may cancel: before each of the iteration's two long steps.
+        tick(it)?;
         sess.allow_rough(bias.is_some());
         let stats = sess.assign(bias.as_deref())?;
         trace.mark("assign", || ());
@@ -157,6 +163,7 @@ pub fn train_anchors_from(
             }
         }
         let heat = heat_at(it);
+        tick(it)?;
         sess.update(p.trim * heat)?;
         trace.mark("update", || ());
 
@@ -201,12 +208,12 @@ pub fn train_anchors_from(
         trace.mark("bias+maintenance", || ());
     }
     // A last plain assignment: the energy and counts of the anchors we return.
+    tick(iterations)?;
     sess.allow_rough(false);
     let stats = sess.assign(None)?;
     let energy = stats.energy / ns as f64;
     history.push(energy);
     empty_anchors.push(empty(&stats.counts));
-    progress.report("anchors", p.max_iters, p.max_iters);
     let centroids = sess.centroids()?;
     trace.mark("last assign", || ());
     Ok(AnchorResult {

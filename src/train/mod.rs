@@ -5,14 +5,4 @@ pub mod anneal;
 
 pub use anneal::{train_anchors, AnchorResult};
 
-/// Progress reports from long steps: `(stage, done, total)`. The library draws nothing itself.
-pub trait Progress: Sync {
-    fn report(&self, stage: &str, done: usize, total: usize);
-}
-
-/// Reports nothing.
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn report(&self, _: &str, _: usize, _: usize) {}
-}
+pub use crate::progress::{NoProgress, Progress};

@@ -579,3 +579,155 @@ pub fn range_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query:
         }
     }
 }
+
+/// A `Progress` that counts reports, checks that each phase's `done` never decreases and
+/// stays within `total`, and cancels at report number `stop_at`.
+pub struct CancelAt {
+    pub stop_at: usize,
+    pub seen: std::sync::Mutex<Vec<(vlc_compress::Phase, u64, u64)>>,
+}
+
+impl CancelAt {
+    pub fn new(stop_at: usize) -> CancelAt {
+        CancelAt {
+            stop_at,
+            seen: Default::default(),
+        }
+    }
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+impl vlc_compress::Progress for CancelAt {
+    fn report(&self, phase: vlc_compress::Phase, done: u64, total: u64) -> bool {
+        let mut seen = self.seen.lock().unwrap();
+        assert!(done <= total, "{phase:?}: {done} of {total}");
+        if let Some(&(p, last, _)) = seen.iter().rev().find(|r| r.0 == phase) {
+            assert!(
+                p == phase && done >= last,
+                "{phase:?} went back from {last} to {done}"
+            );
+        }
+        seen.push((phase, done, total));
+        seen.len() <= self.stop_at
+    }
+}
+
+/// Cancels train, encode, add and merge at points spread over each call's reports, on `dev`,
+/// and checks that each call answered `Cancelled` and left its objects as they were; an
+/// uncancelled call with a callback gives what one without gives.
+pub fn cancel_leaves_objects_as_they_were(dev: &Arc<Context>) {
+    use vlc_compress::{Error, Phase};
+    // Two encoding blocks when watched (16,384 rows at 128-d), a small training.
+    let (n, d) = (20_000, 128);
+    let x = clustered(n, d, 40, 17);
+    let p = small_params(64, 16);
+    let cancelled = |r: Result<(), Error>, what: &str| match r {
+        Err(Error::Cancelled(_)) => {}
+        other => panic!("{what}: expected Cancelled, got {other:?}"),
+    };
+
+    // Training: count the reports of a full run, then cancel across them.
+    let mut plain = Compressor::new(dev.clone(), p.clone());
+    plain.train(&x, d).unwrap();
+    let all = CancelAt::new(usize::MAX);
+    let mut watched = Compressor::new(dev.clone(), p.clone());
+    watched.train_with_progress(&x, d, &all).unwrap();
+    let fp = plain.codebook().unwrap().fingerprint();
+    // Where training is deterministic (the CPU; not every device), a callback changes nothing.
+    let mut again = Compressor::new(dev.clone(), p.clone());
+    again.train(&x, d).unwrap();
+    if again.codebook().unwrap().fingerprint() == fp {
+        let got = watched.codebook().unwrap().fingerprint();
+        assert_eq!(got, fp, "a callback changed the codebook");
+    }
+    let reports = all.count();
+    let phases: Vec<Phase> = all.seen.lock().unwrap().iter().map(|r| r.0).collect();
+    assert_eq!(phases.first(), Some(&Phase::Anchors));
+    assert_eq!(phases.last(), Some(&Phase::Codebooks));
+    assert!(reports > 20, "only {reports} reports in training");
+    let mut other = p.clone();
+    other.anchor.seed ^= 5;
+    for stop in [0, reports / 2, reports - 1] {
+        let mut fresh = Compressor::new(dev.clone(), other.clone());
+        cancelled(
+            fresh
+                .train_with_progress(&x, d, &CancelAt::new(stop))
+                .map(|_| ()),
+            "train",
+        );
+        assert!(
+            fresh.codebook().is_err(),
+            "a cancelled train left a codebook"
+        );
+        // A trained compressor keeps its codebook.
+        let mut kept = Compressor::with_codebook(dev.clone(), plain.codebook().unwrap().clone());
+        *kept.params_mut() = other.clone();
+        cancelled(
+            kept.train_with_progress(&x, d, &CancelAt::new(stop))
+                .map(|_| ()),
+            "retrain",
+        );
+        assert_eq!(kept.codebook().unwrap().fingerprint(), fp, "stop {stop}");
+    }
+
+    // Encoding: blocks of rows, each a report.
+    let want = plain.encode(x[..].into()).unwrap();
+    let all = CancelAt::new(usize::MAX);
+    assert_eq!(
+        plain.encode_with_progress(x[..].into(), &all).unwrap(),
+        want
+    );
+    let reports = all.count();
+    assert!(reports >= 3, "{reports} encode reports for {n} rows");
+    for stop in 0..reports {
+        let r = plain.encode_with_progress(x[..].into(), &CancelAt::new(stop));
+        cancelled(r.map(|_| ()), "encode");
+    }
+
+    // Adding and merging: the index keeps its bytes.
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let half = n / 2;
+    let mut ix = plain.new_index().unwrap();
+    ix.add(&x[..half * d], &ids[..half]).unwrap();
+    let before = ix.to_bytes();
+    let all = CancelAt::new(usize::MAX);
+    let mut grown = plain.new_index().unwrap();
+    grown.add(&x[..half * d], &ids[..half]).unwrap();
+    grown
+        .add_with_progress(&x[half * d..], &ids[half..], &all)
+        .unwrap();
+    let reports = all.count();
+    for stop in 0..reports {
+        let r = ix.add_with_progress(&x[half * d..], &ids[half..], &CancelAt::new(stop));
+        cancelled(r, "add");
+        assert!(
+            ix.to_bytes() == before,
+            "a cancelled add changed the index (stop {stop})"
+        );
+    }
+    let mut rest = plain.new_index().unwrap();
+    rest.add(&x[half * d..], &ids[half..]).unwrap();
+    let all = CancelAt::new(usize::MAX);
+    let mut merged = plain.new_index().unwrap();
+    merged.add(&x[..half * d], &ids[..half]).unwrap();
+    merged.merge_from_with_progress(&rest, &all).unwrap();
+    assert!(
+        merged.to_bytes() == grown.to_bytes(),
+        "merge and add disagree"
+    );
+    let reports = all.count();
+    for stop in [0, 1, reports / 2, reports - 1] {
+        cancelled(
+            ix.merge_from_with_progress(&rest, &CancelAt::new(stop)),
+            "merge",
+        );
+        assert!(
+            ix.to_bytes() == before,
+            "a cancelled merge changed the index (stop {stop})"
+        );
+    }
+    ix.merge_from(&rest).unwrap();
+    assert!(ix.to_bytes() == grown.to_bytes());
+}

@@ -3,9 +3,11 @@
 use super::{AnyResult, RunOpts, TrainOpts};
 use clap::Args;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 use vlc_compress::{
-    recall_at, vecio, Compressor, DenseRaw, Progress, RawVectors, Refine, SearchParams,
+    recall_at, vecio, Compressor, Context, DenseRaw, Phase, Progress, RawVectors, Refine,
+    SearchParams,
 };
 
 #[derive(Args)]
@@ -77,32 +79,52 @@ struct EvalMode {
     check_bounds: bool,
 }
 
-/// An indicatif bar fed by the library's progress reports; hidden for --json and non-terminals.
-pub(crate) struct Bar(indicatif::ProgressBar);
+/// An indicatif bar fed by the library's progress reports, one run of it per phase (with its
+/// own ETA); hidden for --json and non-terminals.
+pub(crate) struct Bar {
+    bar: indicatif::ProgressBar,
+    phase: std::sync::Mutex<Option<Phase>>,
+}
 
 impl Bar {
-    pub fn new(quiet: bool) -> Bar {
-        let b = if quiet {
+    /// A bar for every long call on `ctx`'s objects, until `finish`.
+    pub fn on(ctx: &Context, quiet: bool) -> Arc<Bar> {
+        let bar = if quiet {
             indicatif::ProgressBar::hidden()
         } else {
             indicatif::ProgressBar::new(1)
         };
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} {elapsed}")
-                .unwrap(),
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg:>10} [{bar:30}] {pos}/{len} {elapsed} (ETA {eta})",
+            )
+            .unwrap(),
         );
-        Bar(b)
+        let b = Arc::new(Bar {
+            bar,
+            phase: Default::default(),
+        });
+        ctx.set_progress(Some(b.clone()));
+        b
     }
+
     pub fn finish(&self) {
-        self.0.finish_and_clear();
+        self.bar.finish_and_clear();
     }
 }
 
 impl Progress for Bar {
-    fn report(&self, stage: &str, done: usize, total: usize) {
-        self.0.set_message(stage.to_string());
-        self.0.set_length(total as u64);
-        self.0.set_position(done as u64);
+    fn report(&self, phase: Phase, done: u64, total: u64) -> bool {
+        let mut at = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        if *at != Some(phase) {
+            // A new phase starts its own clock: its ETA is not the last phase's rate.
+            self.bar.reset();
+            self.bar.set_message(phase.name());
+            *at = Some(phase);
+        }
+        self.bar.set_length(total);
+        self.bar.set_position(done);
+        true
     }
 }
 
@@ -150,16 +172,16 @@ fn run_eval(
     }
     let ctx = run.context()?;
     let mut c = Compressor::new(ctx.clone(), train.params());
-    let bar = Bar::new(run.json);
+    let bar = Bar::on(&ctx, run.json);
     let t = Instant::now();
-    let rep = c.train_with_progress(&base.data, base.cols, &bar)?.clone();
+    let rep = c.train(&base.data, base.cols)?.clone();
     let train_seconds = t.elapsed().as_secs_f64();
-    bar.finish();
     let mut index = c.new_index_with_refine(refine)?;
     let ids: Vec<u64> = (0..base.rows as u64).collect();
     let t = Instant::now();
     index.add(&base.data[..], &ids)?;
     let encode_seconds = t.elapsed().as_secs_f64();
+    bar.finish();
     let stats = index.stats();
     let raw = DenseRaw {
         data: &base.data,

@@ -448,9 +448,9 @@ pub(crate) fn same_dim(flag: &str, path: &Path, got: usize, what: &str, want: us
 fn train(a: TrainArgs) -> AnyResult {
     let x = vecio::read_vectors(&a.input)?;
     let ctx = a.run.context()?;
+    let bar = eval::Bar::on(&ctx, a.run.json);
     let mut c = Compressor::new(ctx, a.train.params());
-    let bar = eval::Bar::new(a.run.json);
-    let rep = c.train_with_progress(&x.data, x.cols, &bar)?.clone();
+    let rep = c.train(&x.data, x.cols)?.clone();
     bar.finish();
     let cb = c.codebook()?;
     format::save_codebook(cb, &a.out)?;
@@ -474,7 +474,9 @@ fn load_compressor(path: &Path, ctx: Arc<Context>) -> AnyResult<Compressor> {
 
 fn encode(a: EncodeArgs) -> AnyResult {
     output_kind(&a.out, &["npy"])?;
-    let c = load_compressor(&a.codebook, a.run.context()?)?;
+    let ctx = a.run.context()?;
+    let bar = eval::Bar::on(&ctx, a.run.json);
+    let c = load_compressor(&a.codebook, ctx)?;
     let d = c.codebook()?.dim();
     let input = vecio::read_floats(&a.input)?;
     let cols = match &input {
@@ -488,6 +490,7 @@ fn encode(a: EncodeArgs) -> AnyResult {
         vecio::Floats::F16(m) => (m.rows, c.encode(m.data[..].into())?),
     };
     let secs = t.elapsed().as_secs_f64();
+    bar.finish();
     let cs = c.codebook()?.codec_size();
     vecio::write_npy(&a.out, &codes, rows, cs, "|u1")?;
     let out = serde_json::json!({"n": rows, "bytes_per_vector": cs, "encode_seconds": secs, "out": a.out.display().to_string()});
@@ -518,6 +521,7 @@ fn decode(a: DecodeArgs) -> AnyResult {
 fn build(a: BuildArgs) -> AnyResult {
     let x = vecio::read_vectors(&a.input)?;
     let ctx = a.run.context()?;
+    let bar = eval::Bar::on(&ctx, a.run.json);
     let c = match &a.codebook {
         Some(p) => {
             let c = load_compressor(p, ctx.clone())?;
@@ -532,15 +536,14 @@ fn build(a: BuildArgs) -> AnyResult {
         }
         None => {
             let mut c = Compressor::new(ctx.clone(), a.train.params());
-            let bar = eval::Bar::new(a.run.json);
-            c.train_with_progress(&x.data, x.cols, &bar)?;
-            bar.finish();
+            c.train(&x.data, x.cols)?;
             c
         }
     };
     let mut index = c.new_index_with_refine(a.refine)?;
     let ids: Vec<u64> = (0..x.rows as u64).collect();
     index.add(&x.data[..], &ids)?;
+    bar.finish();
     index.save(&a.out)?;
     eval::print_object(&serde_json::to_value(index.stats())?, a.run.json);
     Ok(())

@@ -1,0 +1,108 @@
+//! Progress callbacks for the long calls (train, encode, add, merge), and cancelling them.
+
+use super::compressor::{compressor_mut, vlcc_compressor};
+use super::context::{context_ref, vlcc_context};
+use super::index::{index_mut, vlcc_index};
+use super::status::vlcc_status;
+use crate::progress::{Phase, Progress, SharedProgress};
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+/// The steps of long work a progress callback hears (numbers are stable).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum vlcc_phase {
+    /// Training the anchors: `done` of `total` iterations.
+    Anchors = 0,
+    /// Training the residual codebooks: `done` of `total` sub-quantizer fits.
+    Codebooks = 1,
+    /// Encoding vectors (encode, add): `done` of `total` rows.
+    Encode = 2,
+    /// Merging another index in: `done` of `total` lists.
+    Merge = 3,
+}
+
+impl From<Phase> for vlcc_phase {
+    fn from(p: Phase) -> Self {
+        match p {
+            Phase::Anchors => vlcc_phase::Anchors,
+            Phase::Codebooks => vlcc_phase::Codebooks,
+            Phase::Encode => vlcc_phase::Encode,
+            Phase::Merge => vlcc_phase::Merge,
+        }
+    }
+}
+
+/// A progress callback: `done` of `total` in `phase`. Return 0 to go on; anything else
+/// cancels the call, which returns VLCC_STATUS_CANCELLED and leaves every object as it was
+/// before it (an index keeps its contents, a compressor its codebook or none).
+pub type vlcc_progress_fn = Option<
+    unsafe extern "C" fn(user: *mut c_void, phase: vlcc_phase, done: u64, total: u64) -> c_int,
+>;
+
+struct CProgress {
+    f: unsafe extern "C" fn(*mut c_void, vlcc_phase, u64, u64) -> c_int,
+    user: *mut c_void,
+}
+
+// SAFETY: the caller promises (header docs) that `f` may be called with `user` from any
+// thread; the library calls it from one thread at a time per call.
+unsafe impl Send for CProgress {}
+unsafe impl Sync for CProgress {}
+
+impl Progress for CProgress {
+    fn report(&self, phase: Phase, done: u64, total: u64) -> bool {
+        // SAFETY: as the caller promised when setting it.
+        unsafe { (self.f)(self.user, phase.into(), done, total) == 0 }
+    }
+}
+
+fn shared(f: vlcc_progress_fn, user: *mut c_void) -> Option<SharedProgress> {
+    f.map(|f| Arc::new(CProgress { f, user }) as SharedProgress)
+}
+
+/// Long calls on objects made from `ctx` that have no callback of their own report to
+/// `f(user, ...)` (`vlcc_progress_fn`); `f` NULL removes it. `f` is called from the calling
+/// thread or the library's worker threads, never two at once for one call; `user` must stay
+/// valid while the callback is set. Reports come at least every few hundred milliseconds of
+/// CPU work (one batch on a GPU). Thread-safe; calls already running keep the callback
+/// they started with.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_set_progress(
+    ctx: *const vlcc_context,
+    f: vlcc_progress_fn,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        context_ref(ctx)?.set_progress(shared(f, user));
+        Ok(())
+    }
+}
+
+/// As `vlcc_context_set_progress`, for this compressor's train and encode calls only (it
+/// takes precedence over the context's). Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_set_progress(
+    c: *mut vlcc_compressor,
+    f: vlcc_progress_fn,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        compressor_mut(c)?.set_progress(shared(f, user));
+        Ok(())
+    }
+}
+
+/// As `vlcc_context_set_progress`, for this index's add and merge calls only (it takes
+/// precedence over the context's). Not saved with the index. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_set_progress(
+    ix: *mut vlcc_index,
+    f: vlcc_progress_fn,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        index_mut(ix)?.set_progress(shared(f, user));
+        Ok(())
+    }
+}
