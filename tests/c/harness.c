@@ -113,7 +113,7 @@ static void test_versions_and_statuses(void) {
     expect(strcmp(vlcc_status_str(VLCC_STATUS_PANIC), "VLCC_STATUS_PANIC") == 0, "status name");
     expect(strcmp(vlcc_status_str(999), "VLCC_STATUS_UNKNOWN") == 0, "unknown status");
     expect(strcmp(vlcc_status_str(VLCC_STATUS_CALLBACK_FAILED), "VLCC_STATUS_CALLBACK_FAILED") == 0, "status name");
-    for (uint32_t s = 0; s <= VLCC_STATUS_CALLBACK_FAILED; s++) expect(vlcc_status_str(s) != NULL, "every status has a name");
+    for (uint32_t s = 0; s <= VLCC_STATUS_CANCELLED; s++) expect(vlcc_status_str(s) != NULL, "every status has a name");
 }
 
 static void test_context(void) {
@@ -736,6 +736,112 @@ static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
     vlcc_compressor_free(c);
 }
 
+/* Progress: counts reports per phase and cancels at report number `stop_at`. */
+typedef struct {
+    int reports, stop_at, phases_seen, went_back;
+    vlcc_phase last_phase;
+    uint64_t last_done;
+} progress_log;
+
+static int log_progress(void *user, vlcc_phase phase, uint64_t done, uint64_t total) {
+    progress_log *l = user;
+    if (done > total) l->went_back++;
+    if (l->reports > 0 && phase == l->last_phase && done < l->last_done) l->went_back++;
+    l->phases_seen |= 1 << (int)phase;
+    l->last_phase = phase;
+    l->last_done = done;
+    return l->reports++ >= l->stop_at;
+}
+
+static int serialized_equal(const vlcc_index *a, const vlcc_buffer *want) {
+    vlcc_buffer got = {NULL, 0};
+    if (vlcc_index_serialize(a, &got) != VLCC_STATUS_OK) return 0;
+    int same = got.len == want->len && memcmp(got.data, want->data, got.len) == 0;
+    vlcc_buffer_free(&got);
+    return same;
+}
+
+static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
+    /* A full training heard through the context: anchors, then codebooks, never backwards. */
+    progress_log all = {0, 1 << 30, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    expect_status(vlcc_context_set_progress(NULL, log_progress, &all), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_context_set_progress(ctx, log_progress, &all), VLCC_STATUS_OK);
+    vlcc_compressor *c = trained(ctx, x, 5);
+    expect(all.reports > 10, "training reports its steps");
+    expect(all.phases_seen == 3 && all.went_back == 0, "anchors and codebooks, in order");
+    expect_status(vlcc_context_set_progress(ctx, NULL, NULL), VLCC_STATUS_OK);
+    uint64_t fp = 0, fp_after = 0;
+    expect_status(vlcc_compressor_fingerprint(c, &fp), VLCC_STATUS_OK);
+
+    /* Cancelled at the first, a middle and the last report: the codebook stays. */
+    int stops[3] = {0, all.reports / 2, all.reports - 1};
+    for (int i = 0; i < 3; i++) {
+        progress_log l = {0, stops[i], 0, 0, VLCC_PHASE_ANCHORS, 0};
+        expect_status(vlcc_compressor_set_progress(c, log_progress, &l), VLCC_STATUS_OK);
+        expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_SEED, 99), VLCC_STATUS_OK);
+        expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_CANCELLED);
+        expect_status(vlcc_compressor_fingerprint(c, &fp_after), VLCC_STATUS_OK);
+        expect(fp_after == fp, "a cancelled train keeps the codebook");
+        expect(l.reports == stops[i] + 1, "nothing reports after the cancel");
+    }
+    /* An untrained compressor stays untrained. */
+    vlcc_compressor *fresh = NULL;
+    progress_log l0 = {0, 3, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    expect_status(vlcc_compressor_new(ctx, &fresh), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_param(fresh, VLCC_PARAM_ANCHORS, ANCHORS), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_set_progress(NULL, log_progress, &l0), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_set_progress(fresh, log_progress, &l0), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_train(fresh, x, N, D), VLCC_STATUS_CANCELLED);
+    expect_status(vlcc_compressor_fingerprint(fresh, &fp_after), VLCC_STATUS_INVALID_STATE);
+    vlcc_compressor_free(fresh);
+
+    /* Encoding: cancelled at its first report, nothing written. */
+    size_t cs = 0;
+    expect_status(vlcc_compressor_codec_size(c, &cs), VLCC_STATUS_OK);
+    uint8_t *codes = calloc(N, cs);
+    progress_log le = {0, 0, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    expect_status(vlcc_compressor_set_progress(c, log_progress, &le), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_encode(c, x, N, codes, N * cs), VLCC_STATUS_CANCELLED);
+    int untouched = 1;
+    for (size_t i = 0; i < N * cs; i++) untouched &= codes[i] == 0;
+    expect(untouched && le.phases_seen == 1 << VLCC_PHASE_ENCODE, "a cancelled encode writes nothing");
+    expect_status(vlcc_compressor_set_progress(c, NULL, NULL), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_encode(c, x, N, codes, N * cs), VLCC_STATUS_OK);
+    free(codes);
+
+    /* Add and merge: cancelled, the index keeps its bytes. */
+    vlcc_index *ix = NULL, *other = NULL;
+    expect_status(vlcc_index_new(c, &ix), VLCC_STATUS_OK);
+    expect_status(vlcc_index_new(c, &other), VLCC_STATUS_OK);
+    uint64_t ids[N];
+    for (size_t i = 0; i < N; i++) ids[i] = 1000 + i;
+    expect_status(vlcc_index_add(ix, x, N / 2, ids), VLCC_STATUS_OK);
+    expect_status(vlcc_index_add(other, x + (N / 2) * D, N / 2, ids + N / 2), VLCC_STATUS_OK);
+    vlcc_buffer before = {NULL, 0};
+    expect_status(vlcc_index_serialize(ix, &before), VLCC_STATUS_OK);
+    for (int stop = 0; stop < 2; stop++) {
+        progress_log la = {0, stop, 0, 0, VLCC_PHASE_ANCHORS, 0};
+        expect_status(vlcc_index_set_progress(ix, log_progress, &la), VLCC_STATUS_OK);
+        expect_status(vlcc_index_add(ix, x + (N / 2) * D, N / 2, ids + N / 2), VLCC_STATUS_CANCELLED);
+        expect(serialized_equal(ix, &before), "a cancelled add leaves the index");
+        expect_status(vlcc_index_merge(ix, other), VLCC_STATUS_CANCELLED);
+        expect(serialized_equal(ix, &before), "a cancelled merge leaves the index");
+    }
+    expect_status(vlcc_index_set_progress(NULL, NULL, NULL), VLCC_STATUS_NULL_POINTER);
+    progress_log lm = {0, 1 << 30, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    expect_status(vlcc_index_set_progress(ix, log_progress, &lm), VLCC_STATUS_OK);
+    expect_status(vlcc_index_merge(ix, other), VLCC_STATUS_OK);
+    expect(lm.phases_seen == 1 << VLCC_PHASE_MERGE && lm.went_back == 0, "merge reports its lists");
+    size_t size = 0;
+    expect_status(vlcc_index_size(ix, &size), VLCC_STATUS_OK);
+    expect(size == N, "the merge landed");
+    expect(strcmp(vlcc_status_str(VLCC_STATUS_CANCELLED), "VLCC_STATUS_CANCELLED") == 0, "status name");
+    vlcc_buffer_free(&before);
+    vlcc_index_free(other);
+    vlcc_index_free(ix);
+    vlcc_compressor_free(c);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : ".";
     float *x = clustered(N, 3);
@@ -746,6 +852,7 @@ int main(int argc, char **argv) {
     test_compressor(ctx, x);
     test_index(ctx, x, dir);
     test_filters_and_ids(ctx, x);
+    test_progress_and_cancel(ctx, x);
     /* Round trip: train -> encode -> search -> save -> load -> search, all identical above. */
     vlcc_context_free(ctx);
     free(x);
