@@ -2,6 +2,7 @@ package vlccompress
 
 /*
 #include <stdint.h>
+#include "vlc_compress.h"
 */
 import "C"
 
@@ -87,4 +88,32 @@ func vlccGoFetch(user unsafe.Pointer, ids *C.uint64_t, n C.size_t, out *C.float)
 		return -1
 	}
 	return 0
+}
+
+//export vlccGoProgress
+func vlccGoProgress(user unsafe.Pointer, phase C.vlcc_phase, done, total C.uint64_t) (r C.int) {
+	f, ok := progressFunc(uintptr(user))
+	if !ok {
+		return 0
+	}
+	defer func() {
+		if recover() != nil {
+			r = 1
+		}
+	}()
+	if f(Phase(phase), uint64(done), uint64(total)) {
+		return 0
+	}
+	return 1
+}
+
+// progressFunc looks up a handle; one deleted while a call ran is reported as absent.
+func progressFunc(h uintptr) (f ProgressFunc, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	f, ok = cgo.Handle(h).Value().(ProgressFunc)
+	return
 }

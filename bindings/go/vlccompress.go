@@ -8,7 +8,12 @@
 // Every object must be released with Close (a finalizer does it as a last resort). A Context
 // may be closed before the objects made from it. Index.Search may be called from many
 // goroutines at once; Add, Remove and Close need exclusive access, as do Compressor.Train
-// and SetParam.
+// and SetParam. Close waits for the calls in flight on that object.
+//
+// Long calls report progress to a ProgressFunc (SetProgress on the object or its Context)
+// that may cancel them, and have variants taking a context.Context (TrainContext,
+// EncodeContext, AddContext, MergeContext) that stop when it is done; a stopped call returns
+// an error matching ErrCancelled (and the context's error) and changes nothing.
 package vlccompress
 
 /*
@@ -84,6 +89,7 @@ const (
 	StatusIO                 Status = C.VLCC_STATUS_IO
 	StatusPanic              Status = C.VLCC_STATUS_PANIC
 	StatusCallbackFailed     Status = C.VLCC_STATUS_CALLBACK_FAILED
+	StatusCancelled          Status = C.VLCC_STATUS_CANCELLED
 )
 
 // Error carries the status of a failed call and the library's message.
@@ -122,6 +128,7 @@ var (
 	ErrIO                 = &Error{Status: StatusIO}
 	ErrPanic              = &Error{Status: StatusPanic}
 	ErrCallbackFailed     = &Error{Status: StatusCallbackFailed}
+	ErrCancelled          = &Error{Status: StatusCancelled}
 )
 
 // call runs f and, on failure, reads the message on the same OS thread: the library keeps
@@ -191,28 +198,38 @@ const (
 const NoID = ^uint64(0)
 
 // Context is a backend, its device and a thread pool, shared by what is made from it.
-type Context struct{ p *C.vlcc_context }
+type Context struct {
+	p *C.vlcc_context
+	// progress is the ProgressFunc set with SetProgress (progress.go).
+	progress listener
+}
 
 // NewContext opens a backend; threads = 0 uses every core. Auto falls back to the CPU.
 func NewContext(b Backend, device, threads int) (*Context, error) {
 	if device < 0 || threads < 0 {
 		return nil, &Error{Status: StatusInvalidArgument, Message: "device and threads must be >= 0"}
 	}
-	c := &Context{}
+	// The handle lands in a local first: cgo refuses a pointer into a struct that holds
+	// Go pointers.
+	var p *C.vlcc_context
 	if err := call(func() C.vlcc_status {
-		return C.vlcc_context_new(C.uint32_t(b), C.uint32_t(device), C.size_t(threads), &c.p)
+		return C.vlcc_context_new(C.uint32_t(b), C.uint32_t(device), C.size_t(threads), &p)
 	}); err != nil {
 		return nil, err
 	}
+	c := &Context{p: p}
 	runtime.SetFinalizer(c, (*Context).Close)
 	return c, nil
 }
 
-// Close releases this reference to the context. Safe to call twice.
+// Close releases this reference to the context. Safe to call twice. Objects made from it
+// keep working; its ProgressFunc is no longer called.
 func (c *Context) Close() error {
 	if c != nil && c.p != nil {
+		C.vlcc_context_set_progress(c.p, nil, nil)
 		C.vlcc_context_free(c.p)
 		c.p = nil
+		c.progress.set(nil)
 	}
 	return nil
 }
@@ -245,18 +262,21 @@ func (c *Context) SetMemoryCap(bytes int) error {
 }
 
 // Compressor holds training parameters and, once trained, a codebook.
-type Compressor struct{ p *C.vlcc_compressor }
+type Compressor struct {
+	// mu guards p: encode-side calls hold it shared; Train, SetParam, SetProgress, the
+	// Context variants and Close hold it exclusively, so Close waits for the calls in flight.
+	mu  sync.RWMutex
+	p   *C.vlcc_compressor
+	ctx *Context
+	// progress is the ProgressFunc set with SetProgress (progress.go).
+	progress listener
+}
 
 // NewCompressor makes an untrained compressor with default parameters.
 func NewCompressor(ctx *Context) (*Compressor, error) {
-	c := &Compressor{}
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_new(ctx.p, &c.p) })
-	runtime.KeepAlive(ctx)
-	if err != nil {
-		return nil, err
-	}
-	runtime.SetFinalizer(c, (*Compressor).Close)
-	return c, nil
+	return openCompressor(ctx, func(out **C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_new(ctx.p, out)
+	})
 }
 
 // LoadCodebook makes a trained compressor from a codebook or index file.
@@ -283,12 +303,15 @@ func DeserializeCodebook(ctx *Context, b []byte) (*Compressor, error) {
 
 // openCompressor wraps the compressor that open makes on ctx.
 func openCompressor(ctx *Context, open func(out **C.vlcc_compressor) C.vlcc_status) (*Compressor, error) {
-	c := &Compressor{}
-	err := call(func() C.vlcc_status { return open(&c.p) })
+	// The handle lands in a local first: cgo refuses a pointer into a struct that holds
+	// Go pointers.
+	var p *C.vlcc_compressor
+	err := call(func() C.vlcc_status { return open(&p) })
 	runtime.KeepAlive(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c := &Compressor{p: p, ctx: ctx}
 	runtime.SetFinalizer(c, (*Compressor).Close)
 	return c, nil
 }
@@ -305,7 +328,7 @@ func VersionNumber() uint32 { return uint32(C.vlcc_version_number()) }
 // Fingerprint is a hash of the codebook's contents: indexes on equal fingerprints merge.
 func (c *Compressor) Fingerprint() (uint64, error) {
 	var f C.uint64_t
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_fingerprint(c.p, &f) })
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_compressor_fingerprint(h, &f) })
 	runtime.KeepAlive(c)
 	return uint64(f), err
 }
@@ -321,7 +344,7 @@ type TrainReport struct {
 // TrainReport returns what the last Train measured.
 func (c *Compressor) TrainReport() (TrainReport, error) {
 	var r C.vlcc_train_report
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_train_report(c.p, &r) })
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_compressor_train_report(h, &r) })
 	runtime.KeepAlive(c)
 	return TrainReport{float64(r.energy), float64(r.max_list_over_mean), uint64(r.iterations), float64(r.seconds)}, err
 }
@@ -329,7 +352,7 @@ func (c *Compressor) TrainReport() (TrainReport, error) {
 // Anchors returns the trained anchors (the lists' centroids), anchors x Dim() floats, row-major.
 func (c *Compressor) Anchors() ([]float32, error) {
 	var n C.size_t
-	if err := call(func() C.vlcc_status { return C.vlcc_compressor_anchors(c.p, nil, 0, &n) }); err != nil {
+	if err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_compressor_anchors(h, nil, 0, &n) }); err != nil {
 		return nil, err
 	}
 	d, err := c.Dim()
@@ -337,8 +360,8 @@ func (c *Compressor) Anchors() ([]float32, error) {
 		return nil, err
 	}
 	out := make([]float32, int(n)*d)
-	err = call(func() C.vlcc_status {
-		return C.vlcc_compressor_anchors(c.p, floatPtr(out), C.size_t(len(out)), &n)
+	err = c.call(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_anchors(h, floatPtr(out), C.size_t(len(out)), &n)
 	})
 	runtime.KeepAlive(c)
 	return out, err
@@ -346,9 +369,12 @@ func (c *Compressor) Anchors() ([]float32, error) {
 
 // SerializeCodebook returns the codebook's bytes (those of its file).
 func (c *Compressor) SerializeCodebook() ([]byte, error) {
-	out, err := takeBuffer(func(b *C.vlcc_buffer) C.vlcc_status { return C.vlcc_compressor_serialize_codebook(c.p, b) })
-	runtime.KeepAlive(c)
-	return out, err
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.p == nil {
+		return nil, errClosedCompressor
+	}
+	return takeBuffer(func(b *C.vlcc_buffer) C.vlcc_status { return C.vlcc_compressor_serialize_codebook(c.p, b) })
 }
 
 // takeBuffer copies out the library-owned buffer that fill makes, and releases it.
@@ -361,18 +387,51 @@ func takeBuffer(fill func(*C.vlcc_buffer) C.vlcc_status) ([]byte, error) {
 	return C.GoBytes(unsafe.Pointer(b.data), C.int(b.len)), nil
 }
 
-// Close frees the compressor. Safe to call twice.
+// Close frees the compressor once the calls in flight have returned; later calls answer
+// ErrInvalidState. Indexes made from it stay valid. Safe to call twice and from several
+// goroutines.
 func (c *Compressor) Close() error {
-	if c != nil && c.p != nil {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.p != nil {
 		C.vlcc_compressor_free(c.p)
 		c.p = nil
+		c.progress.set(nil)
 	}
 	return nil
 }
 
+// errClosedCompressor answers calls on a closed compressor.
+var errClosedCompressor = &Error{Status: StatusInvalidState, Message: "the compressor is closed"}
+
+// call runs f on the compressor's handle with the handle held shared (see mu).
+func (c *Compressor) call(f func(h *C.vlcc_compressor) C.vlcc_status) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.p == nil {
+		return errClosedCompressor
+	}
+	return call(func() C.vlcc_status { return f(c.p) })
+}
+
+// exclusive runs f on the compressor's handle with the handle held exclusively (see mu).
+func (c *Compressor) exclusive(f func(h *C.vlcc_compressor) C.vlcc_status) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.p == nil {
+		return errClosedCompressor
+	}
+	return call(func() C.vlcc_status { return f(c.p) })
+}
+
 // SetParam sets a training parameter; a value out of range is an error and changes nothing.
 func (c *Compressor) SetParam(p Param, v float64) error {
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_set_param(c.p, C.uint32_t(p), C.double(v)) })
+	err := c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_set_param(h, C.uint32_t(p), C.double(v))
+	})
 	runtime.KeepAlive(c)
 	return err
 }
@@ -395,7 +454,7 @@ func (p Param) Bounds() (ParamBounds, error) {
 // Param reads a training parameter.
 func (c *Compressor) Param(p Param) (float64, error) {
 	var v C.double
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_get_param(c.p, C.uint32_t(p), &v) })
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_compressor_get_param(h, C.uint32_t(p), &v) })
 	runtime.KeepAlive(c)
 	return float64(v), err
 }
@@ -409,21 +468,29 @@ func floatPtr(x []float32) *C.float {
 
 // Train learns a codebook from len(x)/d vectors of dimension d (x is row-major).
 func (c *Compressor) Train(x []float32, d int) error {
-	if d <= 0 || len(x)%d != 0 {
-		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", len(x), d)}
+	if err := trainShape(x, d); err != nil {
+		return err
 	}
-	err := call(func() C.vlcc_status {
-		return C.vlcc_compressor_train(c.p, floatPtr(x), C.size_t(len(x)/d), C.size_t(d))
+	err := c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_train(h, floatPtr(x), C.size_t(len(x)/d), C.size_t(d))
 	})
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(c)
 	return err
 }
 
+// trainShape refuses values that are not whole rows of dimension d.
+func trainShape(x []float32, d int) error {
+	if d <= 0 || len(x)%d != 0 {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values are not rows of dimension %d", len(x), d)}
+	}
+	return nil
+}
+
 // Dim is the vector dimension of the trained codebook.
 func (c *Compressor) Dim() (int, error) {
 	var d C.size_t
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_dim(c.p, &d) })
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_compressor_dim(h, &d) })
 	runtime.KeepAlive(c)
 	return int(d), err
 }
@@ -431,7 +498,7 @@ func (c *Compressor) Dim() (int, error) {
 // CodecSize is the number of bytes Encode writes per vector.
 func (c *Compressor) CodecSize() (int, error) {
 	var s C.size_t
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_codec_size(c.p, &s) })
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_compressor_codec_size(h, &s) })
 	runtime.KeepAlive(c)
 	return int(s), err
 }
@@ -482,8 +549,8 @@ func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
 		xp = (*C.uint16_t)(unsafe.Pointer(&x[0]))
 		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
 	}
-	err = call(func() C.vlcc_status {
-		return C.vlcc_compressor_encode_f16(c.p, xp, C.size_t(n), op, C.size_t(len(out)))
+	err = c.call(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_encode_f16(h, xp, C.size_t(n), op, C.size_t(len(out)))
 	})
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(c)
@@ -503,8 +570,8 @@ func (c *Compressor) EncodeInto(x []float32, out []byte) error {
 	if len(out) > 0 {
 		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
 	}
-	err = call(func() C.vlcc_status {
-		return C.vlcc_compressor_encode(c.p, floatPtr(x), C.size_t(n), op, C.size_t(len(out)))
+	err = c.call(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_encode(h, floatPtr(x), C.size_t(n), op, C.size_t(len(out)))
 	})
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(out)
@@ -530,8 +597,8 @@ func (c *Compressor) EncodeDevice(x uintptr, n int) ([]byte, error) {
 	if len(out) > 0 {
 		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
 	}
-	err = call(func() C.vlcc_status {
-		return C.encode_device(c.p, C.uintptr_t(x), C.size_t(n), op, C.size_t(len(out)))
+	err = c.call(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.encode_device(h, C.uintptr_t(x), C.size_t(n), op, C.size_t(len(out)))
 	})
 	runtime.KeepAlive(c)
 	if err != nil {
@@ -558,8 +625,8 @@ func (c *Compressor) Decode(codes []byte) ([]float32, error) {
 	if n == 0 {
 		return out, nil
 	}
-	err = call(func() C.vlcc_status {
-		return C.vlcc_compressor_decode(c.p, (*C.uint8_t)(unsafe.Pointer(&codes[0])), C.size_t(n), floatPtr(out), C.size_t(len(out)))
+	err = c.call(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_decode(h, (*C.uint8_t)(unsafe.Pointer(&codes[0])), C.size_t(n), floatPtr(out), C.size_t(len(out)))
 	})
 	runtime.KeepAlive(codes)
 	runtime.KeepAlive(c)
@@ -573,7 +640,7 @@ func (c *Compressor) Decode(codes []byte) ([]float32, error) {
 func (c *Compressor) SaveCodebook(path string) error {
 	cp := C.CString(path)
 	defer C.free(unsafe.Pointer(cp))
-	err := call(func() C.vlcc_status { return C.vlcc_compressor_save_codebook(c.p, cp) })
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_compressor_save_codebook(h, cp) })
 	runtime.KeepAlive(c)
 	return err
 }
@@ -585,10 +652,13 @@ type Index struct {
 	mu  sync.RWMutex
 	p   *C.vlcc_index
 	dim int
+	ctx *Context
+	// progress is the ProgressFunc set with SetProgress (progress.go).
+	progress listener
 }
 
-func newIndex(p *C.vlcc_index) (*Index, error) {
-	ix := &Index{p: p}
+func newIndex(p *C.vlcc_index, ctx *Context) (*Index, error) {
+	ix := &Index{p: p, ctx: ctx}
 	var d C.size_t
 	if err := call(func() C.vlcc_status { return C.vlcc_index_dim(p, &d) }); err != nil {
 		C.vlcc_index_free(p)
@@ -661,12 +731,12 @@ func (ix *Index) SearchBounds(queries []float32, p SearchParams) (BoundedResults
 // merged with the index.
 func NewIndexWithRefine(c *Compressor, r Refine) (*Index, error) {
 	var p *C.vlcc_index
-	err := call(func() C.vlcc_status { return C.vlcc_index_new_with_refine(c.p, C.uint32_t(r), &p) })
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_index_new_with_refine(h, C.uint32_t(r), &p) })
 	runtime.KeepAlive(c)
 	if err != nil {
 		return nil, err
 	}
-	return newIndex(p)
+	return newIndex(p, c.ctx)
 }
 
 // Refine is the kind of refinement vectors the index keeps.
@@ -690,7 +760,7 @@ func Load(ctx *Context, path string, mmap bool) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newIndex(p)
+	return newIndex(p, ctx)
 }
 
 // Deserialize makes an index on ctx from Serialize's bytes (copied).
@@ -706,7 +776,7 @@ func Deserialize(ctx *Context, b []byte) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newIndex(p)
+	return newIndex(p, ctx)
 }
 
 // Close frees the index once the calls in flight have returned; later calls answer
@@ -720,6 +790,7 @@ func (ix *Index) Close() error {
 	if ix.p != nil {
 		C.vlcc_index_free(ix.p)
 		ix.p = nil
+		ix.progress.set(nil)
 	}
 	return nil
 }
@@ -732,6 +803,21 @@ func (ix *Index) call(f func(h *C.vlcc_index) C.vlcc_status) error {
 		return errClosed
 	}
 	return call(func() C.vlcc_status { return f(ix.p) })
+}
+
+// exclusive runs f on the index's handle with the handle held exclusively (see mu).
+func (ix *Index) exclusive(f func(h *C.vlcc_index) C.vlcc_status) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.p == nil {
+		return errClosed
+	}
+	return call(func() C.vlcc_status { return f(ix.p) })
+}
+
+// addShape says why values do not make one row of dimension d per id.
+func addShape(values, ids, d int) string {
+	return fmt.Sprintf("%d values for %d ids of dimension %d", values, ids, d)
 }
 
 // errClosed answers calls on a closed index.
@@ -752,7 +838,7 @@ func (ix *Index) Add(x []float32, ids []uint64) error {
 // add checks that values make one row per id and runs one add call with the ids.
 func (ix *Index) add(values int, ids []uint64, run func(h *C.vlcc_index, ids *C.uint64_t) C.vlcc_status) error {
 	if values != len(ids)*ix.dim {
-		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d values for %d ids of dimension %d", values, len(ids), ix.dim)}
+		return &Error{Status: StatusInvalidArgument, Message: addShape(values, len(ids), ix.dim)}
 	}
 	if len(ids) == 0 {
 		return nil

@@ -1,0 +1,281 @@
+package vlccompress
+
+/*
+#include <stdint.h>
+#include "vlc_compress.h"
+
+// The Go progress trampoline (callbacks.go) and setters taking its handle as an integer
+// (0 removes the callback).
+extern int vlccGoProgress(void *user, vlcc_phase phase, uint64_t done, uint64_t total);
+static vlcc_status set_context_progress(const vlcc_context* c, uintptr_t h) {
+	return vlcc_context_set_progress(c, h ? vlccGoProgress : NULL, (void*)h);
+}
+static vlcc_status set_compressor_progress(vlcc_compressor* c, uintptr_t h) {
+	return vlcc_compressor_set_progress(c, h ? vlccGoProgress : NULL, (void*)h);
+}
+static vlcc_status set_index_progress(vlcc_index* ix, uintptr_t h) {
+	return vlcc_index_set_progress(ix, h ? vlccGoProgress : NULL, (void*)h);
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+)
+
+// Phase names the step of long work a ProgressFunc hears about.
+type Phase uint32
+
+// Phases (numbers as in the C header).
+const (
+	PhaseAnchors   Phase = C.VLCC_PHASE_ANCHORS   // anchor training: done of total iterations
+	PhaseCodebooks Phase = C.VLCC_PHASE_CODEBOOKS // residual codebooks: sub-quantizer fits
+	PhaseEncode    Phase = C.VLCC_PHASE_ENCODE    // encoding (Encode, Add): rows
+	PhaseMerge     Phase = C.VLCC_PHASE_MERGE     // merging: lists
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseAnchors:
+		return "anchors"
+	case PhaseCodebooks:
+		return "codebooks"
+	case PhaseEncode:
+		return "encode"
+	case PhaseMerge:
+		return "merge"
+	}
+	return "unknown"
+}
+
+// ProgressFunc hears done of total in phase during Train, Encode, Add and Merge. Returning
+// false cancels the call, which returns ErrCancelled and leaves every object as it was. It is
+// called from the library's threads, one call at a time per operation; a panic in it
+// cancels too.
+type ProgressFunc func(phase Phase, done, total uint64) bool
+
+// listener keeps a ProgressFunc and the handle the library reaches it through.
+type listener struct {
+	mu sync.Mutex
+	fn ProgressFunc
+	h  cgo.Handle
+}
+
+// set replaces the func (nil clears it) and returns the new handle (0 for none). The old
+// handle goes: a call still running with it hears nothing more.
+func (l *listener) set(fn ProgressFunc) uintptr {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h != 0 {
+		l.h.Delete()
+		l.h = 0
+	}
+	l.fn = fn
+	if fn != nil {
+		l.h = cgo.NewHandle(fn)
+	}
+	return uintptr(l.h)
+}
+
+func (l *listener) get() (ProgressFunc, uintptr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fn, uintptr(l.h)
+}
+
+// cancelError is ErrCancelled caused by a done context.Context: errors.Is matches both
+// ErrCancelled and the context's error (context.Canceled or DeadlineExceeded).
+type cancelError struct {
+	lib   *Error
+	cause error
+}
+
+func (e *cancelError) Error() string        { return e.lib.Error() + " (" + e.cause.Error() + ")" }
+func (e *cancelError) Is(target error) bool { return e.lib.Is(target) }
+func (e *cancelError) Unwrap() error        { return e.cause }
+
+// As gives the library's *Error to errors.As.
+func (e *cancelError) As(target interface{}) bool {
+	if t, ok := target.(**Error); ok {
+		*t = e.lib
+		return true
+	}
+	return false
+}
+
+// watching is the ProgressFunc of one Context call: it stops when ctx is done and passes
+// the reports on to fn, if any.
+func watching(ctx context.Context, fn ProgressFunc) ProgressFunc {
+	return func(p Phase, done, total uint64) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		return fn == nil || fn(p, done, total)
+	}
+}
+
+// withCause names the context's error in a cancel it caused.
+func withCause(ctx context.Context, err error) error {
+	var e *Error
+	if ctx.Err() != nil && errors.As(err, &e) && e.Status == StatusCancelled {
+		return &cancelError{e, ctx.Err()}
+	}
+	return err
+}
+
+// doneBefore answers a Context call whose ctx is done before it starts.
+func doneBefore(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return &cancelError{&Error{Status: StatusCancelled, Message: "the context was done before the call"}, ctx.Err()}
+}
+
+// SetProgress makes f hear the long calls of every object made from this context that has
+// no ProgressFunc of its own; nil removes it.
+func (c *Context) SetProgress(f ProgressFunc) error {
+	if c == nil || c.p == nil {
+		return &Error{Status: StatusInvalidState, Message: "the context is closed"}
+	}
+	h := c.progress.set(f)
+	return call(func() C.vlcc_status { return C.set_context_progress(c.p, C.uintptr_t(h)) })
+}
+
+func (c *Context) progressFunc() ProgressFunc {
+	if c == nil {
+		return nil
+	}
+	f, _ := c.progress.get()
+	return f
+}
+
+// SetProgress makes f hear this compressor's Train and Encode calls (instead of the
+// context's ProgressFunc); nil removes it. Exclusive, like Train.
+func (c *Compressor) SetProgress(f ProgressFunc) error {
+	return c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.set_compressor_progress(h, C.uintptr_t(c.progress.set(f)))
+	})
+}
+
+// withContext runs f exclusively, hearing progress through a ProgressFunc that cancels
+// when ctx is done; the compressor's own callback is back in place afterwards.
+func (c *Compressor) withContext(ctx context.Context, f func(h *C.vlcc_compressor) C.vlcc_status) error {
+	if err := doneBefore(ctx); err != nil {
+		return err
+	}
+	own, ownHandle := c.progress.get()
+	if own == nil {
+		own = c.ctx.progressFunc()
+	}
+	w := cgo.NewHandle(watching(ctx, own))
+	defer w.Delete()
+	err := c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
+		C.set_compressor_progress(h, C.uintptr_t(w))
+		defer C.set_compressor_progress(h, C.uintptr_t(ownHandle))
+		return f(h)
+	})
+	return withCause(ctx, err)
+}
+
+// TrainContext is Train, stopped when ctx is done (within one progress step: about a tenth
+// of a second of CPU work, or one batch on a GPU). A stopped Train returns an error that
+// matches both ErrCancelled and ctx.Err(), and keeps the codebook there was (or none).
+func (c *Compressor) TrainContext(ctx context.Context, x []float32, d int) error {
+	if err := trainShape(x, d); err != nil {
+		return err
+	}
+	err := c.withContext(ctx, func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_train(h, floatPtr(x), C.size_t(len(x)/d), C.size_t(d))
+	})
+	runtime.KeepAlive(x)
+	return err
+}
+
+// EncodeContext is Encode, stopped when ctx is done, as TrainContext. It runs exclusively:
+// other calls on this compressor wait for it.
+func (c *Compressor) EncodeContext(ctx context.Context, x []float32) ([]byte, error) {
+	n, err := c.rows(len(x))
+	if err != nil {
+		return nil, err
+	}
+	cs, err := c.CodecSize()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, n*cs)
+	var op *C.uint8_t
+	if len(out) > 0 {
+		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
+	}
+	err = c.withContext(ctx, func(h *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_encode(h, floatPtr(x), C.size_t(n), op, C.size_t(len(out)))
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(out)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SetProgress makes f hear this index's Add and Merge calls (instead of the context's
+// ProgressFunc); nil removes it. Exclusive, like Add.
+func (ix *Index) SetProgress(f ProgressFunc) error {
+	return ix.exclusive(func(h *C.vlcc_index) C.vlcc_status {
+		return C.set_index_progress(h, C.uintptr_t(ix.progress.set(f)))
+	})
+}
+
+// withContext is Compressor.withContext for an index.
+func (ix *Index) withContext(ctx context.Context, f func(h *C.vlcc_index) C.vlcc_status) error {
+	if err := doneBefore(ctx); err != nil {
+		return err
+	}
+	own, ownHandle := ix.progress.get()
+	if own == nil {
+		own = ix.ctx.progressFunc()
+	}
+	w := cgo.NewHandle(watching(ctx, own))
+	defer w.Delete()
+	err := ix.exclusive(func(h *C.vlcc_index) C.vlcc_status {
+		C.set_index_progress(h, C.uintptr_t(w))
+		defer C.set_index_progress(h, C.uintptr_t(ownHandle))
+		return f(h)
+	})
+	return withCause(ctx, err)
+}
+
+// AddContext is Add, stopped when ctx is done (as Compressor.TrainContext); a stopped Add
+// leaves the index as it was.
+func (ix *Index) AddContext(ctx context.Context, x []float32, ids []uint64) error {
+	if len(x) != len(ids)*ix.dim {
+		return &Error{Status: StatusInvalidArgument, Message: addShape(len(x), len(ids), ix.dim)}
+	}
+	if len(ids) == 0 {
+		return doneBefore(ctx)
+	}
+	err := ix.withContext(ctx, func(h *C.vlcc_index) C.vlcc_status {
+		return C.vlcc_index_add(h, floatPtr(x), C.size_t(len(ids)), idsPtr(ids))
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(ids)
+	return err
+}
+
+// MergeContext is Merge, stopped when ctx is done; a stopped Merge leaves the index as it was.
+func (ix *Index) MergeContext(ctx context.Context, other *Index) error {
+	if other == ix {
+		return ix.Merge(ix)
+	}
+	other.mu.RLock()
+	defer other.mu.RUnlock()
+	if other.p == nil {
+		return errClosed
+	}
+	return ix.withContext(ctx, func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_merge(h, other.p) })
+}

@@ -1,0 +1,255 @@
+package vlccompress
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// reports counts what a ProgressFunc hears and cancels at report number stopAt.
+type reports struct {
+	mu     sync.Mutex
+	n      int
+	stopAt int
+	phases map[Phase]bool
+}
+
+func (r *reports) fn(p Phase, done, total uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.phases == nil {
+		r.phases = map[Phase]bool{}
+	}
+	r.phases[p] = true
+	r.n++
+	return r.n <= r.stopAt
+}
+
+func TestProgressAndCancel(t *testing.T) {
+	c, ix, x := indexed(t, 4000, 21)
+	// Another index on this codebook, before the retraining below.
+	other, err := NewIndex(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Add(x[:1000*dim], rowIDs(1000)); err != nil {
+		t.Fatal(err)
+	}
+	all := &reports{stopAt: 1 << 30}
+	if err := c.SetProgress(all.fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetParam(ParamSeed, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Train(x, dim); err != nil {
+		t.Fatal(err)
+	}
+	if !all.phases[PhaseAnchors] || !all.phases[PhaseCodebooks] || all.n < 10 {
+		t.Fatalf("training reported %d times, phases %v", all.n, all.phases)
+	}
+	trainedFp, _ := c.Fingerprint()
+	// Cancelled at the first, a middle and the last report: the codebook stays.
+	for _, stop := range []int{0, all.n / 2, all.n - 1} {
+		r := &reports{stopAt: stop}
+		if err := c.SetProgress(r.fn); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Train(x, dim); !errors.Is(err, ErrCancelled) {
+			t.Fatalf("stop %d: %v", stop, err)
+		}
+		if got, _ := c.Fingerprint(); got != trainedFp {
+			t.Fatalf("stop %d: a cancelled Train changed the codebook", stop)
+		}
+	}
+	// A panicking ProgressFunc cancels too.
+	if err := c.SetProgress(func(Phase, uint64, uint64) bool { panic("no") }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Encode(x); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("a panicking ProgressFunc: %v", err)
+	}
+	if err := c.SetProgress(nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// An index: cancelled adds and merges leave its bytes.
+	before, err := ix.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.SetProgress((&reports{stopAt: 0}).fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Add(x[:1000*dim], rowIDs(1000)); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("add: %v", err)
+	}
+	if err := ix.Merge(other); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("merge: %v", err)
+	}
+	if after, _ := ix.Serialize(); !bytes.Equal(after, before) {
+		t.Fatal("a cancelled add or merge changed the index")
+	}
+	merged := &reports{stopAt: 1 << 30}
+	if err := ix.SetProgress(merged.fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Merge(other); err != nil || !merged.phases[PhaseMerge] {
+		t.Fatalf("merge: %v, phases %v", err, merged.phases)
+	}
+}
+
+// A Context's ProgressFunc hears the objects that have none of their own.
+func TestContextProgress(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	heard := &reports{stopAt: 1 << 30}
+	if err := ctx.SetProgress(heard.fn); err != nil {
+		t.Fatal(err)
+	}
+	c := trained(t, ctx, clustered(3000, 4))
+	defer c.Close()
+	if !heard.phases[PhaseAnchors] {
+		t.Fatalf("the context heard %v", heard.phases)
+	}
+	if err := ctx.SetProgress((&reports{stopAt: 0}).fn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Encode(clustered(100, 5)); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("encode under a cancelling context: %v", err)
+	}
+	if err := ctx.SetProgress(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Encode(clustered(100, 5)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A deadline stops a long Train, which then matches both ErrCancelled and the context's
+// error and leaves the compressor untrained.
+func TestTrainContextDeadline(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	c, err := NewCompressor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for p, v := range map[Param]float64{ParamAnchors: 256, ParamBytesPerVector: 8, ParamMaxIters: 200, ParamTol: 0, ParamPQIters: 50} {
+		if err := c.SetParam(p, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := clustered(60000, 6)
+	deadline, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = c.TrainContext(deadline, x, dim)
+	late := time.Since(start) - 50*time.Millisecond
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TrainContext past its deadline: %v", err)
+	}
+	var lib *Error
+	if !errors.As(err, &lib) || lib.Status != StatusCancelled {
+		t.Fatalf("errors.As: %v", err)
+	}
+	t.Logf("returned %v after the deadline", late)
+	if _, err := c.Fingerprint(); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("a cancelled first Train left a codebook: %v", err)
+	}
+	// A context done before the call: nothing runs.
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if err := c.TrainContext(done, x, dim); !errors.Is(err, context.Canceled) || !errors.Is(err, ErrCancelled) {
+		t.Fatalf("a done context: %v", err)
+	}
+}
+
+func TestContextVariantsOnIndexAndEncode(t *testing.T) {
+	c, ix, x := indexed(t, 4000, 22)
+	before, _ := ix.Serialize()
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if err := ix.AddContext(done, x[:10*dim], rowIDs(10)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AddContext: %v", err)
+	}
+	if err := ix.MergeContext(done, ix); err == nil {
+		t.Fatal("merging an index into itself")
+	}
+	if _, err := c.EncodeContext(done, x); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("EncodeContext: %v", err)
+	}
+	if after, _ := ix.Serialize(); !bytes.Equal(after, before) {
+		t.Fatal("a cancelled call changed the index")
+	}
+	// A live context: the calls run, and the objects' own ProgressFuncs still hear them.
+	heard := &reports{stopAt: 1 << 30}
+	if err := ix.SetProgress(heard.fn); err != nil {
+		t.Fatal(err)
+	}
+	live := context.Background()
+	if err := ix.AddContext(live, x[:10*dim], []uint64{9000, 9001, 9002, 9003, 9004, 9005, 9006, 9007, 9008, 9009}); err != nil {
+		t.Fatal(err)
+	}
+	if !heard.phases[PhaseEncode] {
+		t.Fatalf("the index's ProgressFunc heard %v", heard.phases)
+	}
+	want, _ := c.Encode(x)
+	got, err := c.EncodeContext(live, x)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("EncodeContext: %v", err)
+	}
+	other, _ := NewIndex(c)
+	defer other.Close()
+	if err := other.Add(x[:100*dim], rowIDs(100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.MergeContext(live, other); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := ix.Len(); n != 4110 {
+		t.Fatalf("%d vectors after add and merge", n)
+	}
+}
+
+// Close on a compressor waits for the calls in flight; later calls answer ErrInvalidState.
+func TestCompressorCloseWaitsForEncodes(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := clustered(4000, 8)
+	c := trained(t, ctx, x)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				if _, err := c.Encode(x[:500*dim]); err != nil && !errors.Is(err, ErrInvalidState) {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	c.Close()
+	wg.Wait()
+	if _, err := c.Encode(x[:dim]); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("encode after Close: %v", err)
+	}
+	c.Close()
+}
