@@ -157,6 +157,44 @@ int main(int argc, char** argv) {
     filtered = filtered && certain.results.ids == every.ids && certain.certified[0] == 1 &&
                certain.reranked[0] > 0 && certain.lower[0] == certain.results.distances[0];
     caught = caught && filtered;
+    // Progress and cancel: a cancelled call throws CANCELLED and changes nothing.
+    bool cancelled = true;
+    int heard = 0;
+    ctx.set_progress([&](vlcc_phase, uint64_t, uint64_t) { return ++heard > 0; });
+    vlcc::Compressor again_comp(ctx);
+    again_comp.set(VLCC_PARAM_ANCHORS, 64).set(VLCC_PARAM_BYTES_PER_VECTOR, 8);
+    again_comp.train(x, d);
+    cancelled = cancelled && heard > 10;
+    ctx.set_progress(nullptr);
+    const uint64_t codebook = comp.fingerprint();
+    auto expect_cancel = [&](auto call) {
+        try {
+            call();
+            cancelled = false;
+        } catch (const vlcc::Error& e) {
+            cancelled = cancelled && e.status() == VLCC_STATUS_CANCELLED;
+        }
+    };
+    int reports = 0;
+    auto stop_in_codebooks = [&](vlcc_phase phase, uint64_t, uint64_t) {
+        reports++;
+        return phase != VLCC_PHASE_CODEBOOKS;
+    };
+    comp.set(VLCC_PARAM_SEED, 7);
+    expect_cancel([&] { comp.train(x, d, stop_in_codebooks); });
+    cancelled = cancelled && comp.fingerprint() == codebook && reports > 1;
+    expect_cancel([&] { comp.encode(x, [](vlcc_phase, uint64_t, uint64_t) -> bool { throw 1; }); });
+    const size_t held = index.size();
+    const auto stop = [](vlcc_phase, uint64_t, uint64_t) { return false; };
+    expect_cancel([&] { index.add(x, ids, stop); });
+    vlcc::Index other(comp);
+    other.add(vlcc::span<const float>(x).subspan(0, 100 * d), vlcc::span<const uint64_t>(ids).subspan(0, 100));
+    index.set_progress(stop);
+    expect_cancel([&] { index.merge(other); });
+    index.set_progress(nullptr);
+    index.merge(other, [](vlcc_phase, uint64_t, uint64_t) { return true; });
+    cancelled = cancelled && index.size() == held + 100;
+    caught = caught && cancelled;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");

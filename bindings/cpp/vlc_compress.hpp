@@ -112,6 +112,40 @@ inline size_t rows(size_t len, size_t width, const char* what, const char* unit 
 }
 }  // namespace detail
 
+/// Hears `done` of `total` in `phase` during train, encode, add and merge. Returning false
+/// cancels the call, which throws Error with VLCC_STATUS_CANCELLED and leaves every object as
+/// it was; an exception it throws cancels too. Called from the library's threads, one call at
+/// a time per operation.
+using ProgressFn = std::function<bool(vlcc_phase phase, uint64_t done, uint64_t total)>;
+
+namespace detail {
+// Sets an object's progress callback (the object bound in).
+using ProgressSetter = std::function<vlcc_status(vlcc_progress_fn, void*)>;
+inline int progress_trampoline(void* user, vlcc_phase phase, uint64_t done, uint64_t total) noexcept {
+    try {
+        return (*static_cast<const ProgressFn*>(user))(phase, done, total) ? 0 : 1;
+    } catch (...) {
+        return 1;
+    }
+}
+// Installs `fn` (none when null) through `set(f, user)`.
+template <class Set>
+void install(Set set, const ProgressFn* fn) {
+    check(fn ? set(&progress_trampoline, const_cast<ProgressFn*>(fn)) : set(nullptr, nullptr));
+}
+// Runs `call` with `once` as the progress callback, then puts `own` back (none when null).
+template <class Set, class Call>
+auto with_progress(Set set, const ProgressFn& once, const ProgressFn* own, Call call) {
+    install(set, &once);
+    struct Restore {
+        Set& set;
+        const ProgressFn* own;
+        ~Restore() { own ? set(&progress_trampoline, const_cast<ProgressFn*>(own)) : set(nullptr, nullptr); }
+    } restore{set, own};
+    return call();
+}
+}  // namespace detail
+
 /// A backend, its device and a thread pool. Copies share it (reference-counted in C too).
 // What a training parameter accepts (min and max included; whole numbers only where `whole`)
 // and its default.
@@ -146,9 +180,36 @@ public:
         detail::check(vlcc_context_threads(p_.get(), &n));
         return n;
     }
+    // Long calls on objects made from this context that have no callback of their own report
+    // to `fn`; an empty function removes it. The context must outlive the calls that use it.
+    void set_progress(ProgressFn fn) {
+        auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
+        detail::install(setter(), f.get());
+        progress_ = std::move(f);
+    }
     const vlcc_context* get() const noexcept { return p_.get(); }
 
+    Context(Context&&) noexcept = default;
+    Context& operator=(Context&& o) noexcept {
+        if (this != &o) {
+            clear_progress();
+            progress_ = std::move(o.progress_);
+            p_ = std::move(o.p_);
+        }
+        return *this;
+    }
+    // Objects made from the context keep it alive in C: they stop reporting to its callback.
+    ~Context() { clear_progress(); }
+
 private:
+    detail::ProgressSetter setter() const {
+        return [p = p_.get()](vlcc_progress_fn f, void* u) { return vlcc_context_set_progress(p, f, u); };
+    }
+    void clear_progress() noexcept {
+        if (p_ && progress_) vlcc_context_set_progress(p_.get(), nullptr, nullptr);
+    }
+    // Declared first, destroyed last: the callback outlives the handle's reference.
+    std::unique_ptr<ProgressFn> progress_;
     std::unique_ptr<vlcc_context, detail::ContextFree> p_;
 };
 
@@ -207,6 +268,22 @@ public:
     void train(span<const float> x, size_t d) {
         detail::check(vlcc_compressor_train(p_.get(), x.data(), detail::rows(x.size(), d, "train: x"), d));
     }
+    // train, reporting to `progress` for this call only (it may cancel: see ProgressFn).
+    void train(span<const float> x, size_t d, const ProgressFn& progress) {
+        detail::with_progress(setter(), progress, progress_.get(), [&] { train(x, d); });
+    }
+    // Train and encode calls report to `fn` (instead of the context's callback); an empty
+    // function removes it. Exclusive access.
+    void set_progress(ProgressFn fn) {
+        auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
+        detail::install(setter(), f.get());
+        progress_ = std::move(f);
+    }
+    // encode, reporting to `progress` for this call only. Exclusive access (it swaps the
+    // compressor's callback for the call).
+    std::vector<uint8_t> encode(span<const float> x, const ProgressFn& progress) {
+        return detail::with_progress(setter(), progress, progress_.get(), [&] { return encode(x); });
+    }
     size_t dim() const {
         size_t d = 0;
         detail::check(vlcc_compressor_dim(p_.get(), &d));
@@ -253,6 +330,11 @@ public:
 
 private:
     explicit Compressor(vlcc_compressor* p) : p_(p) {}
+    detail::ProgressSetter setter() {
+        return [p = p_.get()](vlcc_progress_fn f, void* u) { return vlcc_compressor_set_progress(p, f, u); };
+    }
+    // Declared first, destroyed last: the handle goes before the callback it may call.
+    std::unique_ptr<ProgressFn> progress_;
     std::unique_ptr<vlcc_compressor, detail::CompressorFree> p_;
 };
 
@@ -423,6 +505,17 @@ public:
     }
     // Appends every vector of other (built on the same codebook).
     void merge(const Index& other) { detail::check(vlcc_index_merge(p_.get(), other.p_.get())); }
+    // merge, reporting to `progress` for this call only (it may cancel: see ProgressFn).
+    void merge(const Index& other, const ProgressFn& progress) {
+        detail::with_progress(setter(), progress, progress_.get(), [&] { merge(other); });
+    }
+    // Add and merge calls report to `fn` (instead of the context's callback); an empty
+    // function removes it. Exclusive access.
+    void set_progress(ProgressFn fn) {
+        auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
+        detail::install(setter(), f.get());
+        progress_ = std::move(f);
+    }
     // Every stored vector's id and its approximate vector (size() x dim() floats), list by list.
     std::pair<std::vector<uint64_t>, std::vector<float>> reconstruct() const {
         size_t n = 0;
@@ -445,6 +538,10 @@ public:
     void add(span<const float> x, span<const uint64_t> ids) {
         if (x.size() != ids.size() * dim()) throw Error(VLCC_STATUS_INVALID_ARGUMENT, "x must hold one row per id");
         detail::check(vlcc_index_add(p_.get(), x.data(), ids.size(), ids.data()));
+    }
+    // add, reporting to `progress` for this call only (it may cancel: see ProgressFn).
+    void add(span<const float> x, span<const uint64_t> ids, const ProgressFn& progress) {
+        detail::with_progress(setter(), progress, progress_.get(), [&] { add(x, ids); });
     }
     // IEEE half-precision input (binary16 bit patterns, one row per id).
     void add_f16(span<const uint16_t> x, span<const uint64_t> ids) {
@@ -542,6 +639,11 @@ public:
 
 private:
     explicit Index(vlcc_index* p) : p_(p) {}
+    detail::ProgressSetter setter() {
+        return [p = p_.get()](vlcc_progress_fn f, void* u) { return vlcc_index_set_progress(p, f, u); };
+    }
+    // Declared first, destroyed last: the handle goes before the callback it may call.
+    std::unique_ptr<ProgressFn> progress_;
     std::unique_ptr<vlcc_index, detail::IndexFree> p_;
 };
 
