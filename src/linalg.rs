@@ -88,6 +88,7 @@ pub(crate) fn scores_block(x: &[f32], c: &[f32], offset: &[f32], d: usize, out: 
 
 /// For each row of `x`, the index of the nearest row of `c` by `|x|^2 - 2 x.c + |c|^2 + bias[c]`
 /// and the squared L2 distance (bias excluded, clamped at 0). Ties go to the smaller index.
+/// `poll` is asked before each block of rows; its error stops the work and is returned.
 pub(crate) fn nearest(
     x: &[f32],
     xn: &[f32],
@@ -97,7 +98,8 @@ pub(crate) fn nearest(
     d: usize,
     assign: &mut [u32],
     dist: &mut [f32],
-) {
+    poll: crate::backend::Poll,
+) -> crate::error::Result<()> {
     let m = cn.len();
     let offset: Vec<f32> = match bias {
         Some(b) => cn.iter().zip(b).map(|(a, b)| a + b).collect(),
@@ -107,12 +109,14 @@ pub(crate) fn nearest(
         .zip(assign.par_chunks_mut(BLOCK))
         .zip(dist.par_chunks_mut(BLOCK))
         .enumerate()
-        .for_each_init(Vec::new, |buf, (b, ((xb, ab), db))| {
+        .try_for_each_init(Vec::new, |buf, (b, ((xb, ab), db))| {
+            poll()?;
             let r = xb.len() / d;
             buf.resize(r * m, 0.0);
             scores_block(xb, c, &offset, d, buf);
             pick_rows(buf, m, bias, &xn[b * BLOCK..b * BLOCK + r], ab, db);
-        });
+            Ok(())
+        })
 }
 
 /// Per row of a score block: the nearest column and its squared distance.

@@ -5,8 +5,9 @@
 //! leaves every object as it was before the call. The library draws nothing itself.
 
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// The steps of long work a report names (numbers are the C ABI's `vlcc_phase`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,7 +88,15 @@ pub(crate) struct Watch<'a> {
     gate: Mutex<()>,
     /// Whether anyone listens: without, work need not be split into reporting steps.
     listening: bool,
+    /// The last position reported, which `poll` reports again.
+    at: Mutex<(Phase, usize, usize)>,
+    /// When the last report went out, in microseconds since `born`.
+    last: AtomicU64,
+    born: Instant,
 }
+
+/// How long `poll` lets pass between reports from inside a long step.
+const POLL_EVERY_MICROS: u64 = 50_000;
 
 impl<'a> Watch<'a> {
     pub fn new(progress: &'a dyn Progress) -> Watch<'a> {
@@ -96,6 +105,9 @@ impl<'a> Watch<'a> {
             stopped: AtomicBool::new(false),
             gate: Mutex::new(()),
             listening: true,
+            at: Mutex::new((Phase::Anchors, 0, 0)),
+            last: AtomicU64::new(0),
+            born: Instant::now(),
         }
     }
 
@@ -115,6 +127,8 @@ impl<'a> Watch<'a> {
     pub fn report(&self, phase: Phase, done: usize, total: usize) -> Result<()> {
         self.check()?;
         if self.listening {
+            *self.at.lock().unwrap_or_else(|e| e.into_inner()) = (phase, done, total);
+            self.last.store(self.micros(), Ordering::Relaxed);
             let go = {
                 let _one = self.gate.lock().unwrap_or_else(|e| e.into_inner());
                 self.progress.report(phase, done as u64, total as u64)
@@ -124,6 +138,31 @@ impl<'a> Watch<'a> {
             }
         }
         self.check()
+    }
+
+    /// From inside a long step, on any thread: once `POLL_EVERY_MICROS` have passed since the
+    /// last report, reports the last position again (so that the caller may cancel before
+    /// the step ends); else only checks.
+    pub fn poll(&self) -> Result<()> {
+        self.check()?;
+        let (now, last) = (self.micros(), self.last.load(Ordering::Relaxed));
+        if !self.listening || now.saturating_sub(last) < POLL_EVERY_MICROS {
+            return Ok(());
+        }
+        // One thread re-reports; the others go on.
+        if self
+            .last
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return Ok(());
+        }
+        let (phase, done, total) = *self.at.lock().unwrap_or_else(|e| e.into_inner());
+        self.report(phase, done, total)
+    }
+
+    fn micros(&self) -> u64 {
+        self.born.elapsed().as_micros() as u64
     }
 
     /// `Err(Cancelled)` if the caller said stop, without a report.

@@ -3,6 +3,7 @@
 
 use super::{
     host, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession,
+    Poll,
 };
 use crate::error::{try_vec, Result};
 use crate::linalg::{self, BLOCK};
@@ -76,7 +77,9 @@ impl Backend for CpuBackend {
         let mut dist = try_vec(n, 0f32, "distances")?;
         let xn = linalg::row_norms(x, d);
         let cn = linalg::row_norms(centroids, d);
-        linalg::nearest(x, &xn, centroids, &cn, None, d, &mut a, &mut dist);
+        linalg::nearest(x, &xn, centroids, &cn, None, d, &mut a, &mut dist, &|| {
+            Ok(())
+        })?;
         Ok((a, dist))
     }
 }
@@ -105,6 +108,10 @@ impl KmeansSession for CpuSession<'_> {
     }
 
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats> {
+        self.assign_polled(bias, &|| Ok(()))
+    }
+
+    fn assign_polled(&mut self, bias: Option<&[f32]>, poll: Poll) -> Result<AssignStats> {
         linalg::nearest(
             self.x,
             &self.xn,
@@ -114,7 +121,8 @@ impl KmeansSession for CpuSession<'_> {
             self.d,
             &mut self.assign,
             &mut self.dist,
-        );
+            poll,
+        )?;
         let k = self.cn.len();
         let mut counts = vec![0u32; k];
         for &a in &self.assign {
@@ -132,6 +140,10 @@ impl KmeansSession for CpuSession<'_> {
     }
 
     fn update(&mut self, trim: f32) -> Result<()> {
+        self.update_polled(trim, &|| Ok(()))
+    }
+
+    fn update_polled(&mut self, trim: f32, poll: Poll) -> Result<()> {
         let (d, k, n) = (self.d, self.cn.len(), self.assign.len());
         let (x, dist, assign) = (self.x, &self.dist, &self.assign);
         // With trimming, each centroid keeps its `keep` nearest points: those at or below a
@@ -162,6 +174,7 @@ impl KmeansSession for CpuSession<'_> {
                 dist[i] < cd || (dist[i] == cd && i as u32 <= ci)
             }
         };
+        poll()?;
         let mut count = vec![0u32; k];
         let mut spread_sum = vec![0f64; k];
         for i in 0..n {
@@ -181,6 +194,7 @@ impl KmeansSession for CpuSession<'_> {
         let partial: Vec<Vec<f64>> = (0..chunks)
             .into_par_iter()
             .map(|ch| {
+                poll()?;
                 let mut acc = vec![0f64; k * d];
                 for i in ch * per..((ch + 1) * per).min(n) {
                     if kept(i) {
@@ -193,9 +207,10 @@ impl KmeansSession for CpuSession<'_> {
                         }
                     }
                 }
-                acc
+                Ok(acc)
             })
-            .collect();
+            .collect::<Result<_>>()?;
+        poll()?;
         let mut sums = partial[0].clone();
         for p in &partial[1..] {
             for (s, v) in sums.iter_mut().zip(p) {

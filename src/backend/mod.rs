@@ -85,6 +85,9 @@ pub struct AssignStats {
     pub energy: f64,
 }
 
+/// A yes/no question a long piece of host work asks between its parts: `Err` stops it.
+pub type Poll<'a> = &'a (dyn Fn() -> Result<()> + Sync);
+
 /// A training set resident on a device, with centroids that live there too.
 pub trait KmeansSession {
     /// Number of resident points.
@@ -96,6 +99,13 @@ pub trait KmeansSession {
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
     /// Assign every point to `argmin_c |x - c|^2 + bias[c]` (ties to the smaller index).
     fn assign(&mut self, bias: Option<&[f32]>) -> Result<AssignStats>;
+
+    /// `assign`, asking `poll` between pieces of the work; an error from it stops the work
+    /// and is returned (a caller's cancel). Device sessions do one batch and ask nothing.
+    fn assign_polled(&mut self, bias: Option<&[f32]>, poll: Poll) -> Result<AssignStats> {
+        let _ = poll;
+        self.assign(bias)
+    }
     /// While `rough`, a session that computes distances in reduced precision (CUDA's TF32)
     /// may skip its fp32 re-check: a point within rounding of a tie may go to either anchor.
     /// Training allows it while the balancing bias moves assignments by far more than that.
@@ -105,6 +115,12 @@ pub trait KmeansSession {
     /// farthest from it is dropped. Uses the last assignment. A device may return before the
     /// step is done: nothing comes back, so the next assignment follows without a round trip.
     fn update(&mut self, trim: f32) -> Result<()>;
+
+    /// `update`, asking `poll` between pieces of the work (as `assign_polled`).
+    fn update_polled(&mut self, trim: f32, poll: Poll) -> Result<()> {
+        let _ = poll;
+        self.update(trim)
+    }
     /// The centroids (k x d) and each one's spread after the last update (mean squared
     /// distance of its kept points; 0 for empty ones): maintenance's inputs, not read every
     /// iteration.

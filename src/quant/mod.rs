@@ -66,8 +66,28 @@ impl<'a> From<&'a [half::f16]> for Vectors<'a> {
 const ENCODE_BLOCK: usize = 65_536;
 
 /// Values per encoded block when someone listens to progress: a report (and a chance to
-/// cancel) about every 50-100 ms of encoding on two cores.
-const WATCHED_BLOCK_VALUES: usize = 1 << 21;
+/// cancel) about every 30-70 ms of encoding on two cores.
+const WATCHED_BLOCK_VALUES: usize = 1 << 20;
+
+/// Rows per block of `d` values for work reported to `watch`: `unwatched` when nobody listens.
+fn block_rows(d: usize, watch: &Watch, unwatched: usize) -> usize {
+    if watch.listening() {
+        (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
+    } else {
+        unwatched
+    }
+}
+
+/// `layout::rotate` block by block, polling `watch` between blocks.
+fn rotate_polled(r: &[f32], x: &[f32], dp: usize, watch: &Watch) -> Result<Vec<f32>> {
+    let rows = block_rows(dp, watch, usize::MAX);
+    let mut out = Vec::with_capacity(x.len());
+    for part in x.chunks(rows.saturating_mul(dp)) {
+        watch.poll()?;
+        out.extend(layout::rotate(r, part, dp));
+    }
+    Ok(out)
+}
 
 /// What training measured.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -120,7 +140,9 @@ impl Codebook {
         let t0 = Instant::now();
         let iters = p.anchor.max_iters;
         let tick = |it| watch.report(Phase::Anchors, it, iters);
-        let anchors = train::anneal::train_anchors_from(backend, &x, d, &p.anchor, None, &tick)?;
+        let poll = || watch.poll();
+        let anchors =
+            train::anneal::train_anchors_from(backend, &x, d, &p.anchor, None, &tick, &poll)?;
         watch.report(Phase::Anchors, iters, iters)?;
         let anchor_seconds = t0.elapsed().as_secs_f64();
 
@@ -138,14 +160,20 @@ impl Codebook {
         } else {
             Cow::Borrowed(&x[..])
         };
-        let (assign, _) = backend.nearest(&sample, d, &anchors.centroids)?;
-        let resid = residuals(&sample, d, dsub, dp, &anchors.centroids, &assign);
         // Every sub-quantizer fit, the rotation's alternations' and the final one's.
         let passes = match p.rotation {
             Rotation::Learned => p.opq_iters + 1,
             _ => 1,
         };
         watch.report(Phase::Codebooks, 0, passes * nsub)?;
+        // The long steps before the fits go in blocks of rows, polled between.
+        let rows = block_rows(d, &watch, usize::MAX);
+        let mut assign = Vec::with_capacity(sample.len() / d);
+        for part in sample.chunks(rows.saturating_mul(d)) {
+            poll()?;
+            assign.extend(backend.nearest(part, d, &anchors.centroids)?.0);
+        }
+        let resid = residuals(&sample, d, dsub, dp, &anchors.centroids, &assign);
         let seed = p.anchor.seed ^ 0x70;
         let rot = match p.rotation {
             Rotation::None => Vec::new(),
@@ -161,10 +189,10 @@ impl Codebook {
                     p.opq_train_points * dp
                 };
                 let fit = &resid[..resid.len().min(keep)];
-                let mut r = rotation::eigen_allocation(fit, dp, nsub);
+                let mut r = rotation::eigen_allocation(fit, dp, nsub, &poll)?;
                 let mut pq: Option<ProductQuantizer> = None;
                 for pass in 0..p.opq_iters {
-                    let y = layout::rotate(&r, fit, dp);
+                    let y = rotate_polled(&r, fit, dp, &watch)?;
                     let q = ProductQuantizer::train(
                         backend,
                         &y,
@@ -179,7 +207,7 @@ impl Codebook {
                     )?;
                     let mut yhat = vec![0f32; y.len()];
                     q.decode(&q.encode(backend, &y)?, &mut yhat);
-                    r = rotation::procrustes(fit, &yhat, dp);
+                    r = rotation::procrustes(fit, &yhat, dp, &poll)?;
                     pq = Some(q);
                 }
                 r
@@ -188,20 +216,24 @@ impl Codebook {
         let y = if rot.is_empty() {
             resid
         } else {
-            layout::rotate(&rot, &resid, dp)
+            rotate_polled(&rot, &resid, dp, &watch)?
         };
         let last = (passes - 1, passes);
         let pq = ProductQuantizer::train(
             backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None, &watch, last,
         )?;
-        let mut yhat = vec![0f32; y.len()];
-        pq.decode(&pq.encode(backend, &y)?, &mut yhat);
-        let pq_mse = y
-            .iter()
-            .zip(&yhat)
-            .map(|(a, b)| ((a - b) * (a - b)) as f64)
-            .sum::<f64>()
-            / (y.len() / dp).max(1) as f64;
+        // The quantizer's error, block by block (polled); one running sum in row order.
+        let mut err = 0f64;
+        for part in y.chunks(block_rows(dp, &watch, usize::MAX).saturating_mul(dp)) {
+            watch.poll()?;
+            let mut yhat = vec![0f32; part.len()];
+            pq.decode(&pq.encode(backend, part)?, &mut yhat);
+            err = part
+                .iter()
+                .zip(&yhat)
+                .fold(err, |s, (a, b)| s + ((a - b) * (a - b)) as f64);
+        }
+        let pq_mse = err / (y.len() / dp).max(1) as f64;
         // The last report may still cancel: nothing has been handed out yet.
         watch.report(Phase::Codebooks, passes * nsub, passes * nsub)?;
 
@@ -376,11 +408,7 @@ impl Codebook {
         }
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.residual_code_size());
-        let rows = if watch.listening() {
-            (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
-        } else {
-            ENCODE_BLOCK
-        };
+        let rows = block_rows(d, watch, ENCODE_BLOCK);
         // Block `start`, checked and prepared for the metric.
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, rows.min(n - start), d);
@@ -479,11 +507,7 @@ impl Codebook {
         n: usize,
         watch: &Watch,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
-        let rows = if watch.listening() {
-            (WATCHED_BLOCK_VALUES / self.d.max(1)).clamp(256, ENCODE_BLOCK)
-        } else {
-            n.max(1)
-        };
+        let rows = block_rows(self.d, watch, n.max(1));
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.residual_code_size());
         let mut start = 0;

@@ -72,7 +72,9 @@ impl ProductQuantizer {
             let init = warm
                 .filter(|w| w.dsub == dsub && w.bits == bits && k <= n)
                 .map(|w| w.sub(j));
-            let r = anneal::train_anchors_from(backend, &sub, dsub, &p, init, &|_| report())?;
+            let poll = || watch.poll();
+            let r =
+                anneal::train_anchors_from(backend, &sub, dsub, &p, init, &|_| report(), &poll)?;
             finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut c = r.centroids;
             // Fewer points than centroids: repeat the last ones (never chosen twice).

@@ -1,5 +1,7 @@
 //! Orthogonal rotations of the residual space (dp x dp, row-major, `y = R x`).
 
+use crate::backend::Poll;
+use crate::error::Result;
 use crate::rng::Rng;
 use faer::Mat;
 use rayon::prelude::*;
@@ -25,13 +27,14 @@ pub(crate) fn random_orthogonal(dp: usize, seed: u64) -> Vec<f32> {
 /// `X^T Y` (dp x dp): a GEMM per fixed chunk of rows in f32, the chunks summed in f64 in
 /// order. Each output entry is computed whole by one thread, so the result does not depend
 /// on the thread count.
-fn cross(x: &[f32], y: &[f32], dp: usize) -> Mat<f64> {
+fn cross(x: &[f32], y: &[f32], dp: usize, poll: Poll) -> Result<Mat<f64>> {
     use faer::{linalg::matmul::matmul, Accum, MatMut, MatRef, Par};
     const CHUNK: usize = 4096;
     const BAND: usize = 64;
     let mut part = vec![0f32; dp * dp];
     let mut m = vec![0f64; dp * dp];
     for (xc, yc) in x.chunks(CHUNK * dp).zip(y.chunks(CHUNK * dp)) {
+        poll()?;
         let r = xc.len() / dp;
         let xa = MatRef::from_row_major_slice(xc, r, dp);
         let ya = MatRef::from_row_major_slice(yc, r, dp);
@@ -48,15 +51,16 @@ fn cross(x: &[f32], y: &[f32], dp: usize) -> Mat<f64> {
             *a += b as f64;
         }
     }
-    Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j])
+    Ok(Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j]))
 }
 
 /// OPQ's parametric start (eigenvalue allocation): the principal axes of `x` (n x dp), dealt
 /// largest first to the sub-space of `nsub` whose product of variances is smallest so far, so
 /// every sub-space gets a similar share of the information. Rows of the result are the axes.
-pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize) -> Vec<f32> {
-    let Ok(evd) = cross(x, x, dp).self_adjoint_eigen(faer::Side::Lower) else {
-        return identity(dp);
+/// `poll` is asked between chunks of rows; its error stops the work.
+pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize, poll: Poll) -> Result<Vec<f32>> {
+    let Ok(evd) = cross(x, x, dp, poll)?.self_adjoint_eigen(faer::Side::Lower) else {
+        return Ok(identity(dp));
     };
     let (u, s) = (evd.U(), evd.S().column_vector());
     let dsub = dp / nsub;
@@ -77,14 +81,14 @@ pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize) -> Vec<f32> {
             out[row * dp + t] = u[(t, e)] as f32;
         }
     }
-    out
+    Ok(out)
 }
 
 /// The orthogonal R minimising `sum |R x_i - y_i|^2` (orthogonal Procrustes): with
-/// `X^T Y = U S V^T`, `R = V U^T`.
-pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize) -> Vec<f32> {
-    let Ok(svd) = cross(x, y, dp).svd() else {
-        return identity(dp);
+/// `X^T Y = U S V^T`, `R = V U^T`. `poll` as in `eigen_allocation`.
+pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize, poll: Poll) -> Result<Vec<f32>> {
+    let Ok(svd) = cross(x, y, dp, poll)?.svd() else {
+        return Ok(identity(dp));
     };
     let (u, v) = (svd.U(), svd.V());
     let mut out = vec![0f32; dp * dp];
@@ -97,7 +101,7 @@ pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize) -> Vec<f32> {
             out[i * dp + j] = s as f32;
         }
     }
-    out
+    Ok(out)
 }
 
 pub(crate) fn identity(dp: usize) -> Vec<f32> {
@@ -165,7 +169,7 @@ mod tests {
             }
         }
         let x = rotate(&random_orthogonal(dp, 3), &x, dp);
-        let r = eigen_allocation(&x, dp, nsub);
+        let r = eigen_allocation(&x, dp, nsub, &|| Ok(())).unwrap();
         assert_orthogonal(&r, dp);
         let y = rotate(&r, &x, dp);
         let log_prod = |b: usize| -> f64 {
@@ -177,7 +181,7 @@ mod tests {
         };
         let gap = (log_prod(0) - log_prod(1)).abs();
         assert!(gap < 4f64.ln() * 2.0, "log-product gap {gap}");
-        assert_eq!(r, eigen_allocation(&x, dp, nsub));
+        assert_eq!(r, eigen_allocation(&x, dp, nsub, &|| Ok(())).unwrap());
     }
 
     #[test]
@@ -186,7 +190,7 @@ mod tests {
         let truth = random_orthogonal(dp, 9);
         let x = crate::synth::gaussian(500, dp, 3);
         let y = rotate(&truth, &x, dp);
-        let r = procrustes(&x, &y, dp);
+        let r = procrustes(&x, &y, dp, &|| Ok(())).unwrap();
         for (a, b) in r.iter().zip(&truth) {
             assert!((a - b).abs() < 1e-4, "{a} vs {b}");
         }

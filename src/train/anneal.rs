@@ -9,7 +9,7 @@
 //! and the balancing bias (crowded anchors cost more to join, so lists even out before the
 //! positions settle). `docs/training.md` has the measurements that justify both.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Poll};
 use crate::error::{Error, Result};
 use crate::linalg;
 use crate::params::{AnchorParams, Init};
@@ -64,14 +64,15 @@ pub fn train_anchors(
 ) -> Result<AnchorResult> {
     let watch = Watch::new(progress);
     let tick = |it| watch.report(Phase::Anchors, it, p.max_iters);
-    let r = train_anchors_from(backend, x, d, p, None, &tick)?;
+    let r = train_anchors_from(backend, x, d, p, None, &tick, &|| watch.poll())?;
     watch.report(Phase::Anchors, p.max_iters, p.max_iters)?;
     Ok(r)
 }
 
 /// Like [`train_anchors`], starting from `init` (k x d) instead of k-means++ when given:
 /// warm starts, as the learned rotation uses between its alternations. `tick(it)` runs
-/// before each long step of iteration `it`; an error from it stops the training.
+/// before each long step of iteration `it`, `poll` within them; an error from either stops
+/// the training.
 pub fn train_anchors_from(
     backend: &dyn Backend,
     x: &[f32],
@@ -79,6 +80,7 @@ pub fn train_anchors_from(
     p: &AnchorParams,
     init: Option<&[f32]>,
     tick: &(dyn Fn(usize) -> Result<()> + Sync),
+    poll: Poll,
 ) -> Result<AnchorResult> {
     p.validate()?;
     let n = crate::error::whole_rows(x.len(), d, "values")?;
@@ -149,7 +151,7 @@ pub fn train_anchors_from(
         // `tick` may cancel: before each of the iteration's two long steps.
         tick(it)?;
         sess.allow_rough(bias.is_some());
-        let stats = sess.assign(bias.as_deref())?;
+        let stats = sess.assign_polled(bias.as_deref(), poll)?;
         trace.mark("assign", || ());
         let energy = stats.energy / ns as f64;
         history.push(energy);
@@ -164,7 +166,7 @@ pub fn train_anchors_from(
         }
         let heat = heat_at(it);
         tick(it)?;
-        sess.update(p.trim * heat)?;
+        sess.update_polled(p.trim * heat, poll)?;
         trace.mark("update", || ());
 
         // The next assignment's bias, from the smoothed loads (see `LOAD_SMOOTHING`).
@@ -210,7 +212,7 @@ pub fn train_anchors_from(
     // A last plain assignment: the energy and counts of the anchors we return.
     tick(iterations)?;
     sess.allow_rough(false);
-    let stats = sess.assign(None)?;
+    let stats = sess.assign_polled(None, poll)?;
     let energy = stats.energy / ns as f64;
     history.push(energy);
     empty_anchors.push(empty(&stats.counts));
