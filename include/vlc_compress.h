@@ -157,6 +157,22 @@ typedef enum {
 } vlcc_backend;
 
 /**
+ * Flags for `vlcc_index_load` (bits; numbers are stable).
+ */
+typedef enum {
+  /**
+   * Use ids and codes in place from a read-only memory map.
+   */
+  VLCC_LOAD_FLAG_MMAP = 1,
+  /**
+   * With a memory map, leave the checksums of the ids, codes and refinement vectors to
+   * `vlcc_index_verify`: the load reads only the header, section table, codebook, list
+   * offsets and ids (all checked), not the codes' pages.
+   */
+  VLCC_LOAD_FLAG_DEFER_CHECKSUMS = 2,
+} vlcc_load_flag;
+
+/**
  * Metrics, for VLCC_PARAM_METRIC.
  */
 typedef enum {
@@ -436,6 +452,41 @@ typedef struct {
    */
   uint32_t memory_mapped;
 } vlcc_index_info;
+
+/**
+ * An index's memory by part, in bytes. Parts built on demand read 0 until built.
+ */
+typedef struct {
+  /**
+   * Residual codes held.
+   */
+  uint64_t codes;
+  /**
+   * Ids held (8 bytes each).
+   */
+  uint64_t ids;
+  /**
+   * Refinement vectors held.
+   */
+  uint64_t refine;
+  /**
+   * The id map (built by remove, contains, reconstruct and get_codes).
+   */
+  uint64_t id_map;
+  /**
+   * Search tables derived from the codebook (built by the first search).
+   */
+  uint64_t search_tables;
+  /**
+   * 4-bit codes regrouped for the fast scan (built by the first search of a 4-bit index).
+   */
+  uint64_t fast_scan_blocks;
+  /**
+   * 1 when codes, ids and refinement vectors are read from a memory-mapped file (their
+   * bytes are then the file's pages, not the heap).
+   */
+  uint32_t memory_mapped;
+} vlcc_index_memory;
 
 /**
  * A progress callback: `done` of `total` in `phase`. Return 0 to go on; anything else
@@ -794,15 +845,24 @@ vlcc_status vlcc_index_stats(const vlcc_index *ix, vlcc_index_info *out);
 vlcc_status vlcc_index_save(const vlcc_index *ix, const char *path);
 
 /**
- * Loads an index file onto `ctx`. With `mmap` non-zero, ids and codes are used in place from a
- * read-only memory map (the file must not be modified in place while loaded; replacing it by
- * rename, as `vlcc_index_save` does, is safe); the first add/remove copies them into memory.
- * Every size, offset and checksum is validated: damaged files fail with VLCC_STATUS_CORRUPT.
+ * Loads an index file onto `ctx`. `flags` is 0 or a combination of `vlcc_load_flag` bits
+ * (any non-zero value maps the file, as before the flags existed; DEFER_CHECKSUMS implies
+ * MMAP). Mapped, ids and codes are used in place from a read-only memory map (the file must
+ * not be modified in place while loaded; replacing it by rename, as `vlcc_index_save` does,
+ * is safe); the first add/remove copies them into memory. Every size and offset, and every
+ * checksum unless deferred, is validated: damaged files fail with VLCC_STATUS_CORRUPT.
  */
 vlcc_status vlcc_index_load(const vlcc_context *ctx,
                             const char *path,
-                            int32_t mmap,
+                            int32_t flags,
                             vlcc_index **out);
+
+/**
+ * Checks every checksum of a memory-mapped index's file: VLCC_STATUS_CORRUPT names the
+ * first damaged section. An index held in memory has nothing to check (VLCC_STATUS_OK).
+ * Thread-safe; reads the whole file.
+ */
+vlcc_status vlcc_index_verify(const vlcc_index *ix);
 
 /**
  * Serializes the index into a library-owned buffer (the same bytes as its file); release it
@@ -887,6 +947,11 @@ vlcc_status vlcc_index_search_bounds(const vlcc_index *ix,
                                      float *upper,
                                      uint64_t *reranked,
                                      uint8_t *certified);
+
+/**
+ * Stores the index's memory by part in `*out`. Thread-safe.
+ */
+vlcc_status vlcc_index_memory_usage(const vlcc_index *ix, vlcc_index_memory *out);
 
 /**
  * Long calls on objects made from `ctx` that have no callback of their own report to

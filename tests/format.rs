@@ -137,3 +137,89 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// Where section `id` lies in a file's bytes (the section table follows the 64-byte header).
+fn section(bytes: &[u8], id: u32) -> std::ops::Range<usize> {
+    let count = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    let at = |e: &[u8], o: usize| u64::from_le_bytes(e[o..o + 8].try_into().unwrap()) as usize;
+    let e = bytes[64..64 + count * 32]
+        .chunks_exact(32)
+        .find(|e| u32::from_le_bytes(e[..4].try_into().unwrap()) == id)
+        .unwrap();
+    at(e, 8)..at(e, 8) + at(e, 16)
+}
+
+/// A deferred load checks structure, header, table and codebook but leaves the codes'
+/// checksum to `verify`; a full load refuses the same file.
+#[test]
+fn deferred_loads_leave_the_codes_checksum_to_verify() {
+    let (ix, x, d) = small_index();
+    let dir = tempdir();
+    let path = dir.join("ix.vlcc");
+    ix.save(&path).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let ctx = common::ctx(1);
+    // Intact: the deferred load searches like the full one and verifies.
+    let deferred = Index::load_deferred(ctx.clone(), &path).unwrap();
+    deferred.verify().unwrap();
+    let p = SearchParams {
+        k: 5,
+        nprobe: 4,
+        rerank: 0,
+    };
+    let q = &x[..10 * d];
+    assert_eq!(
+        deferred.search(q, &p, None).unwrap().ids,
+        ix.search(q, &p, None).unwrap().ids
+    );
+    assert!(deferred.stats().memory_mapped);
+    // A flipped code byte: the deferred load takes it, verify and the full load do not.
+    let codes = section(&bytes, 7);
+    bytes[codes.start + codes.len() / 2] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let damaged = Index::load_deferred(ctx.clone(), &path).unwrap();
+    assert!(matches!(damaged.verify(), Err(Error::Corrupt(m)) if m.contains("section 7")));
+    damaged.search(q, &p, None).unwrap();
+    assert!(matches!(
+        Index::load(ctx.clone(), &path, true),
+        Err(Error::Corrupt(_))
+    ));
+    // The codebook's sections are always checked.
+    let mut bad_pq = std::fs::read(&path).unwrap();
+    bad_pq[codes.start + codes.len() / 2] ^= 0x10;
+    let pq = section(&bad_pq, 4);
+    bad_pq[pq.start + 5] ^= 0x01;
+    std::fs::write(&path, &bad_pq).unwrap();
+    assert!(matches!(
+        Index::load_deferred(ctx.clone(), &path),
+        Err(Error::Corrupt(_))
+    ));
+    // An index held in memory has nothing to verify.
+    ix.verify().unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Memory by part: the search tables and fast-scan blocks come with the first search, the
+/// id map with the first access by id; an empty index holds none of them.
+#[test]
+fn an_index_reports_its_memory_by_part_and_builds_tables_on_first_search() {
+    let (ix, x, d) = small_index();
+    let empty = Index::new(ix.context().clone(), ix.codebook().clone()).unwrap();
+    let s = empty.stats();
+    assert_eq!((s.table_bytes, s.id_map_bytes, s.payload_bytes), (0, 0, 0));
+    let s = ix.stats();
+    assert_eq!(s.table_bytes, 0, "tables before any search");
+    assert_eq!(s.code_bytes, 2000 * ix.codebook().residual_code_size());
+    assert_eq!((s.id_bytes, s.refine_bytes), (2000 * 8, 0));
+    assert_eq!(s.payload_bytes, s.code_bytes + s.id_bytes + s.refine_bytes);
+    let p = SearchParams {
+        k: 5,
+        nprobe: 4,
+        rerank: 0,
+    };
+    ix.search(&x[..d], &p, None).unwrap();
+    assert!(ix.stats().table_bytes > 0);
+    assert_eq!(ix.stats().id_map_bytes, 0);
+    assert!(ix.contains(1).unwrap());
+    assert!(ix.stats().id_map_bytes >= 2000 * 16);
+}

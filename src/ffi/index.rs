@@ -462,22 +462,52 @@ pub unsafe extern "C" fn vlcc_index_save(
     }
 }
 
-/// Loads an index file onto `ctx`. With `mmap` non-zero, ids and codes are used in place from a
-/// read-only memory map (the file must not be modified in place while loaded; replacing it by
-/// rename, as `vlcc_index_save` does, is safe); the first add/remove copies them into memory.
-/// Every size, offset and checksum is validated: damaged files fail with VLCC_STATUS_CORRUPT.
+/// Flags for `vlcc_index_load` (bits; numbers are stable).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum vlcc_load_flag {
+    /// Use ids and codes in place from a read-only memory map.
+    Mmap = 1,
+    /// With a memory map, leave the checksums of the ids, codes and refinement vectors to
+    /// `vlcc_index_verify`: the load reads only the header, section table, codebook, list
+    /// offsets and ids (all checked), not the codes' pages.
+    DeferChecksums = 2,
+}
+
+/// Loads an index file onto `ctx`. `flags` is 0 or a combination of `vlcc_load_flag` bits
+/// (any non-zero value maps the file, as before the flags existed; DEFER_CHECKSUMS implies
+/// MMAP). Mapped, ids and codes are used in place from a read-only memory map (the file must
+/// not be modified in place while loaded; replacing it by rename, as `vlcc_index_save` does,
+/// is safe); the first add/remove copies them into memory. Every size and offset, and every
+/// checksum unless deferred, is validated: damaged files fail with VLCC_STATUS_CORRUPT.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_load(
     ctx: *const vlcc_context,
     path: *const c_char,
-    mmap: i32,
+    flags: i32,
     out: *mut *mut vlcc_index,
 ) -> vlcc_status {
     ffi_boundary! {
         need_out(out, "out")?;
         let ctx = context_arc(ctx)?;
-        let index = Index::load(ctx, c_path(path, "path")?, mmap != 0)?;
+        let path = c_path(path, "path")?;
+        let index = if flags & vlcc_load_flag::DeferChecksums as i32 != 0 {
+            Index::load_deferred(ctx, path)?
+        } else {
+            Index::load(ctx, path, flags != 0)?
+        };
         write_out(out, boxed(index), "out")
+    }
+}
+
+/// Checks every checksum of a memory-mapped index's file: VLCC_STATUS_CORRUPT names the
+/// first damaged section. An index held in memory has nothing to check (VLCC_STATUS_OK).
+/// Thread-safe; reads the whole file.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_verify(ix: *const vlcc_index) -> vlcc_status {
+    ffi_boundary! {
+        index_ref(ix)?.verify()?;
+        Ok(())
     }
 }
 

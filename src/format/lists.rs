@@ -16,6 +16,15 @@ pub(crate) enum Lists {
 }
 
 impl Lists {
+    /// Checks the checksums of a mapped file's sections (all of them: a deferred load left the
+    /// bulk ones out). Lists held in memory have none to check.
+    pub(crate) fn verify(&self) -> crate::error::Result<()> {
+        match self {
+            Lists::Mapped(m) => super::read::verify_sections(&m.map),
+            Lists::Owned { .. } => Ok(()),
+        }
+    }
+
     /// `m` empty lists.
     pub fn empty(m: usize) -> crate::Result<Lists> {
         Ok(Lists::Owned {

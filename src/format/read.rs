@@ -42,7 +42,19 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// Which section checksums `layout` checks: all, or all but the bulk ones (ids, codes,
+/// refinement rows), which a deferred load leaves to `verify_sections`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    All,
+    Structure,
+}
+
 fn layout(b: &[u8]) -> Result<Layout> {
+    layout_with(b, Checks::All)
+}
+
+fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
     if b.len() < HEADER {
         return corrupt(format!(
             "{} bytes is shorter than the {HEADER}-byte header",
@@ -125,7 +137,9 @@ fn layout(b: &[u8]) -> Result<Layout> {
         }
         zero_padding(b, pos..off as usize)?;
         let r = off as usize..end as usize;
-        if VERIFY_CHECKSUMS && checksum(&b[r.clone()]) != u64_at(e, 24) {
+        let bulk = matches!(id, sec::IDS | sec::CODES | sec::REFINE);
+        let check = checks == Checks::All || !bulk;
+        if VERIFY_CHECKSUMS && check && checksum(&b[r.clone()]) != u64_at(e, 24) {
             return corrupt(format!("section {id} checksum mismatch"));
         }
         sections.push((id, r));
@@ -380,10 +394,17 @@ pub fn load_codebook(path: &Path) -> Result<Codebook> {
 }
 
 /// Loads an index's codebook and lists. With `mmap`, ids and codes stay in the file's memory
-/// map and are used in place; otherwise they are read in.
-pub(crate) fn load_index(path: &Path, mmap: bool) -> Result<IndexParts> {
+/// map and are used in place; otherwise they are read in. With `defer` (mapped loads only),
+/// the checksums of the ids, codes and refinement rows are left to `verify_sections`: every
+/// size and offset, the header, the section table and the codebook are still checked.
+pub(crate) fn load_index(path: &Path, mmap: bool, defer: bool) -> Result<IndexParts> {
     let map = open_map(path)?;
-    let l = layout(&map)?;
+    let checks = if mmap && defer {
+        Checks::Structure
+    } else {
+        Checks::All
+    };
+    let l = layout_with(&map, checks)?;
     kind_check(&l, Kind::Index)?;
     let (cb, meta) = codebook(&map, &l)?;
     if !mmap {
@@ -404,4 +425,9 @@ pub(crate) fn load_index(path: &Path, mmap: bool) -> Result<IndexParts> {
         refine_size: ll.refine_size,
     };
     Ok((cb, Lists::Mapped(mapped), meta.refine))
+}
+
+/// Checks every section checksum of a mapped index file (what a deferred load left out).
+pub(crate) fn verify_sections(map: &[u8]) -> Result<()> {
+    layout(map).map(|_| ())
 }

@@ -76,7 +76,8 @@ impl Index {
     /// The slack for the float rounding of a code score of query norm `qn`: generous next to
     /// the magnitudes summed (query, anchors, score).
     fn slack(&self, s: f32, qn: f32) -> f32 {
-        let a = self.tables.max_anchor_norm;
+        // The tables exist once a search ran; without them the slack is unbounded (safe).
+        let a = self.tables().map_or(f32::INFINITY, |t| t.max_anchor_norm);
         2e-5 * (1.0 + s.abs() + qn * qn + qn * a + a * a)
     }
 

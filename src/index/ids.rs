@@ -29,6 +29,15 @@ fn too_long(list: usize) -> Error {
 }
 
 impl IdMap {
+    /// Heap bytes held, about: hashbrown keeps one control byte per bucket beside each entry.
+    pub fn heap_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<(u64, Loc)>() + 1;
+        let more: usize = self.more.values().map(|v| v.capacity() * 8).sum();
+        self.first.capacity() * entry
+            + self.more.capacity() * (std::mem::size_of::<(u64, Vec<Loc>)>() + 1)
+            + more
+    }
+
     /// The map of `nlist` lists, `ids(j)` giving list j's ids. Allocated fallibly.
     pub fn build<'a>(nlist: usize, ids: impl Fn(usize) -> &'a [u64]) -> Result<IdMap> {
         let n: usize = (0..nlist).map(|j| ids(j).len()).sum();

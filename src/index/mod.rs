@@ -76,8 +76,21 @@ pub struct IndexStats {
     pub max_list_over_mean: f64,
     /// Bytes of refinement vector per vector (0 where the index keeps none).
     pub refine_bytes_per_vector: usize,
-    /// Bytes of codes, ids and refinement vectors held.
+    /// Bytes of codes, ids and refinement vectors held (the next three summed).
     pub payload_bytes: usize,
+    /// Residual codes held.
+    pub code_bytes: usize,
+    /// Ids held (8 bytes each).
+    pub id_bytes: usize,
+    /// Refinement vectors held.
+    pub refine_bytes: usize,
+    /// The id map, once built (by remove, contains, reconstruct, get_codes); else 0.
+    pub id_map_bytes: usize,
+    /// The search tables derived from the codebook, once built (by the first search); else 0.
+    pub table_bytes: usize,
+    /// 4-bit codes in fast-scan blocks, once built (by the first search); else 0.
+    pub fast_scan_bytes: usize,
+    /// Codes, ids and refinement vectors are read from a memory map, not held in memory.
     pub memory_mapped: bool,
 }
 
@@ -89,8 +102,9 @@ pub struct Index {
     pub(crate) lists: Lists,
     /// The refinement rows the lists keep (`refine`).
     refine: Refine,
-    /// Lookup-table terms derived from the codebook (never stored in files).
-    pub(crate) tables: search::Tables,
+    /// Lookup-table terms derived from the codebook (never stored in files), built by the
+    /// first search: an index that is only filled costs none of their memory.
+    tables: OnceLock<search::Tables>,
     /// Unique to this index and its contents: renewed by every change, so a device copy of
     /// the lists knows when it is stale.
     pub(crate) stamp: u64,
@@ -117,7 +131,7 @@ const MAX_TERM_BYTES: usize = 512 << 20;
 
 impl Index {
     /// An empty index on a trained codebook, adding and searching on `ctx`. Its search
-    /// tables are allocated here: a machine without the memory for them gives `OutOfMemory`.
+    /// tables are allocated by the first search (`OutOfMemory` there if they cannot be).
     pub fn new(ctx: Arc<Context>, cb: Arc<Codebook>) -> Result<Index> {
         Index::with_refine(ctx, cb, Refine::None)
     }
@@ -155,8 +169,24 @@ impl Index {
     /// map and are used in place (the first `add`/`remove` copies them into memory);
     /// otherwise they are read in. Damaged files give `Corrupt`.
     pub fn load(ctx: Arc<Context>, path: impl AsRef<std::path::Path>, mmap: bool) -> Result<Index> {
-        let (cb, lists, refine) = crate::format::load_index(path.as_ref(), mmap)?;
+        let (cb, lists, refine) = crate::format::load_index(path.as_ref(), mmap, false)?;
         Index::from_parts(ctx, Arc::new(cb), lists, refine)
+    }
+
+    /// As `load` with `mmap`, without reading the ids, codes and refinement rows for their
+    /// checksums: the load touches only the header, section table, codebook and list offsets
+    /// (all checked), and the pages of the bulk sections are read when searches need them.
+    /// `verify` checks the rest; until then a damaged bulk section goes unnoticed (its values
+    /// are still bounds-checked where used: never a crash).
+    pub fn load_deferred(ctx: Arc<Context>, path: impl AsRef<std::path::Path>) -> Result<Index> {
+        let (cb, lists, refine) = crate::format::load_index(path.as_ref(), true, true)?;
+        Index::from_parts(ctx, Arc::new(cb), lists, refine)
+    }
+
+    /// Checks every checksum of a memory-mapped index's file (`Corrupt` on a mismatch). An
+    /// index held in memory has nothing to check: `Ok`.
+    pub fn verify(&self) -> Result<()> {
+        self.lists.verify()
     }
 
     /// Parses an index from the bytes of its file (`to_bytes`), onto `ctx`.
@@ -201,13 +231,12 @@ impl Index {
         lists: Lists,
         refine: Refine,
     ) -> Result<Index> {
-        let tables = search::Tables::new(&cb, MAX_TERM_BYTES)?;
         Ok(Index {
             ctx,
             cb,
             lists,
             refine,
-            tables,
+            tables: OnceLock::new(),
             stamp: next_stamp(),
             packed4: OnceLock::new(),
             id_map: OnceLock::new(),
@@ -267,9 +296,19 @@ impl Index {
             nlist: self.nlist(),
             len: self.len(),
             list: &list,
-            l2_terms: self.tables.l2_terms.as_deref(),
+            // Without the tables (no memory for them), devices build terms per list.
+            l2_terms: self.tables().ok().and_then(|t| t.l2_terms.as_deref()),
         };
         f(&self.cb.view(), &lists)
+    }
+
+    /// The search tables, built on first use.
+    pub(crate) fn tables(&self) -> Result<&search::Tables> {
+        if let Some(t) = self.tables.get() {
+            return Ok(t);
+        }
+        let t = search::Tables::new(&self.cb, MAX_TERM_BYTES)?;
+        Ok(self.tables.get_or_init(|| t))
     }
 
     /// Number of vectors held.
@@ -301,6 +340,15 @@ impl Index {
             refine_bytes_per_vector: self.refine.row_bytes(self.cb.dim()),
             payload_bytes: n
                 * (self.cb.residual_code_size() + 8 + self.refine.row_bytes(self.cb.dim())),
+            code_bytes: n * self.cb.residual_code_size(),
+            id_bytes: n * 8,
+            refine_bytes: n * self.refine.row_bytes(self.cb.dim()),
+            id_map_bytes: self.id_map.get().map_or(0, IdMap::heap_bytes),
+            table_bytes: self.tables.get().map_or(0, search::Tables::heap_bytes),
+            fast_scan_bytes: self
+                .packed4
+                .get()
+                .map_or(0, |p| p.iter().map(Vec::len).sum()),
             memory_mapped: matches!(self.lists, Lists::Mapped(_)),
         }
     }

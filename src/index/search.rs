@@ -433,7 +433,8 @@ impl Index {
         let r = qb.len() / d;
         let mut dots = vec![0f32; r * m];
         linalg::dot_block(qb, &cb.anchors, d, &mut dots);
-        let anorm = &self.tables.anchor_norms;
+        let tables = self.tables()?;
+        let anorm = &tables.anchor_norms;
         let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
         let qy = if cb.rot.is_empty() {
             qpad
@@ -447,7 +448,7 @@ impl Index {
         // -2 <Rq_j, c> for L2 (added to the list's terms), -<Rq_j, c> for inner product.
         let mut qci = vec![0f32; nsub * ks];
         let mut lut = vec![0f32; nsub * ks];
-        let (mut fly, mut fly_anchor) = if self.tables.l2_terms.is_none() && l2 {
+        let (mut fly, mut fly_anchor) = if tables.l2_terms.is_none() && l2 {
             (vec![0f32; nsub * ks], vec![0f32; dp])
         } else {
             (Vec::new(), Vec::new())
@@ -466,7 +467,7 @@ impl Index {
             }
             let y = &qy[i * dp..(i + 1) * dp];
             let ds = cb.pq.dsub;
-            self.tables.query_table(y, ds, ks, scale, &mut qci);
+            tables.query_table(y, ds, ks, scale, &mut qci);
             linalg::smallest_k(&coarse, nprobe, &mut probes);
             let mut top = fresh();
             for &a in &probes {
@@ -476,10 +477,10 @@ impl Index {
                     continue;
                 }
                 if l2 {
-                    let terms: &[f32] = match &self.tables.l2_terms {
+                    let terms: &[f32] = match &tables.l2_terms {
                         Some(t) => &t[a * nsub * ks..(a + 1) * nsub * ks],
                         None => {
-                            self.tables.fly_terms(cb, a, &mut fly_anchor, &mut fly);
+                            tables.fly_terms(cb, a, &mut fly_anchor, &mut fly);
                             &fly
                         }
                     };
@@ -719,12 +720,12 @@ mod tests {
         ix.add(&base.data[..], &ids).unwrap();
         let cb = &*ix.cb;
         let (d, dp, nsub, ds, ks) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.pq.ksub());
-        let terms = ix.tables.l2_terms.as_ref().unwrap();
+        let terms = ix.tables().unwrap().l2_terms.as_ref().unwrap();
         let qy = layout::rotate(&cb.rot, &layout::pad_rows(&query.data, d, ds, dp), dp);
         let mut table = fastscan::ByteTable::new(nsub);
         for y in qy.chunks_exact(dp).take(40) {
             let mut qci = vec![0f32; nsub * ks];
-            ix.tables.query_table(y, ds, ks, -2.0, &mut qci);
+            ix.tables().unwrap().query_table(y, ds, ks, -2.0, &mut qci);
             for a in 0..cb.anchors() {
                 let (lids, lcodes) = ix.list(a);
                 let t = &terms[a * nsub * ks..(a + 1) * nsub * ks];

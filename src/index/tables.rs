@@ -27,6 +27,15 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
+    /// Heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let n = self.l2_terms.as_ref().map_or(0, |t| t.len())
+            + self.rot_anchors.as_ref().map_or(0, |t| t.len())
+            + self.anchor_norms.len()
+            + self.cent_t.len();
+        n * 4
+    }
+
     /// A query's table into `out` (M x `ks`): `scale <y_j, c>` for each sub-space j and its
     /// codewords c, `y` being the query padded and rotated (`scale` -2 under L2, -1 under
     /// inner product).

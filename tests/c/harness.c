@@ -421,6 +421,24 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
         expect(st.memory_mapped == (uint32_t)mm, "memory-mapped flag");
         vlcc_index_free(back);
     }
+    /* A deferred load checks structure and codebook now, every checksum on verify. */
+    {
+        vlcc_index *lazy = NULL;
+        vlcc_index_memory mem;
+        expect_status(vlcc_index_load(ctx, path, VLCC_LOAD_FLAG_MMAP | VLCC_LOAD_FLAG_DEFER_CHECKSUMS, &lazy), VLCC_STATUS_OK);
+        expect_status(vlcc_index_verify(lazy), VLCC_STATUS_OK);
+        expect_status(vlcc_index_verify(NULL), VLCC_STATUS_NULL_POINTER);
+        expect_status(vlcc_index_memory_usage(lazy, NULL), VLCC_STATUS_NULL_POINTER);
+        expect_status(vlcc_index_memory_usage(lazy, &mem), VLCC_STATUS_OK);
+        expect(mem.memory_mapped == 1 && mem.search_tables == 0 && mem.ids == 8 * N, "memory before a search");
+        uint64_t l_ids[NQ * K];
+        float l_d[NQ * K];
+        expect_status(search(lazy, q, NQ, K, 8, 0, NULL, 0, l_ids, l_d), VLCC_STATUS_OK);
+        expect(memcmp(l_ids, out_ids, sizeof l_ids) == 0, "a deferred load searches the same");
+        expect_status(vlcc_index_memory_usage(lazy, &mem), VLCC_STATUS_OK);
+        expect(mem.search_tables > 0 && mem.codes > 0, "tables built by the first search");
+        vlcc_index_free(lazy);
+    }
     vlcc_buffer buf = {NULL, 0};
     expect_status(vlcc_index_serialize(ix, NULL), VLCC_STATUS_NULL_POINTER);
     expect_status(vlcc_index_serialize(ix, &buf), VLCC_STATUS_OK);
@@ -435,7 +453,19 @@ static void test_index(vlcc_context *ctx, const float *x, const char *dir) {
     expect_status(vlcc_index_deserialize(ctx, buf.data, buf.len, &broken), VLCC_STATUS_CORRUPT);
     expect_status(vlcc_index_deserialize(ctx, buf.data, 40, &broken), VLCC_STATUS_CORRUPT);
     expect(broken == NULL, "no index from corrupt bytes");
+    /* The damaged bytes whole: a deferred load refuses them or its verify does. */
     FILE *f = fopen(path2, "wb");
+    fwrite(buf.data, 1, buf.len, f);
+    fclose(f);
+    vlcc_status lazy_s = vlcc_index_load(ctx, path2, VLCC_LOAD_FLAG_DEFER_CHECKSUMS, &broken);
+    if (lazy_s == VLCC_STATUS_OK) {
+        expect_status(vlcc_index_verify(broken), VLCC_STATUS_CORRUPT);
+        vlcc_index_free(broken);
+        broken = NULL;
+    } else {
+        expect(lazy_s == VLCC_STATUS_CORRUPT, "a damaged file is refused or fails verify");
+    }
+    f = fopen(path2, "wb");
     fwrite(buf.data, 1, buf.len / 3, f);
     fclose(f);
     expect_status(vlcc_index_load(ctx, path2, 1, &broken), VLCC_STATUS_CORRUPT);
