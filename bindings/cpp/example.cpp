@@ -38,6 +38,11 @@ int main(int argc, char** argv) {
     const std::string path = dir + "/example.vlcc";
     index.save(path);
     vlcc::Index back = vlcc::Index::load(ctx, path);
+    // A deferred load: codes' checksums on verify(); memory by part.
+    const vlcc::Index lazy = vlcc::Index::load_deferred(ctx, path);
+    lazy.verify();
+    const bool lazy_ok = lazy.memory_usage().memory_mapped == 1 && lazy.memory_usage().search_tables == 0 &&
+                         lazy.memory_usage().ids == 8 * n;
     auto again = back.search(vlcc::span<const float>(x).subspan(0, 10 * d), 5, 16, 50, x);
 
     bool caught = false;
@@ -198,5 +203,5 @@ int main(int argc, char** argv) {
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",
                 caught ? "thrown" : "MISSING");
-    return self == 10 && again.ids == r.ids && caught ? 0 : 1;
+    return self == 10 && again.ids == r.ids && caught && lazy_ok ? 0 : 1;
 }

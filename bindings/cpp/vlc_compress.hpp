@@ -488,6 +488,22 @@ public:
         detail::check(vlcc_index_load(ctx.get(), path.c_str(), mmap ? 1 : 0, &p));
         return Index(p);
     }
+    // Maps an index file checking its structure, codebook and ids but not its codes'
+    // checksums (a large file opens without reading the codes' pages); verify() checks them.
+    static Index load_deferred(const Context& ctx, const std::string& path) {
+        vlcc_index* p = nullptr;
+        detail::check(vlcc_index_load(ctx.get(), path.c_str(), VLCC_LOAD_FLAG_MMAP | VLCC_LOAD_FLAG_DEFER_CHECKSUMS, &p));
+        return Index(p);
+    }
+    // Checks every checksum of a memory-mapped index's file; throws CORRUPT naming the first
+    // damaged section. An index held in memory has nothing to check.
+    void verify() const { detail::check(vlcc_index_verify(p_.get())); }
+    // Memory by part, in bytes (parts built on demand read 0 until built).
+    vlcc_index_memory memory_usage() const {
+        vlcc_index_memory m{};
+        detail::check(vlcc_index_memory_usage(p_.get(), &m));
+        return m;
+    }
     // An index on ctx from serialize()'s bytes (copied).
     static Index deserialize(const Context& ctx, span<const uint8_t> bytes) {
         vlcc_index* p = nullptr;

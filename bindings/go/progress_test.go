@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -252,4 +254,46 @@ func TestCompressorCloseWaitsForEncodes(t *testing.T) {
 		t.Fatalf("encode after Close: %v", err)
 	}
 	c.Close()
+}
+
+// A deferred load searches like a full one, verifies, and reports its memory by part.
+func TestLoadDeferredVerifyAndMemory(t *testing.T) {
+	_, ix, x := indexed(t, 3000, 23)
+	mem, err := ix.MemoryUsage()
+	if err != nil || mem.SearchTables != 0 || mem.IDs != 3000*8 || mem.Codes == 0 {
+		t.Fatalf("before a search: %+v %v", mem, err)
+	}
+	path := filepath.Join(t.TempDir(), "ix.vlcc")
+	if err := ix.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := NewContext(CPU, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	lazy, err := LoadDeferred(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Close()
+	if err := lazy.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := DefaultSearchParams()
+	a, _, err := ix.Search(x[:5*dim], p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := lazy.Search(x[:5*dim], p)
+	if err != nil || !reflect.DeepEqual(a, b) {
+		t.Fatalf("deferred load searches differently: %v", err)
+	}
+	mem, err = lazy.MemoryUsage()
+	if err != nil || !mem.MemoryMapped || mem.SearchTables == 0 {
+		t.Fatalf("after a search: %+v %v", mem, err)
+	}
+	if _, err := LoadDeferred(ctx, filepath.Join(t.TempDir(), "missing.vlcc")); !errors.Is(err, ErrIO) {
+		t.Fatalf("missing file: %v", err)
+	}
 }

@@ -763,6 +763,44 @@ func Load(ctx *Context, path string, mmap bool) (*Index, error) {
 	return newIndex(p, ctx)
 }
 
+// LoadDeferred maps an index file checking its structure, codebook and ids but not the
+// checksums of its codes: a large file opens without reading its codes' pages. Verify
+// checks the rest.
+func LoadDeferred(ctx *Context, path string) (*Index, error) {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	var p *C.vlcc_index
+	flags := C.int32_t(C.VLCC_LOAD_FLAG_MMAP | C.VLCC_LOAD_FLAG_DEFER_CHECKSUMS)
+	err := call(func() C.vlcc_status { return C.vlcc_index_load(ctx.p, cp, flags, &p) })
+	runtime.KeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newIndex(p, ctx)
+}
+
+// Verify checks every checksum of a memory-mapped index's file (ErrCorrupt names the first
+// damaged section); an index held in memory has nothing to check.
+func (ix *Index) Verify() error {
+	return ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_verify(h) })
+}
+
+// MemoryUsage is an index's memory by part, in bytes; parts built on demand read 0 until
+// built (the search tables and fast-scan blocks by the first search, the id map by the first
+// access by id).
+type MemoryUsage struct {
+	Codes, IDs, Refine, IDMap, SearchTables, FastScanBlocks uint64
+	MemoryMapped                                            bool
+}
+
+// MemoryUsage reports the index's memory by part.
+func (ix *Index) MemoryUsage() (MemoryUsage, error) {
+	var m C.vlcc_index_memory
+	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_memory_usage(h, &m) })
+	return MemoryUsage{uint64(m.codes), uint64(m.ids), uint64(m.refine), uint64(m.id_map),
+		uint64(m.search_tables), uint64(m.fast_scan_blocks), m.memory_mapped != 0}, err
+}
+
 // Deserialize makes an index on ctx from Serialize's bytes (copied).
 func Deserialize(ctx *Context, b []byte) (*Index, error) {
 	var bp *C.uint8_t
