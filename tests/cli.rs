@@ -98,6 +98,21 @@ fn the_whole_pipeline_runs_from_the_command_line() {
         "ix.vlcc",
         "--json",
     ]);
+    // `info`: sizes and memory by part; checksums checked now or deferred to --verify.
+    let info = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["info", "ix.vlcc"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&run(&all)).unwrap()
+    };
+    let full = info(&[]);
+    assert_eq!(full["checksums"], "verified");
+    assert!(full["memory_mapped"].as_bool().unwrap());
+    assert!(full["code_bytes"].as_u64().unwrap() > 0 && full["table_bytes"] == 0);
+    assert_eq!(info(&["--defer-checksums"])["checksums"], "deferred");
+    assert_eq!(
+        info(&["--defer-checksums", "--verify"])["checksums"],
+        "verified"
+    );
     run(&[
         "search",
         "--index",

@@ -40,6 +40,8 @@ enum Cmd {
     Eval(eval::EvalArgs),
     /// Times anchor training, encoding and search at given sizes.
     Bench(bench::BenchArgs),
+    /// Describes an index file: sizes, balance and memory by part; checks its checksums.
+    Info(InfoArgs),
 }
 
 /// Options shared by commands that run work.
@@ -308,6 +310,19 @@ struct BuildArgs {
 }
 
 #[derive(Args)]
+struct InfoArgs {
+    /// The index file.
+    index: PathBuf,
+    /// Map the file checking only its structure and codebook (fast on large files), not
+    /// every checksum; with --verify, check them afterwards.
+    #[arg(long)]
+    defer_checksums: bool,
+    /// Check every section checksum (after a --defer-checksums load).
+    #[arg(long)]
+    verify: bool,
+}
+
+#[derive(Args)]
 struct SearchArgs {
     #[arg(long)]
     index: PathBuf,
@@ -407,6 +422,7 @@ fn main() {
         Cmd::Search(a) => search(a),
         Cmd::Eval(a) => eval::eval(&a),
         Cmd::Bench(a) => bench::bench(&a),
+        Cmd::Info(a) => info(a),
     };
     if let Err(e) = res {
         eprintln!("vlcc: {e}");
@@ -546,6 +562,32 @@ fn build(a: BuildArgs) -> AnyResult {
     bar.finish();
     index.save(&a.out)?;
     eval::print_object(&serde_json::to_value(index.stats())?, a.run.json);
+    Ok(())
+}
+
+fn info(a: InfoArgs) -> AnyResult {
+    let ctx = Arc::new(Context::new(vlc_compress::BackendKind::Cpu, 0, 1)?);
+    let t = std::time::Instant::now();
+    let index = if a.defer_checksums {
+        vlc_compress::Index::load_deferred(ctx, &a.index)?
+    } else {
+        vlc_compress::Index::load(ctx, &a.index, true)?
+    };
+    let load_seconds = t.elapsed().as_secs_f64();
+    let mut out = serde_json::to_value(index.stats())?;
+    out["load_seconds"] = load_seconds.into();
+    if a.verify {
+        let t = std::time::Instant::now();
+        index.verify()?;
+        out["verify_seconds"] = t.elapsed().as_secs_f64().into();
+    }
+    out["checksums"] = if a.verify || !a.defer_checksums {
+        "verified"
+    } else {
+        "deferred"
+    }
+    .into();
+    eval::print_object(&out, true);
     Ok(())
 }
 
