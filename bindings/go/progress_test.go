@@ -55,17 +55,22 @@ func TestProgressAndCancel(t *testing.T) {
 		t.Fatalf("training reported %d times, phases %v", all.n, all.phases)
 	}
 	trainedFp, _ := c.Fingerprint()
-	// Cancelled at the first, a middle and the last report: the codebook stays.
-	for _, stop := range []int{0, all.n / 2, all.n - 1} {
-		r := &reports{stopAt: stop}
-		if err := c.SetProgress(r.fn); err != nil {
+	// Cancelled at the first report, the codebooks' first and the very last (training
+	// re-reports on a clock, so points, not counts): the codebook stays.
+	stops := []ProgressFunc{
+		func(Phase, uint64, uint64) bool { return false },
+		func(p Phase, _, _ uint64) bool { return p != PhaseCodebooks },
+		func(p Phase, done, total uint64) bool { return p != PhaseCodebooks || done < total },
+	}
+	for i, stop := range stops {
+		if err := c.SetProgress(stop); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Train(x, dim); !errors.Is(err, ErrCancelled) {
-			t.Fatalf("stop %d: %v", stop, err)
+			t.Fatalf("stop %d: %v", i, err)
 		}
 		if got, _ := c.Fingerprint(); got != trainedFp {
-			t.Fatalf("stop %d: a cancelled Train changed the codebook", stop)
+			t.Fatalf("stop %d: a cancelled Train changed the codebook", i)
 		}
 	}
 	// A panicking ProgressFunc cancels too.

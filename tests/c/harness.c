@@ -766,11 +766,14 @@ static void test_filters_and_ids(vlcc_context *ctx, const float *x) {
     vlcc_compressor_free(c);
 }
 
-/* Progress: counts reports per phase and cancels at report number `stop_at`. */
+/* Progress: counts reports per phase and cancels at report number `stop_at` (for calls with
+ * a fixed number of reports), or with `stop_in_codebooks` at the codebooks' first (1) or last
+ * (2) report: training also re-reports on a clock, so its count varies. */
 typedef struct {
     int reports, stop_at, phases_seen, went_back;
     vlcc_phase last_phase;
     uint64_t last_done;
+    int stop_in_codebooks;
 } progress_log;
 
 static int log_progress(void *user, vlcc_phase phase, uint64_t done, uint64_t total) {
@@ -780,6 +783,9 @@ static int log_progress(void *user, vlcc_phase phase, uint64_t done, uint64_t to
     l->phases_seen |= 1 << (int)phase;
     l->last_phase = phase;
     l->last_done = done;
+    int in_codebooks = phase == VLCC_PHASE_CODEBOOKS;
+    if (l->stop_in_codebooks == 1 && in_codebooks) return 1;
+    if (l->stop_in_codebooks == 2 && in_codebooks && done == total) return 1;
     return l->reports++ >= l->stop_at;
 }
 
@@ -793,7 +799,7 @@ static int serialized_equal(const vlcc_index *a, const vlcc_buffer *want) {
 
 static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     /* A full training heard through the context: anchors, then codebooks, never backwards. */
-    progress_log all = {0, 1 << 30, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    progress_log all = {0, 1 << 30, 0, 0, VLCC_PHASE_ANCHORS, 0, 0};
     expect_status(vlcc_context_set_progress(NULL, log_progress, &all), VLCC_STATUS_NULL_POINTER);
     expect_status(vlcc_context_set_progress(ctx, log_progress, &all), VLCC_STATUS_OK);
     vlcc_compressor *c = trained(ctx, x, 5);
@@ -803,20 +809,21 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     uint64_t fp = 0, fp_after = 0;
     expect_status(vlcc_compressor_fingerprint(c, &fp), VLCC_STATUS_OK);
 
-    /* Cancelled at the first, a middle and the last report: the codebook stays. */
-    int stops[3] = {0, all.reports / 2, all.reports - 1};
-    for (int i = 0; i < 3; i++) {
-        progress_log l = {0, stops[i], 0, 0, VLCC_PHASE_ANCHORS, 0};
+    /* Cancelled at the first report, the codebooks' first and the very last: the codebook
+     * stays, and nothing reports after the cancel. */
+    for (int mode = 0; mode < 3; mode++) {
+        progress_log l = {0, mode == 0 ? 0 : 1 << 30, 0, 0, VLCC_PHASE_ANCHORS, 0, mode};
         expect_status(vlcc_compressor_set_progress(c, log_progress, &l), VLCC_STATUS_OK);
         expect_status(vlcc_compressor_set_param(c, VLCC_PARAM_SEED, 99), VLCC_STATUS_OK);
         expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_CANCELLED);
         expect_status(vlcc_compressor_fingerprint(c, &fp_after), VLCC_STATUS_OK);
         expect(fp_after == fp, "a cancelled train keeps the codebook");
-        expect(l.reports == stops[i] + 1, "nothing reports after the cancel");
+        expect(l.last_phase == (mode == 0 ? VLCC_PHASE_ANCHORS : VLCC_PHASE_CODEBOOKS), "cancelled where asked");
+        expect(mode != 2 || l.last_done > 0, "the last report");
     }
     /* An untrained compressor stays untrained. */
     vlcc_compressor *fresh = NULL;
-    progress_log l0 = {0, 3, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    progress_log l0 = {0, 3, 0, 0, VLCC_PHASE_ANCHORS, 0, 0};
     expect_status(vlcc_compressor_new(ctx, &fresh), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_set_param(fresh, VLCC_PARAM_ANCHORS, ANCHORS), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_set_progress(NULL, log_progress, &l0), VLCC_STATUS_NULL_POINTER);
@@ -829,7 +836,7 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     size_t cs = 0;
     expect_status(vlcc_compressor_codec_size(c, &cs), VLCC_STATUS_OK);
     uint8_t *codes = calloc(N, cs);
-    progress_log le = {0, 0, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    progress_log le = {0, 0, 0, 0, VLCC_PHASE_ANCHORS, 0, 0};
     expect_status(vlcc_compressor_set_progress(c, log_progress, &le), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_encode(c, x, N, codes, N * cs), VLCC_STATUS_CANCELLED);
     int untouched = 1;
@@ -850,7 +857,7 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     vlcc_buffer before = {NULL, 0};
     expect_status(vlcc_index_serialize(ix, &before), VLCC_STATUS_OK);
     for (int stop = 0; stop < 2; stop++) {
-        progress_log la = {0, stop, 0, 0, VLCC_PHASE_ANCHORS, 0};
+        progress_log la = {0, stop, 0, 0, VLCC_PHASE_ANCHORS, 0, 0};
         expect_status(vlcc_index_set_progress(ix, log_progress, &la), VLCC_STATUS_OK);
         expect_status(vlcc_index_add(ix, x + (N / 2) * D, N / 2, ids + N / 2), VLCC_STATUS_CANCELLED);
         expect(serialized_equal(ix, &before), "a cancelled add leaves the index");
@@ -858,7 +865,7 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
         expect(serialized_equal(ix, &before), "a cancelled merge leaves the index");
     }
     expect_status(vlcc_index_set_progress(NULL, NULL, NULL), VLCC_STATUS_NULL_POINTER);
-    progress_log lm = {0, 1 << 30, 0, 0, VLCC_PHASE_ANCHORS, 0};
+    progress_log lm = {0, 1 << 30, 0, 0, VLCC_PHASE_ANCHORS, 0, 0};
     expect_status(vlcc_index_set_progress(ix, log_progress, &lm), VLCC_STATUS_OK);
     expect_status(vlcc_index_merge(ix, other), VLCC_STATUS_OK);
     expect(lm.phases_seen == 1 << VLCC_PHASE_MERGE && lm.went_back == 0, "merge reports its lists");

@@ -580,17 +580,27 @@ pub fn range_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query:
     }
 }
 
+/// When a `CancelAt` says stop: given the phase, done, total and the reports before this one.
+type StopWhen = Box<dyn Fn(vlc_compress::Phase, u64, u64, usize) -> bool + Send + Sync>;
+
 /// A `Progress` that counts reports, checks that each phase's `done` never decreases and
-/// stays within `total`, and cancels at report number `stop_at`.
+/// stays within `total`, and cancels when its condition holds.
 pub struct CancelAt {
-    pub stop_at: usize,
+    stop: StopWhen,
     pub seen: std::sync::Mutex<Vec<(vlc_compress::Phase, u64, u64)>>,
 }
 
 impl CancelAt {
+    /// Cancels at report number `stop_at` (0 = the first). Only for calls whose reports are
+    /// fixed in number (encode, add, merge): training also re-reports on a clock.
     pub fn new(stop_at: usize) -> CancelAt {
+        CancelAt::when(move |_, _, _, before| before >= stop_at)
+    }
+    pub fn when(
+        stop: impl Fn(vlc_compress::Phase, u64, u64, usize) -> bool + Send + Sync + 'static,
+    ) -> CancelAt {
         CancelAt {
-            stop_at,
+            stop: Box::new(stop),
             seen: Default::default(),
         }
     }
@@ -609,8 +619,9 @@ impl vlc_compress::Progress for CancelAt {
                 "{phase:?} went back from {last} to {done}"
             );
         }
+        let stop = (self.stop)(phase, done, total, seen.len());
         seen.push((phase, done, total));
-        seen.len() <= self.stop_at
+        !stop
     }
 }
 
@@ -649,14 +660,18 @@ pub fn cancel_leaves_objects_as_they_were(dev: &Arc<Context>) {
     assert!(reports > 20, "only {reports} reports in training");
     let mut other = p.clone();
     other.anchor.seed ^= 5;
-    for stop in [0, reports / 2, reports - 1] {
+    // Points every training reaches (the number of reports varies: long steps re-report on a
+    // clock): the first report, the codebooks' first, their half-way mark, the very last.
+    let stops: [fn(Phase, u64, u64, usize) -> bool; 4] = [
+        |_, _, _, before| before == 0,
+        |phase, _, _, _| phase == Phase::Codebooks,
+        |phase, done, total, _| phase == Phase::Codebooks && 2 * done >= total,
+        |phase, done, total, _| phase == Phase::Codebooks && done == total,
+    ];
+    for (i, stop) in stops.into_iter().enumerate() {
         let mut fresh = Compressor::new(dev.clone(), other.clone());
-        cancelled(
-            fresh
-                .train_with_progress(&x, d, &CancelAt::new(stop))
-                .map(|_| ()),
-            "train",
-        );
+        let r = fresh.train_with_progress(&x, d, &CancelAt::when(stop));
+        cancelled(r.map(|_| ()), "train");
         assert!(
             fresh.codebook().is_err(),
             "a cancelled train left a codebook"
@@ -664,12 +679,9 @@ pub fn cancel_leaves_objects_as_they_were(dev: &Arc<Context>) {
         // A trained compressor keeps its codebook.
         let mut kept = Compressor::with_codebook(dev.clone(), plain.codebook().unwrap().clone());
         *kept.params_mut() = other.clone();
-        cancelled(
-            kept.train_with_progress(&x, d, &CancelAt::new(stop))
-                .map(|_| ()),
-            "retrain",
-        );
-        assert_eq!(kept.codebook().unwrap().fingerprint(), fp, "stop {stop}");
+        let r = kept.train_with_progress(&x, d, &CancelAt::when(stop));
+        cancelled(r.map(|_| ()), "retrain");
+        assert_eq!(kept.codebook().unwrap().fingerprint(), fp, "stop {i}");
     }
 
     // Encoding: blocks of rows, each a report.
