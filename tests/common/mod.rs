@@ -662,7 +662,8 @@ pub fn cancel_leaves_objects_as_they_were(dev: &Arc<Context>) {
     other.anchor.seed ^= 5;
     // Points every training reaches (the number of reports varies: long steps re-report on a
     // clock): the first report, the codebooks' first, their half-way mark, the very last.
-    let stops: [fn(Phase, u64, u64, usize) -> bool; 4] = [
+    type Stop = fn(Phase, u64, u64, usize) -> bool;
+    let stops: [Stop; 4] = [
         |_, _, _, before| before == 0,
         |phase, _, _, _| phase == Phase::Codebooks,
         |phase, done, total, _| phase == Phase::Codebooks && 2 * done >= total,
