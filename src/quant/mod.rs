@@ -2,6 +2,7 @@
 //! Encoding: anchor = nearest anchor; residual r = x - anchor, zero-padded to M*dsub
 //! (see `backend::layout`), rotated; then one sub-code per sub-space. Decoding inverts each step.
 
+pub mod estimate;
 pub mod pq;
 pub(crate) mod rotation;
 
