@@ -954,6 +954,19 @@ vlcc_status vlcc_index_search_bounds(const vlcc_index *ix,
 vlcc_status vlcc_index_memory_usage(const vlcc_index *ix, vlcc_index_memory *out);
 
 /**
+ * Stores in `*host` and `*device` the working memory, in bytes, that training `n` x `d`
+ * vectors with this compressor's parameters on its context takes at its peak (the input
+ * excluded): what the context's memory cap (`vlcc_context_set_memory_cap`) is checked
+ * against before training starts. `device` is 0 on the CPU; on GPU contexts it is not yet
+ * checked against measured peaks. Thread-safe.
+ */
+vlcc_status vlcc_compressor_estimate_memory(const vlcc_compressor *c,
+                                            size_t n,
+                                            size_t d,
+                                            uint64_t *host,
+                                            uint64_t *device);
+
+/**
  * Long calls on objects made from `ctx` that have no callback of their own report to
  * `f(user, ...)` (`vlcc_progress_fn`); `f` NULL removes it. `f` is called from the calling
  * thread or the library's worker threads, never two at once for one call; `user` must stay

@@ -199,6 +199,17 @@ int main(int argc, char** argv) {
     index.set_progress(nullptr);
     index.merge(other, [](vlcc_phase, uint64_t, uint64_t) { return true; });
     cancelled = cancelled && index.size() == held + 100;
+    // The memory estimate, and the context's cap checked against it before training.
+    const auto need = comp.estimate_memory(n, d);
+    cancelled = cancelled && need.first > n * d && need.second == 0;
+    ctx.set_memory_cap(need.first / 2);
+    try {
+        comp.train(x, d);
+        cancelled = false;
+    } catch (const vlcc::Error& e) {
+        cancelled = cancelled && e.status() == VLCC_STATUS_OUT_OF_MEMORY && comp.fingerprint() == codebook;
+    }
+    ctx.set_memory_cap(0);
     caught = caught && cancelled;
     std::printf("indexed %zu vectors at %zu bytes each; %d/10 queries found themselves; reload %s; errors %s\n",
                 index.size(), comp.codec_size(), self, again.ids == r.ids ? "identical" : "DIFFERENT",

@@ -268,6 +268,14 @@ public:
     void train(span<const float> x, size_t d) {
         detail::check(vlcc_compressor_train(p_.get(), x.data(), detail::rows(x.size(), d, "train: x"), d));
     }
+    // The working memory {host, device} in bytes that training n x d vectors with these
+    // parameters on this context takes at its peak (the input excluded): what the context's
+    // memory cap is checked against. Device is 0 on the CPU.
+    std::pair<uint64_t, uint64_t> estimate_memory(size_t n, size_t d) const {
+        uint64_t host = 0, device = 0;
+        detail::check(vlcc_compressor_estimate_memory(p_.get(), n, d, &host, &device));
+        return {host, device};
+    }
     // train, reporting to `progress` for this call only (it may cancel: see ProgressFn).
     void train(span<const float> x, size_t d, const ProgressFn& progress) {
         detail::with_progress(setter(), progress, progress_.get(), [&] { train(x, d); });

@@ -302,3 +302,42 @@ func TestLoadDeferredVerifyAndMemory(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
+
+// The estimate is what the context's cap is checked against: under it, training is refused
+// and the codebook kept.
+func TestEstimateMemoryAndCap(t *testing.T) {
+	c, _, x := indexed(t, 4000, 24)
+	host, device, err := c.EstimateMemory(4000, dim)
+	if err != nil || host < 4000*dim || device != 0 {
+		t.Fatalf("estimate %d %d %v", host, device, err)
+	}
+	before, _ := c.Fingerprint()
+	ctx, _ := NewContext(CPU, 0, 2)
+	defer ctx.Close()
+	capped, err := DeserializeCodebook(ctx, mustSerialize(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer capped.Close()
+	for p, v := range map[Param]float64{ParamAnchors: 32, ParamBytesPerVector: 8} {
+		capped.SetParam(p, v)
+	}
+	if err := ctx.SetMemoryCap(int(host / 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := capped.Train(x, dim); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("training under half its estimate: %v", err)
+	}
+	if fp, _ := capped.Fingerprint(); fp != before {
+		t.Fatal("a refused Train changed the codebook")
+	}
+}
+
+func mustSerialize(t *testing.T, c *Compressor) []byte {
+	t.Helper()
+	b, err := c.SerializeCodebook()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

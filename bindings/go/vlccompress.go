@@ -479,6 +479,20 @@ func (c *Compressor) Train(x []float32, d int) error {
 	return err
 }
 
+// EstimateMemory is the working memory, in bytes, that training n x d vectors with this
+// compressor's parameters on its context takes at its peak (the input excluded), on the host
+// and on the device (0 on the CPU): what the context's memory cap is checked against.
+func (c *Compressor) EstimateMemory(n, d int) (host, device uint64, err error) {
+	if n < 0 || d < 0 {
+		return 0, 0, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("n = %d, d = %d: must be >= 0", n, d)}
+	}
+	var h, dv C.uint64_t
+	err = c.call(func(p *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_compressor_estimate_memory(p, C.size_t(n), C.size_t(d), &h, &dv)
+	})
+	return uint64(h), uint64(dv), err
+}
+
 // trainShape refuses values that are not whole rows of dimension d.
 func trainShape(x []float32, d int) error {
 	if d <= 0 || len(x)%d != 0 {

@@ -1,6 +1,7 @@
 //! What an index holds in memory, by part.
 
-use super::boundary::write_out;
+use super::boundary::{need_out, write_out};
+use super::compressor::{compressor_ref, vlcc_compressor};
 use super::index::{index_ref, vlcc_index};
 use super::status::vlcc_status;
 
@@ -43,5 +44,27 @@ pub unsafe extern "C" fn vlcc_index_memory_usage(
             memory_mapped: s.memory_mapped as u32,
         };
         write_out(out, v, "out")
+    }
+}
+
+/// Stores in `*host` and `*device` the working memory, in bytes, that training `n` x `d`
+/// vectors with this compressor's parameters on its context takes at its peak (the input
+/// excluded): what the context's memory cap (`vlcc_context_set_memory_cap`) is checked
+/// against before training starts. `device` is 0 on the CPU; on GPU contexts it is not yet
+/// checked against measured peaks. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_estimate_memory(
+    c: *const vlcc_compressor,
+    n: usize,
+    d: usize,
+    host: *mut u64,
+    device: *mut u64,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(host, "host")?;
+        need_out(device, "device")?;
+        let (h, dv) = compressor_ref(c)?.estimate_training_memory(n, d);
+        write_out(host, h as u64, "host")?;
+        write_out(device, dv as u64, "device")
     }
 }

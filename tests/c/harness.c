@@ -832,6 +832,18 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_compressor_fingerprint(fresh, &fp_after), VLCC_STATUS_INVALID_STATE);
     vlcc_compressor_free(fresh);
 
+    /* The training memory estimate, and the cap checked against it before training. */
+    uint64_t host = 0, device = 1;
+    expect_status(vlcc_compressor_estimate_memory(c, N, D, &host, &device), VLCC_STATUS_OK);
+    expect(host > (uint64_t)N * D && device == 0, "an estimate on the CPU");
+    expect_status(vlcc_compressor_estimate_memory(c, N, D, NULL, &device), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_compressor_set_progress(c, NULL, NULL), VLCC_STATUS_OK);
+    expect_status(vlcc_context_set_memory_cap(ctx, (size_t)(host / 2)), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OUT_OF_MEMORY);
+    expect_status(vlcc_compressor_fingerprint(c, &fp_after), VLCC_STATUS_OK);
+    expect(fp_after == fp, "a refused train keeps the codebook");
+    expect_status(vlcc_context_set_memory_cap(ctx, 0), VLCC_STATUS_OK);
+
     /* Encoding: cancelled at its first report, nothing written. */
     size_t cs = 0;
     expect_status(vlcc_compressor_codec_size(c, &cs), VLCC_STATUS_OK);

@@ -466,6 +466,7 @@ fn train(a: TrainArgs) -> AnyResult {
     let ctx = a.run.context()?;
     let bar = eval::Bar::on(&ctx, a.run.json);
     let mut c = Compressor::new(ctx, a.train.params());
+    let (memory, _) = c.estimate_training_memory(x.rows, x.cols);
     let rep = c.train(&x.data, x.cols)?.clone();
     bar.finish();
     let cb = c.codebook()?;
@@ -476,6 +477,7 @@ fn train(a: TrainArgs) -> AnyResult {
         "energy": rep.energy, "max_list_over_mean": rep.max_list_over_mean, "iterations": rep.iterations,
         "train_seconds": rep.anchor_seconds + rep.pq_seconds, "anchor_seconds": rep.anchor_seconds,
         "pq_seconds": rep.pq_seconds, "pq_mse": rep.pq_mse, "out": a.out.display().to_string(),
+        "estimated_memory_bytes": memory,
     });
     eval::print_object(&out, a.run.json);
     Ok(())
