@@ -18,6 +18,7 @@ command -v go >/dev/null || missing+=(golang-go)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v g++ >/dev/null || missing+=(g++)
 command -v readelf >/dev/null || missing+=(binutils)
+command -v cmake >/dev/null || missing+=(cmake)
 # The WGPU tests run for real on lavapipe, Mesa's software Vulkan driver.
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)
 ldconfig -p | grep -q 'libvulkan\.so\.1' || missing+=(libvulkan1)
@@ -83,21 +84,39 @@ for std in c++17 c++20; do
   ASAN_OPTIONS=detect_leaks=1 "$tmp/example-$std-asan" "$tmp"
 done
 
-step "install, soname and pkg-config"
-scripts/install.sh "$tmp/prefix"
+step "install (staged with DESTDIR), its consumers, uninstall"
+# What a packager does: install under a staging root, then build every kind of consumer
+# against the staged files exactly as they would against /usr/local.
+stage=$tmp/stage
+DESTDIR=$stage scripts/install.sh /usr/local
+inst=$stage/usr/local
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 abi=$(sed -n 's/^#define VLCC_ABI_VERSION \([0-9]*\)/\1/p' include/vlc_compress.h)
-readelf -d "$tmp/prefix/lib/libvlc_compress.so.$version" | grep -q "SONAME.*libvlc_compress.so.$abi\b" \
+readelf -d "$inst/lib/libvlc_compress.so.$version" | grep -q "SONAME.*libvlc_compress.so.$abi\b" \
   || { echo "missing soname"; exit 1; }
-# The README's C example, built against the installed copy, shared and static.
+if readelf -S "$inst/lib/libvlc_compress.so.$version" | grep -q debug_info; then
+  echo "the installed shared library carries debug info"; exit 1
+fi
+"$inst/bin/vlcc" --version
+# The README's C example through pkg-config, shared and static.
 awk '/^```c$/{on=1; next} /^```$/{if (on) exit} on' README.md > "$tmp/readme.c"
-export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+export PKG_CONFIG_PATH="$inst/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage"
 cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$tmp/readme.c" $(pkg-config --cflags --libs vlc_compress) -o "$tmp/readme"
-LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/readme"
+LD_LIBRARY_PATH="$inst/lib" "$tmp/readme"
 cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$tmp/readme.c" $(pkg-config --cflags vlc_compress) \
-  "$tmp/prefix/lib/libvlc_compress.a" $(pkg-config --static --libs-only-l vlc_compress | sed 's/-lvlc_compress//') \
+  "$inst/lib/libvlc_compress.a" $(pkg-config --static --libs-only-l vlc_compress | sed 's/-lvlc_compress//') \
   -o "$tmp/readme-static"
 "$tmp/readme-static"
+unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+# C++17 through the CMake package, shared and static targets.
+cmake -S tests/consumers/cmake -B "$tmp/cmake-consumer" -DCMAKE_PREFIX_PATH="$inst" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$tmp/cmake-consumer" -j 2
+LD_LIBRARY_PATH="$inst/lib" "$tmp/cmake-consumer/consumer"
+"$tmp/cmake-consumer/consumer_static"
+# Uninstall removes every file the install wrote.
+DESTDIR=$stage scripts/install.sh --uninstall /usr/local
+left=$(find "$stage" -type f -o -type l)
+[ -z "$left" ] || { echo "uninstall left: $left"; exit 1; }
 
 step "fuzz targets, about a minute each (long runs: scripts/fuzz.sh SECONDS --merge)"
 bash scripts/fuzz.sh 60
