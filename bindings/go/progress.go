@@ -162,24 +162,31 @@ func (c *Compressor) SetProgress(f ProgressFunc) error {
 	})
 }
 
-// withContext runs f exclusively, hearing progress through a ProgressFunc that cancels
-// when ctx is done; the compressor's own callback is back in place afterwards.
-func (c *Compressor) withContext(ctx context.Context, f func(h *C.vlcc_compressor) C.vlcc_status) error {
+// watched runs a call with a watching callback (handle w) in place of the object's own
+// (handle own, its func in l, else the context's); run installs w and puts own back.
+func watched(ctx context.Context, l *listener, fallback *Context, run func(w, own uintptr) error) error {
 	if err := doneBefore(ctx); err != nil {
 		return err
 	}
-	own, ownHandle := c.progress.get()
-	if own == nil {
-		own = c.ctx.progressFunc()
+	fn, own := l.get()
+	if fn == nil {
+		fn = fallback.progressFunc()
 	}
-	w := cgo.NewHandle(watching(ctx, own))
+	w := cgo.NewHandle(watching(ctx, fn))
 	defer w.Delete()
-	err := c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
-		C.set_compressor_progress(h, C.uintptr_t(w))
-		defer C.set_compressor_progress(h, C.uintptr_t(ownHandle))
-		return f(h)
+	return withCause(ctx, run(uintptr(w), own))
+}
+
+// withContext runs f exclusively, hearing progress through a ProgressFunc that cancels
+// when ctx is done; the compressor's own callback is back in place afterwards.
+func (c *Compressor) withContext(ctx context.Context, f func(h *C.vlcc_compressor) C.vlcc_status) error {
+	return watched(ctx, &c.progress, c.ctx, func(w, own uintptr) error {
+		return c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
+			C.set_compressor_progress(h, C.uintptr_t(w))
+			defer C.set_compressor_progress(h, C.uintptr_t(own))
+			return f(h)
+		})
 	})
-	return withCause(ctx, err)
 }
 
 // TrainContext is Train, stopped when ctx is done (within one progress step: about a tenth
@@ -233,21 +240,13 @@ func (ix *Index) SetProgress(f ProgressFunc) error {
 
 // withContext is Compressor.withContext for an index.
 func (ix *Index) withContext(ctx context.Context, f func(h *C.vlcc_index) C.vlcc_status) error {
-	if err := doneBefore(ctx); err != nil {
-		return err
-	}
-	own, ownHandle := ix.progress.get()
-	if own == nil {
-		own = ix.ctx.progressFunc()
-	}
-	w := cgo.NewHandle(watching(ctx, own))
-	defer w.Delete()
-	err := ix.exclusive(func(h *C.vlcc_index) C.vlcc_status {
-		C.set_index_progress(h, C.uintptr_t(w))
-		defer C.set_index_progress(h, C.uintptr_t(ownHandle))
-		return f(h)
+	return watched(ctx, &ix.progress, ix.ctx, func(w, own uintptr) error {
+		return ix.exclusive(func(h *C.vlcc_index) C.vlcc_status {
+			C.set_index_progress(h, C.uintptr_t(w))
+			defer C.set_index_progress(h, C.uintptr_t(own))
+			return f(h)
+		})
 	})
-	return withCause(ctx, err)
 }
 
 // AddContext is Add, stopped when ctx is done (as Compressor.TrainContext); a stopped Add
