@@ -11,8 +11,12 @@ use vlc_compress::{Compressor, Metric, Rotation};
 /// KiB it starts from.
 fn fresh_peak() -> usize {
     #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free memory.
+    // SAFETY: mallopt and malloc_trim only change how glibc keeps free memory. A fixed mmap
+    // threshold stops glibc raising it after large frees (it would then serve the next
+    // training's buffers from memory already resident, unseen by the high-water mark).
     unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
         libc::malloc_trim(0);
     }
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
