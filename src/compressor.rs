@@ -2,7 +2,7 @@
 //! without an index, and makes indexes on its codebook.
 
 use crate::error::{Error, Result};
-use crate::progress::{Listener, Progress, SharedProgress, Watch};
+use crate::progress::{watching, Listener, Progress, SharedProgress, Watch};
 use crate::{backend, Codebook, Context, Index, TrainParams, TrainReport, Vectors};
 use std::sync::Arc;
 
@@ -61,7 +61,6 @@ impl Compressor {
         &self.ctx
     }
 
-    /// Trains a codebook on `x` (n x d). On error the previous codebook, if any, is kept.
     /// The working memory (host bytes, device bytes) training `n` x `d` vectors with these
     /// parameters on this context takes at its peak, the input excluded: what the context's
     /// memory cap is checked against. The host figure was within 12% of measured peaks on
@@ -83,13 +82,12 @@ impl Compressor {
         self.progress = Listener(progress);
     }
 
-    /// Trains the codebook on `x` (n x d). Reports go to the compressor's progress callback,
-    /// else the context's; a cancel (`Error::Cancelled`) keeps the codebook there was.
+    /// Trains a codebook on `x` (n x d). On error the previous codebook, if any, is kept.
+    /// Reports go to the compressor's progress callback, else the context's; a cancel
+    /// (`Error::Cancelled`) keeps the codebook there was.
     pub fn train(&mut self, x: &[f32], d: usize) -> Result<&TrainReport> {
-        match self.progress.0.clone().or_else(|| self.ctx.progress()) {
-            Some(p) => self.train_with_progress(x, d, &*p),
-            None => self.train_with_progress(x, d, &crate::NoProgress),
-        }
+        let p = self.progress.or_context(&self.ctx);
+        watching(p.as_ref(), |w| self.train_watched(x, d, w))
     }
 
     /// As `train`, reporting to `progress` for this call.
@@ -99,6 +97,10 @@ impl Compressor {
         d: usize,
         progress: &dyn Progress,
     ) -> Result<&TrainReport> {
+        self.train_watched(x, d, &Watch::new(progress))
+    }
+
+    fn train_watched(&mut self, x: &[f32], d: usize, watch: &Watch) -> Result<&TrainReport> {
         let cap = self.ctx.memory_cap();
         if cap > 0 && d > 0 {
             // Refused before anything is allocated: training cannot yet work in less.
@@ -114,7 +116,7 @@ impl Compressor {
         let params = self.params.clone();
         let (cb, report) = self
             .ctx
-            .run(|b| Codebook::train(b, x, d, &params, progress))?;
+            .run(|b| Codebook::train_watched(b, x, d, &params, watch))?;
         self.codebook = Some(Arc::new(cb));
         Ok(self.report.insert(report))
     }
@@ -132,9 +134,8 @@ impl Compressor {
     /// Codec mode: `codec_size()` bytes per vector.
     pub fn encode(&self, x: Vectors<'_>) -> Result<Vec<u8>> {
         let cb = self.codebook()?;
-        let ctx = self.ctx.listener();
-        self.progress
-            .watch(&ctx, |w| self.ctx.run(|b| cb.encode_watched(b, x, w)))
+        let p = self.progress.or_context(&self.ctx);
+        watching(p.as_ref(), |w| self.ctx.run(|b| cb.encode_watched(b, x, w)))
     }
 
     /// As `encode`, reporting rows done to `progress` for this call.
@@ -156,9 +157,9 @@ impl Compressor {
     pub unsafe fn encode_device(&self, at: u64, n: usize) -> Result<Vec<u8>> {
         backend::need_device_memory(self.ctx.backend(), "encoding from device memory")?;
         let cb = self.codebook()?;
-        let ctx = self.ctx.listener();
+        let p = self.progress.or_context(&self.ctx);
         // SAFETY: as the caller vouches.
-        self.progress.watch(&ctx, |w| {
+        watching(p.as_ref(), |w| {
             self.ctx
                 .run(|b| unsafe { cb.encode_device_watched(b, at, n, w) })
         })

@@ -79,13 +79,10 @@ impl Context {
     }
 
     pub fn progress(&self) -> Option<SharedProgress> {
-        self.listener().0
-    }
-
-    pub(crate) fn listener(&self) -> Listener {
         self.progress
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .0
             .clone()
     }
 }

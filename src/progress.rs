@@ -70,12 +70,18 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Listener {
-    /// Runs `f` with a watch on this listener, else on `fallback`'s, else on none.
-    pub fn watch<R>(&self, fallback: &Listener, f: impl FnOnce(&Watch) -> R) -> R {
-        match self.0.as_ref().or(fallback.0.as_ref()) {
-            Some(p) => f(&Watch::new(&**p)),
-            None => f(&Watch::none()),
-        }
+    /// This object's callback, else its context's.
+    pub fn or_context(&self, ctx: &crate::Context) -> Option<SharedProgress> {
+        self.0.clone().or_else(|| ctx.progress())
+    }
+}
+
+/// Runs `f` with a watch on `progress`, or on none: without a listener, work is not split
+/// into reporting steps.
+pub(crate) fn watching<R>(progress: Option<&SharedProgress>, f: impl FnOnce(&Watch) -> R) -> R {
+    match progress {
+        Some(p) => f(&Watch::new(&**p)),
+        None => f(&Watch::none()),
     }
 }
 
@@ -84,12 +90,11 @@ impl Listener {
 pub(crate) struct Watch<'a> {
     progress: &'a dyn Progress,
     stopped: AtomicBool,
-    /// Serializes reports from worker threads: callers need not make theirs reentrant.
-    gate: Mutex<()>,
+    /// The last position reported, which `poll` reports again; held through each report, so
+    /// reports from worker threads go one at a time (callers need not make theirs reentrant).
+    at: Mutex<(Phase, usize, usize)>,
     /// Whether anyone listens: without, work need not be split into reporting steps.
     listening: bool,
-    /// The last position reported, which `poll` reports again.
-    at: Mutex<(Phase, usize, usize)>,
     /// When the last report went out, in microseconds since `born`.
     last: AtomicU64,
     born: Instant,
@@ -103,9 +108,8 @@ impl<'a> Watch<'a> {
         Watch {
             progress,
             stopped: AtomicBool::new(false),
-            gate: Mutex::new(()),
-            listening: true,
             at: Mutex::new((Phase::Anchors, 0, 0)),
+            listening: true,
             last: AtomicU64::new(0),
             born: Instant::now(),
         }
@@ -127,10 +131,10 @@ impl<'a> Watch<'a> {
     pub fn report(&self, phase: Phase, done: usize, total: usize) -> Result<()> {
         self.check()?;
         if self.listening {
-            *self.at.lock().unwrap_or_else(|e| e.into_inner()) = (phase, done, total);
-            self.last.store(self.micros(), Ordering::Relaxed);
             let go = {
-                let _one = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+                let mut at = self.at.lock().unwrap_or_else(|e| e.into_inner());
+                *at = (phase, done, total);
+                self.last.store(self.micros(), Ordering::Relaxed);
                 self.progress.report(phase, done as u64, total as u64)
             };
             if !go {

@@ -22,7 +22,7 @@ pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 use crate::backend::{CodebookView, ListsView};
 use crate::error::{Error, Result};
 use crate::format::Lists;
-use crate::progress::{Listener, Phase, Progress, SharedProgress, Watch};
+use crate::progress::{watching, Listener, Phase, Progress, SharedProgress, Watch};
 use crate::quant::{Codebook, Vectors};
 use crate::Context;
 use ids::IdMap;
@@ -256,11 +256,6 @@ impl Index {
         self.progress = Listener(progress);
     }
 
-    /// Runs `f` with a watch on this index's progress callback, else the context's.
-    fn watched<R>(&self, f: impl FnOnce(&Watch) -> R) -> R {
-        self.progress.watch(&self.ctx.listener(), f)
-    }
-
     /// The context this index adds and searches on.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
@@ -385,12 +380,8 @@ impl Index {
     /// caller's `ids` (one per vector). Ids need not be unique; `remove` drops every vector
     /// with a given id. On error nothing is added.
     pub fn add<'a>(&mut self, x: impl Into<Vectors<'a>>, ids: &[u64]) -> Result<()> {
-        let x = x.into();
-        let listener = self.progress.0.clone().or_else(|| self.ctx.progress());
-        match listener {
-            Some(p) => self.add_with_progress(x, ids, &*p),
-            None => self.add_watched(x, ids, &Watch::none()),
-        }
+        let p = self.progress.or_context(&self.ctx);
+        watching(p.as_ref(), |w| self.add_watched(x.into(), ids, w))
     }
 
     /// As `add`, reporting rows encoded to `progress` for this call.
@@ -447,9 +438,11 @@ impl Index {
         }
         let cb = &self.cb;
         let (ctx, n) = (&self.ctx, ids.len());
+        let p = self.progress.or_context(ctx);
         // SAFETY: as the caller vouches.
-        let (anchor, codes) =
-            self.watched(|w| ctx.run(|b| unsafe { cb.encode_parts_device_watched(b, at, n, w) }))?;
+        let (anchor, codes) = watching(p.as_ref(), |w| {
+            ctx.run(|b| unsafe { cb.encode_parts_device_watched(b, at, n, w) })
+        })?;
         self.append(&anchor, &codes, &[], ids)
     }
 
@@ -530,11 +523,8 @@ impl Index {
 
     /// Appends every vector of `other`, which must share this index's codebook.
     pub fn merge_from(&mut self, other: &Index) -> Result<()> {
-        let listener = self.progress.0.clone().or_else(|| self.ctx.progress());
-        match listener {
-            Some(p) => self.merge_from_with_progress(other, &*p),
-            None => self.merge_watched(other, &Watch::none()),
-        }
+        let p = self.progress.or_context(&self.ctx);
+        watching(p.as_ref(), |w| self.merge_watched(other, w))
     }
 
     /// As `merge_from`, reporting lists copied to `progress` for this call.

@@ -79,14 +79,29 @@ fn block_rows(d: usize, watch: &Watch, unwatched: usize) -> usize {
     }
 }
 
+/// Runs `f` on the rows (of `width` values) of `x` block by block, polling `watch` before
+/// each block; in one piece when nobody listens.
+fn polled_blocks(
+    x: &[f32],
+    width: usize,
+    watch: &Watch,
+    mut f: impl FnMut(&[f32]) -> Result<()>,
+) -> Result<()> {
+    let rows = block_rows(width, watch, usize::MAX);
+    for part in x.chunks(rows.saturating_mul(width)) {
+        watch.poll()?;
+        f(part)?;
+    }
+    Ok(())
+}
+
 /// `layout::rotate` block by block, polling `watch` between blocks.
 fn rotate_polled(r: &[f32], x: &[f32], dp: usize, watch: &Watch) -> Result<Vec<f32>> {
-    let rows = block_rows(dp, watch, usize::MAX);
     let mut out = Vec::with_capacity(x.len());
-    for part in x.chunks(rows.saturating_mul(dp)) {
-        watch.poll()?;
+    polled_blocks(x, dp, watch, |part| {
         out.extend(layout::rotate(r, part, dp));
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -120,13 +135,24 @@ pub struct Codebook {
 }
 
 impl Codebook {
-    /// Trains anchors, then the residual quantizer, on `x` (n x d).
+    /// Trains anchors, then the residual quantizer, on `x` (n x d), reporting to `progress`.
     pub fn train(
         backend: &dyn Backend,
         x: &[f32],
         d: usize,
         p: &TrainParams,
         progress: &dyn Progress,
+    ) -> Result<(Codebook, TrainReport)> {
+        Codebook::train_watched(backend, x, d, p, &Watch::new(progress))
+    }
+
+    /// `train` reporting to `watch`: without a listener, no step is split for reports.
+    pub(crate) fn train_watched(
+        backend: &dyn Backend,
+        x: &[f32],
+        d: usize,
+        p: &TrainParams,
+        watch: &Watch,
     ) -> Result<(Codebook, TrainReport)> {
         p.validate()?;
         crate::error::whole_rows(x.len(), d, "values")?;
@@ -137,14 +163,8 @@ impl Codebook {
         check_norms(x, d, "training vectors")?;
         let x = prepare(x, d, p.metric);
         let n = x.len() / d;
-        let watch = Watch::new(progress);
         let t0 = Instant::now();
-        let iters = p.anchor.max_iters;
-        let tick = |it| watch.report(Phase::Anchors, it, iters);
-        let poll = || watch.poll();
-        let anchors =
-            train::anneal::train_anchors_from(backend, &x, d, &p.anchor, None, &tick, &poll)?;
-        watch.report(Phase::Anchors, iters, iters)?;
+        let anchors = train::anneal::train_anchors_watched(backend, &x, d, &p.anchor, watch)?;
         let anchor_seconds = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
@@ -168,12 +188,12 @@ impl Codebook {
         };
         watch.report(Phase::Codebooks, 0, passes * nsub)?;
         // The long steps before the fits go in blocks of rows, polled between.
-        let rows = block_rows(d, &watch, usize::MAX);
         let mut assign = Vec::with_capacity(sample.len() / d);
-        for part in sample.chunks(rows.saturating_mul(d)) {
-            poll()?;
+        polled_blocks(&sample, d, watch, |part| {
             assign.extend(backend.nearest(part, d, &anchors.centroids)?.0);
-        }
+            Ok(())
+        })?;
+        let poll = || watch.poll();
         let resid = residuals(&sample, d, dsub, dp, &anchors.centroids, &assign);
         let seed = p.anchor.seed ^ 0x70;
         let rot = match p.rotation {
@@ -193,7 +213,7 @@ impl Codebook {
                 let mut r = rotation::eigen_allocation(fit, dp, nsub, &poll)?;
                 let mut pq: Option<ProductQuantizer> = None;
                 for pass in 0..p.opq_iters {
-                    let y = rotate_polled(&r, fit, dp, &watch)?;
+                    let y = rotate_polled(&r, fit, dp, watch)?;
                     let q = ProductQuantizer::train(
                         backend,
                         &y,
@@ -203,7 +223,7 @@ impl Codebook {
                         4,
                         seed,
                         pq.as_ref(),
-                        &watch,
+                        watch,
                         (pass, passes),
                     )?;
                     let mut yhat = vec![0f32; y.len()];
@@ -217,23 +237,23 @@ impl Codebook {
         let y = if rot.is_empty() {
             resid
         } else {
-            rotate_polled(&rot, &resid, dp, &watch)?
+            rotate_polled(&rot, &resid, dp, watch)?
         };
         let last = (passes - 1, passes);
         let pq = ProductQuantizer::train(
-            backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None, &watch, last,
+            backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None, watch, last,
         )?;
         // The quantizer's error, block by block (polled); one running sum in row order.
         let mut err = 0f64;
-        for part in y.chunks(block_rows(dp, &watch, usize::MAX).saturating_mul(dp)) {
-            watch.poll()?;
+        polled_blocks(&y, dp, watch, |part| {
             let mut yhat = vec![0f32; part.len()];
             pq.decode(&pq.encode(backend, part)?, &mut yhat);
             err = part
                 .iter()
                 .zip(&yhat)
                 .fold(err, |s, (a, b)| s + ((a - b) * (a - b)) as f64);
-        }
+            Ok(())
+        })?;
         let pq_mse = err / (y.len() / dp).max(1) as f64;
         // The last report may still cancel: nothing has been handed out yet.
         watch.report(Phase::Codebooks, passes * nsub, passes * nsub)?;
@@ -511,8 +531,10 @@ impl Codebook {
         let rows = block_rows(self.d, watch, n.max(1));
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.residual_code_size());
+        // One device call per block; at least one, so that an empty input still reaches the
+        // backend's checks.
         let mut start = 0;
-        while start < n || (n == 0 && start == 0) {
+        loop {
             watch.report(Phase::Encode, start, n)?;
             let len = rows.min(n - start);
             let offset = (start * self.d * std::mem::size_of::<f32>()) as u64;
@@ -520,7 +542,10 @@ impl Codebook {
             let (a, idx) = unsafe { backend.encode_device(&self.view(), at + offset, len)? };
             ids.extend(a);
             codes.extend(self.pq.pack_owned(idx));
-            start += len.max(1);
+            start += len;
+            if start >= n {
+                break;
+            }
         }
         watch.report(Phase::Encode, n, n)?;
         Ok((ids, codes))

@@ -62,7 +62,18 @@ pub fn train_anchors(
     p: &AnchorParams,
     progress: &dyn Progress,
 ) -> Result<AnchorResult> {
-    let watch = Watch::new(progress);
+    train_anchors_watched(backend, x, d, p, &Watch::new(progress))
+}
+
+/// [`train_anchors`] reporting to `watch`: each iteration's steps, polls within them, and
+/// the end, which may still cancel.
+pub(crate) fn train_anchors_watched(
+    backend: &dyn Backend,
+    x: &[f32],
+    d: usize,
+    p: &AnchorParams,
+    watch: &Watch,
+) -> Result<AnchorResult> {
     let tick = |it| watch.report(Phase::Anchors, it, p.max_iters);
     let r = train_anchors_from(backend, x, d, p, None, &tick, &|| watch.poll())?;
     watch.report(Phase::Anchors, p.max_iters, p.max_iters)?;
