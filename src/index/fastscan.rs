@@ -203,26 +203,44 @@ pub(crate) fn block_sums_scalar(block: &[u8], table: &[u8], out: &mut [u16; BLOC
 pub(crate) unsafe fn block_sums_avx2(block: &[u8], table: &[u8], out: &mut [u16; BLOCK]) {
     use std::arch::x86_64::*;
     debug_assert!(block.len() == table.len() && block.len().is_multiple_of(32));
-    let low = _mm256_set1_epi8(0x0f);
-    let zero = _mm256_setzero_si256();
-    let mut acc = [zero; 4];
+    let mut acc = [_mm256_setzero_si256(); 4];
     for (c, t) in block.chunks_exact(32).zip(table.chunks_exact(32)) {
-        // SAFETY: both chunks are 32 bytes; unaligned loads.
-        let (c, t) = unsafe {
-            (
-                _mm256_loadu_si256(c.as_ptr().cast()),
-                _mm256_loadu_si256(t.as_ptr().cast()),
-            )
-        };
-        let lo = _mm256_shuffle_epi8(t, _mm256_and_si256(c, low));
-        let hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(c, 4), low));
-        acc[0] = _mm256_add_epi16(acc[0], _mm256_unpacklo_epi8(lo, zero));
-        acc[1] = _mm256_add_epi16(acc[1], _mm256_unpackhi_epi8(lo, zero));
-        acc[2] = _mm256_add_epi16(acc[2], _mm256_unpacklo_epi8(hi, zero));
-        acc[3] = _mm256_add_epi16(acc[3], _mm256_unpackhi_epi8(hi, zero));
+        add_pair_avx2(c, t, &mut acc);
     }
-    // Each lane summed one sub-quantizer of every pair: add the lanes. acc[0] holds
-    // vectors 0-7, acc[1] 8-15, acc[2] 16-23, acc[3] 24-31.
+    store_avx2(&acc, out);
+}
+
+/// One AVX2 step: the sums of a pair of sub-quantizers (32 bytes of `codes` and of `table`)
+/// added to `acc`, whose lanes each hold one of the pair. acc[0] holds vectors 0-7, acc[1]
+/// 8-15, acc[2] 16-23, acc[3] 24-31.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn add_pair_avx2(codes: &[u8], table: &[u8], acc: &mut [std::arch::x86_64::__m256i; 4]) {
+    use std::arch::x86_64::*;
+    assert!(codes.len() >= 32 && table.len() >= 32);
+    let (low, zero) = (_mm256_set1_epi8(0x0f), _mm256_setzero_si256());
+    // SAFETY: both slices hold 32 bytes (checked above); unaligned loads.
+    let (c, t) = unsafe {
+        (
+            _mm256_loadu_si256(codes.as_ptr().cast()),
+            _mm256_loadu_si256(table.as_ptr().cast()),
+        )
+    };
+    let lo = _mm256_shuffle_epi8(t, _mm256_and_si256(c, low));
+    let hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(c, 4), low));
+    acc[0] = _mm256_add_epi16(acc[0], _mm256_unpacklo_epi8(lo, zero));
+    acc[1] = _mm256_add_epi16(acc[1], _mm256_unpackhi_epi8(lo, zero));
+    acc[2] = _mm256_add_epi16(acc[2], _mm256_unpacklo_epi8(hi, zero));
+    acc[3] = _mm256_add_epi16(acc[3], _mm256_unpackhi_epi8(hi, zero));
+}
+
+/// Adds each accumulator's two lanes (one sub-quantizer of every pair each) into `out`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_avx2(acc: &[std::arch::x86_64::__m256i; 4], out: &mut [u16; BLOCK]) {
+    use std::arch::x86_64::*;
     for (a, o) in acc.iter().zip(out.chunks_exact_mut(8)) {
         let s = _mm_add_epi16(_mm256_castsi256_si128(*a), _mm256_extracti128_si256(*a, 1));
         // SAFETY: `o` is 8 u16.
@@ -266,27 +284,9 @@ pub(crate) unsafe fn block_sums_avx512(block: &[u8], table: &[u8], out: &mut [u1
     let mut half =
         acc.map(|a| _mm256_add_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
     if quads < block.len() {
-        let low = _mm256_set1_epi8(0x0f);
-        let zero = _mm256_setzero_si256();
-        // SAFETY: the rest is one 32-byte chunk of each; unaligned loads.
-        let (c, t) = unsafe {
-            (
-                _mm256_loadu_si256(block[quads..].as_ptr().cast()),
-                _mm256_loadu_si256(table[quads..].as_ptr().cast()),
-            )
-        };
-        let lo = _mm256_shuffle_epi8(t, _mm256_and_si256(c, low));
-        let hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(c, 4), low));
-        half[0] = _mm256_add_epi16(half[0], _mm256_unpacklo_epi8(lo, zero));
-        half[1] = _mm256_add_epi16(half[1], _mm256_unpackhi_epi8(lo, zero));
-        half[2] = _mm256_add_epi16(half[2], _mm256_unpacklo_epi8(hi, zero));
-        half[3] = _mm256_add_epi16(half[3], _mm256_unpackhi_epi8(hi, zero));
+        add_pair_avx2(&block[quads..], &table[quads..], &mut half);
     }
-    for (a, o) in half.iter().zip(out.chunks_exact_mut(8)) {
-        let s = _mm_add_epi16(_mm256_castsi256_si128(*a), _mm256_extracti128_si256(*a, 1));
-        // SAFETY: `o` is 8 u16.
-        unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
-    }
+    store_avx2(&half, out);
 }
 
 /// `block_sums_scalar` with NEON (always there on aarch64): one sub-quantizer per step,
