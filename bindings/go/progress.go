@@ -25,7 +25,6 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"sync"
-	"unsafe"
 )
 
 // Phase names the step of long work a ProgressFunc hears about.
@@ -189,45 +188,22 @@ func (c *Compressor) withContext(ctx context.Context, f func(h *C.vlcc_compresso
 	})
 }
 
+// inContext runs a call as withContext does, as a compressorRun.
+func (c *Compressor) inContext(ctx context.Context) compressorRun {
+	return func(f func(h *C.vlcc_compressor) C.vlcc_status) error { return c.withContext(ctx, f) }
+}
+
 // TrainContext is Train, stopped when ctx is done (within one progress step: about a tenth
 // of a second of CPU work, or one batch on a GPU). A stopped Train returns an error that
 // matches both ErrCancelled and ctx.Err(), and keeps the codebook there was (or none).
 func (c *Compressor) TrainContext(ctx context.Context, x []float32, d int) error {
-	if err := trainShape(x, d); err != nil {
-		return err
-	}
-	err := c.withContext(ctx, func(h *C.vlcc_compressor) C.vlcc_status {
-		return C.vlcc_compressor_train(h, floatPtr(x), C.size_t(len(x)/d), C.size_t(d))
-	})
-	runtime.KeepAlive(x)
-	return err
+	return c.train(x, d, c.inContext(ctx))
 }
 
 // EncodeContext is Encode, stopped when ctx is done, as TrainContext. It runs exclusively:
 // other calls on this compressor wait for it.
 func (c *Compressor) EncodeContext(ctx context.Context, x []float32) ([]byte, error) {
-	n, err := c.rows(len(x))
-	if err != nil {
-		return nil, err
-	}
-	cs, err := c.CodecSize()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, n*cs)
-	var op *C.uint8_t
-	if len(out) > 0 {
-		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
-	}
-	err = c.withContext(ctx, func(h *C.vlcc_compressor) C.vlcc_status {
-		return C.vlcc_compressor_encode(h, floatPtr(x), C.size_t(n), op, C.size_t(len(out)))
-	})
-	runtime.KeepAlive(x)
-	runtime.KeepAlive(out)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return c.encode(x, c.inContext(ctx))
 }
 
 // SetProgress makes f hear this index's Add and Merge calls (instead of the context's
@@ -249,32 +225,25 @@ func (ix *Index) withContext(ctx context.Context, f func(h *C.vlcc_index) C.vlcc
 	})
 }
 
+// inContext runs a call as withContext does, as an indexRun.
+func (ix *Index) inContext(ctx context.Context) indexRun {
+	return func(f func(h *C.vlcc_index) C.vlcc_status) error { return ix.withContext(ctx, f) }
+}
+
 // AddContext is Add, stopped when ctx is done (as Compressor.TrainContext); a stopped Add
 // leaves the index as it was.
 func (ix *Index) AddContext(ctx context.Context, x []float32, ids []uint64) error {
-	if len(x) != len(ids)*ix.dim {
-		return &Error{Status: StatusInvalidArgument, Message: addShape(len(x), len(ids), ix.dim)}
-	}
-	if len(ids) == 0 {
+	if len(ids) == 0 && len(x) == 0 {
 		return doneBefore(ctx)
 	}
-	err := ix.withContext(ctx, func(h *C.vlcc_index) C.vlcc_status {
-		return C.vlcc_index_add(h, floatPtr(x), C.size_t(len(ids)), idsPtr(ids))
+	err := ix.add(len(x), ids, ix.inContext(ctx), func(h *C.vlcc_index, idp *C.uint64_t) C.vlcc_status {
+		return C.vlcc_index_add(h, floatPtr(x), C.size_t(len(ids)), idp)
 	})
 	runtime.KeepAlive(x)
-	runtime.KeepAlive(ids)
 	return err
 }
 
 // MergeContext is Merge, stopped when ctx is done; a stopped Merge leaves the index as it was.
 func (ix *Index) MergeContext(ctx context.Context, other *Index) error {
-	if other == ix {
-		return ix.Merge(ix)
-	}
-	other.mu.RLock()
-	defer other.mu.RUnlock()
-	if other.p == nil {
-		return errClosed
-	}
-	return ix.withContext(ctx, func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_merge(h, other.p) })
+	return ix.merge(other, ix.inContext(ctx))
 }

@@ -468,10 +468,19 @@ func floatPtr(x []float32) *C.float {
 
 // Train learns a codebook from len(x)/d vectors of dimension d (x is row-major).
 func (c *Compressor) Train(x []float32, d int) error {
+	return c.train(x, d, c.exclusive)
+}
+
+// compressorRun runs one C call on a compressor's handle: c.call, c.exclusive, or a
+// Context variant's c.inContext(ctx).
+type compressorRun func(func(h *C.vlcc_compressor) C.vlcc_status) error
+
+// train is Train with its C call run through via.
+func (c *Compressor) train(x []float32, d int, via compressorRun) error {
 	if err := trainShape(x, d); err != nil {
 		return err
 	}
-	err := c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
+	err := via(func(h *C.vlcc_compressor) C.vlcc_status {
 		return C.vlcc_compressor_train(h, floatPtr(x), C.size_t(len(x)/d), C.size_t(d))
 	})
 	runtime.KeepAlive(x)
@@ -531,6 +540,11 @@ func (c *Compressor) rows(values int) (int, error) {
 
 // Encode returns CodecSize() bytes per vector of x.
 func (c *Compressor) Encode(x []float32) ([]byte, error) {
+	return c.encode(x, c.call)
+}
+
+// encode is Encode with its C call run through via.
+func (c *Compressor) encode(x []float32, via compressorRun) ([]byte, error) {
 	n, err := c.rows(len(x))
 	if err != nil {
 		return nil, err
@@ -540,7 +554,7 @@ func (c *Compressor) Encode(x []float32) ([]byte, error) {
 		return nil, err
 	}
 	out := make([]byte, n*cs)
-	if err := c.EncodeInto(x, out); err != nil {
+	if err := c.encodeInto(x, out, via); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -576,6 +590,11 @@ func (c *Compressor) EncodeF16(x []uint16) ([]byte, error) {
 
 // EncodeInto writes the codes of x into out (at least rows*CodecSize() bytes), without copies.
 func (c *Compressor) EncodeInto(x []float32, out []byte) error {
+	return c.encodeInto(x, out, c.call)
+}
+
+// encodeInto is EncodeInto with its C call run through via.
+func (c *Compressor) encodeInto(x []float32, out []byte, via compressorRun) error {
 	n, err := c.rows(len(x))
 	if err != nil {
 		return err
@@ -584,7 +603,7 @@ func (c *Compressor) EncodeInto(x []float32, out []byte) error {
 	if len(out) > 0 {
 		op = (*C.uint8_t)(unsafe.Pointer(&out[0]))
 	}
-	err = c.call(func(h *C.vlcc_compressor) C.vlcc_status {
+	err = via(func(h *C.vlcc_compressor) C.vlcc_status {
 		return C.vlcc_compressor_encode(h, floatPtr(x), C.size_t(n), op, C.size_t(len(out)))
 	})
 	runtime.KeepAlive(x)
@@ -880,22 +899,26 @@ func (ix *Index) Dim() int { return ix.dim }
 
 // Add encodes len(ids) vectors and stores them under ids.
 func (ix *Index) Add(x []float32, ids []uint64) error {
-	err := ix.add(len(x), ids, func(h *C.vlcc_index, idp *C.uint64_t) C.vlcc_status {
+	err := ix.add(len(x), ids, ix.call, func(h *C.vlcc_index, idp *C.uint64_t) C.vlcc_status {
 		return C.vlcc_index_add(h, floatPtr(x), C.size_t(len(ids)), idp)
 	})
 	runtime.KeepAlive(x)
 	return err
 }
 
-// add checks that values make one row per id and runs one add call with the ids.
-func (ix *Index) add(values int, ids []uint64, run func(h *C.vlcc_index, ids *C.uint64_t) C.vlcc_status) error {
+// indexRun runs one C call on an index's handle: ix.call, ix.exclusive, or a Context
+// variant's ix.inContext(ctx).
+type indexRun func(func(h *C.vlcc_index) C.vlcc_status) error
+
+// add checks that values make one row per id and runs one add call with the ids through via.
+func (ix *Index) add(values int, ids []uint64, via indexRun, run func(h *C.vlcc_index, ids *C.uint64_t) C.vlcc_status) error {
 	if values != len(ids)*ix.dim {
 		return &Error{Status: StatusInvalidArgument, Message: addShape(values, len(ids), ix.dim)}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return run(h, idsPtr(ids)) })
+	err := via(func(h *C.vlcc_index) C.vlcc_status { return run(h, idsPtr(ids)) })
 	runtime.KeepAlive(ids)
 	return err
 }
@@ -1096,7 +1119,7 @@ func (ix *Index) Len() (int, error) {
 
 // AddF16 is Add for vectors given as IEEE half-precision bit patterns.
 func (ix *Index) AddF16(x []uint16, ids []uint64) error {
-	err := ix.add(len(x), ids, func(h *C.vlcc_index, idp *C.uint64_t) C.vlcc_status {
+	err := ix.add(len(x), ids, ix.call, func(h *C.vlcc_index, idp *C.uint64_t) C.vlcc_status {
 		return C.vlcc_index_add_f16(h, (*C.uint16_t)(unsafe.Pointer(&x[0])), C.size_t(len(ids)), idp)
 	})
 	runtime.KeepAlive(x)
@@ -1106,6 +1129,12 @@ func (ix *Index) AddF16(x []uint16, ids []uint64) error {
 // Merge appends every vector of other, which must be built on the same codebook
 // (StatusCodebookMismatch otherwise).
 func (ix *Index) Merge(other *Index) error {
+	return ix.merge(other, ix.call)
+}
+
+// merge is Merge with its C call run through via (merging an index into itself is refused
+// without it).
+func (ix *Index) merge(other *Index, via indexRun) error {
 	if other == ix {
 		return ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_merge(h, h) })
 	}
@@ -1114,7 +1143,7 @@ func (ix *Index) Merge(other *Index) error {
 	if other.p == nil {
 		return errClosed
 	}
-	return ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_merge(h, other.p) })
+	return via(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_merge(h, other.p) })
 }
 
 // IndexStats are an index's sizes and balance.
