@@ -133,6 +133,13 @@ template <class Set>
 void install(Set set, const ProgressFn* fn) {
     check(fn ? set(&progress_trampoline, const_cast<ProgressFn*>(fn)) : set(nullptr, nullptr));
 }
+// Installs `fn` (none when empty) through `set` and keeps it in `slot`, in place of the old.
+template <class Set>
+void replace_progress(Set set, std::unique_ptr<ProgressFn>& slot, ProgressFn fn) {
+    auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
+    install(set, f.get());
+    slot = std::move(f);
+}
 // Runs `call` with `once` as the progress callback, then puts `own` back (none when null).
 template <class Set, class Call>
 auto with_progress(Set set, const ProgressFn& once, const ProgressFn* own, Call call) {
@@ -183,9 +190,7 @@ public:
     // Long calls on objects made from this context that have no callback of their own report
     // to `fn`; an empty function removes it. The context must outlive the calls that use it.
     void set_progress(ProgressFn fn) {
-        auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
-        detail::install(setter(), f.get());
-        progress_ = std::move(f);
+        detail::replace_progress(setter(), progress_, std::move(fn));
     }
     const vlcc_context* get() const noexcept { return p_.get(); }
 
@@ -283,9 +288,7 @@ public:
     // Train and encode calls report to `fn` (instead of the context's callback); an empty
     // function removes it. Exclusive access.
     void set_progress(ProgressFn fn) {
-        auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
-        detail::install(setter(), f.get());
-        progress_ = std::move(f);
+        detail::replace_progress(setter(), progress_, std::move(fn));
     }
     // encode, reporting to `progress` for this call only. Exclusive access (it swaps the
     // compressor's callback for the call).
@@ -536,9 +539,7 @@ public:
     // Add and merge calls report to `fn` (instead of the context's callback); an empty
     // function removes it. Exclusive access.
     void set_progress(ProgressFn fn) {
-        auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
-        detail::install(setter(), f.get());
-        progress_ = std::move(f);
+        detail::replace_progress(setter(), progress_, std::move(fn));
     }
     // Every stored vector's id and its approximate vector (size() x dim() floats), list by list.
     std::pair<std::vector<uint64_t>, std::vector<float>> reconstruct() const {
