@@ -65,10 +65,15 @@ pub(crate) fn spread_rows(
 /// `out = x R^T` for row vectors, i.e. `R x` for each row: one GEMM per row block.
 pub(crate) fn rotate(r: &[f32], x: &[f32], dp: usize) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
+    rotate_into(r, x, dp, &mut out);
+    out
+}
+
+/// `rotate` into `out` (as long as `x`).
+pub(crate) fn rotate_into(r: &[f32], x: &[f32], dp: usize, out: &mut [f32]) {
     out.par_chunks_mut(linalg::BLOCK * dp)
         .zip(x.par_chunks(linalg::BLOCK * dp))
         .for_each(|(o, xb)| linalg::dot_block(xb, r, dp, o));
-    out
 }
 
 /// Rows of `d` scaled to unit length (zero rows stay zero), in place when `x` is already

@@ -70,10 +70,15 @@ const ENCODE_BLOCK: usize = 65_536;
 /// cancel) about every 30-70 ms of encoding on two cores.
 const WATCHED_BLOCK_VALUES: usize = 1 << 20;
 
+/// Rows of `d` values in a block of about `WATCHED_BLOCK_VALUES`.
+fn small_block_rows(d: usize) -> usize {
+    (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
+}
+
 /// Rows per block of `d` values for work reported to `watch`: `unwatched` when nobody listens.
 fn block_rows(d: usize, watch: &Watch, unwatched: usize) -> usize {
     if watch.listening() {
-        (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
+        small_block_rows(d)
     } else {
         unwatched
     }
@@ -85,9 +90,19 @@ fn polled_blocks(
     x: &[f32],
     width: usize,
     watch: &Watch,
+    f: impl FnMut(&[f32]) -> Result<()>,
+) -> Result<()> {
+    polled_blocks_of(x, width, block_rows(width, watch, usize::MAX), watch, f)
+}
+
+/// `polled_blocks` with blocks of `rows` rows whether or not anyone listens.
+fn polled_blocks_of(
+    x: &[f32],
+    width: usize,
+    rows: usize,
+    watch: &Watch,
     mut f: impl FnMut(&[f32]) -> Result<()>,
 ) -> Result<()> {
-    let rows = block_rows(width, watch, usize::MAX);
     for part in x.chunks(rows.saturating_mul(width)) {
         watch.poll()?;
         f(part)?;
@@ -97,9 +112,12 @@ fn polled_blocks(
 
 /// `layout::rotate` block by block, polling `watch` between blocks.
 fn rotate_polled(r: &[f32], x: &[f32], dp: usize, watch: &Watch) -> Result<Vec<f32>> {
-    let mut out = Vec::with_capacity(x.len());
+    // One output, filled block by block: no block is rotated into a copy first.
+    let mut out = vec![0f32; x.len()];
+    let mut at = 0;
     polled_blocks(x, dp, watch, |part| {
-        out.extend(layout::rotate(r, part, dp));
+        layout::rotate_into(r, part, dp, &mut out[at..at + part.len()]);
+        at += part.len();
         Ok(())
     })?;
     Ok(out)
@@ -243,9 +261,10 @@ impl Codebook {
         let pq = ProductQuantizer::train(
             backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None, watch, last,
         )?;
-        // The quantizer's error, block by block (polled); one running sum in row order.
+        // The quantizer's error, block by block (polled), so that its decoded copy stays
+        // small whether or not anyone listens; one running sum in row order.
         let mut err = 0f64;
-        polled_blocks(&y, dp, watch, |part| {
+        polled_blocks_of(&y, dp, small_block_rows(dp), watch, |part| {
             let mut yhat = vec![0f32; part.len()];
             pq.decode(&pq.encode(backend, part)?, &mut yhat);
             err = part
