@@ -105,6 +105,8 @@ pub struct Index {
     /// Lookup-table terms derived from the codebook (never stored in files), built by the
     /// first search: an index that is only filled costs none of their memory.
     tables: OnceLock<search::Tables>,
+    /// Held while the tables are built, so that concurrent first searches build them once.
+    tables_build: std::sync::Mutex<()>,
     /// Unique to this index and its contents: renewed by every change, so a device copy of
     /// the lists knows when it is stale.
     pub(crate) stamp: u64,
@@ -237,6 +239,7 @@ impl Index {
             lists,
             refine,
             tables: OnceLock::new(),
+            tables_build: Default::default(),
             stamp: next_stamp(),
             packed4: OnceLock::new(),
             id_map: OnceLock::new(),
@@ -299,6 +302,12 @@ impl Index {
 
     /// The search tables, built on first use.
     pub(crate) fn tables(&self) -> Result<&search::Tables> {
+        if let Some(t) = self.tables.get() {
+            return Ok(t);
+        }
+        // Concurrent first searches wait for one build rather than each making a copy (up to
+        // hundreds of MB); a failed build is not kept, so a later search may try again.
+        let _one = self.tables_build.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = self.tables.get() {
             return Ok(t);
         }
