@@ -148,6 +148,51 @@ fn concurrent_searches_match_sequential() {
     });
 }
 
+/// First searches race to build the search tables, from plain threads and from inside rayon
+/// tasks: the build happens once and none waits on a build that needs its own thread (which
+/// hung here when the builder held a lock across its parallel work).
+#[test]
+fn concurrent_first_searches_finish() {
+    use rayon::prelude::*;
+    let (demo, ix, ctx) = build(Metric::L2, 8, 8);
+    let p = SearchParams {
+        k: 10,
+        nprobe: 8,
+        rerank: 0,
+    };
+    let want = ix.search(&demo.query.data, &p, None).unwrap();
+    let bytes = ix.to_bytes();
+    let want = Arc::new(want.ids[..20 * 10].to_vec());
+    let q = Arc::new(demo.query.data[..20 * demo.base.cols].to_vec());
+    for round in 0..20 {
+        let fresh = Arc::new(Index::from_bytes(ctx.clone(), &bytes).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Detached threads: a hung one must not hold the test at a join.
+        for t in 0..6 {
+            let (fresh, tx, q) = (fresh.clone(), tx.clone(), q.clone());
+            std::thread::spawn(move || {
+                let got: Result<Vec<Vec<u64>>, Error> = if t % 2 == 0 {
+                    fresh.search(&q, &p, None).map(|r| vec![r.ids])
+                } else {
+                    (0..4)
+                        .into_par_iter()
+                        .map(|_| fresh.search(&q, &p, None).map(|r| r.ids))
+                        .collect()
+                };
+                let _ = tx.send(got);
+            });
+        }
+        for _ in 0..6 {
+            let got = rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("round {round}: a first search hung"));
+            for ids in got.unwrap() {
+                assert_eq!(&ids, &*want);
+            }
+        }
+    }
+}
+
 #[test]
 fn remove_merge_and_bad_search_input() {
     let (demo, mut ix, _) = build(Metric::L2, 8, 8);

@@ -30,6 +30,12 @@ pub struct BoundedResults {
     pub certified: Vec<bool>,
 }
 
+/// The slack for the float rounding of a code score `s` of query norm `qn`, `a` the largest
+/// anchor norm: generous next to the magnitudes summed (query, anchors, score).
+fn slack(s: f32, qn: f32, a: f32) -> f32 {
+    2e-5 * (1.0 + s.abs() + qn * qn + qn * a + a * a)
+}
+
 /// Bounds of one hit's score (smaller is better: squared L2, or minus the similarity) from its
 /// code's score `s`, its error bound `b` and the query's norm `qn`, widened by `slack` for the
 /// float rounding of `s`.
@@ -73,12 +79,11 @@ impl Index {
         })
     }
 
-    /// The slack for the float rounding of a code score of query norm `qn`: generous next to
-    /// the magnitudes summed (query, anchors, score).
-    fn slack(&self, s: f32, qn: f32) -> f32 {
-        // The tables exist once a search ran; without them the slack is unbounded (safe).
-        let a = self.tables().map_or(f32::INFINITY, |t| t.max_anchor_norm);
-        2e-5 * (1.0 + s.abs() + qn * qn + qn * a + a * a)
+    /// The largest anchor norm, for [`slack`] (+inf where the tables cannot be had: an
+    /// unbounded slack is safe).
+    fn max_anchor_norm(&self) -> f32 {
+        self.tables(&mut None)
+            .map_or(f32::INFINITY, |t| t.max_anchor_norm)
     }
 
     /// As [`Index::search_filtered`], with each hit's distance bounds. With `auto`, the
@@ -125,7 +130,7 @@ impl Index {
             rerank: 0,
         };
         let raw = raw.expect("checked above");
-        let bmax = self.max_bound();
+        let (bmax, amax) = (self.max_bound(), self.max_anchor_norm());
         let mut per: Vec<(Vec<Cand>, usize, bool)> = Vec::with_capacity(nq);
         for qb in q.chunks(AUTO_BATCH * d) {
             let nb = qb.len() / d;
@@ -146,7 +151,7 @@ impl Index {
                                 -cscore[i * cap + t]
                             }
                         };
-                        self.auto_one(qv, ids, s, k, raw, bmax)
+                        self.auto_one(qv, ids, s, k, raw, (bmax, amax))
                     })
                     .collect::<Result<Vec<_>>>()
             })?;
@@ -186,7 +191,7 @@ impl Index {
         score: impl Fn(usize) -> f32,
         k: usize,
         raw: &dyn RawVectors,
-        bmax: f32,
+        (bmax, amax): (f32, f32),
     ) -> Result<(Vec<Cand>, usize, bool)> {
         let l2 = self.cb.metric == Metric::L2;
         let qn = crate::linalg::dot(qv, qv).sqrt();
@@ -194,7 +199,7 @@ impl Index {
         let mut order = Vec::with_capacity(found);
         for (t, &id) in ids[..found].iter().enumerate() {
             let s = score(t);
-            let lo = score_bounds(l2, s, self.bound_of(id)?, qn, self.slack(s, qn)).0;
+            let lo = score_bounds(l2, s, self.bound_of(id)?, qn, slack(s, qn, amax)).0;
             order.push(Cand(lo, id));
         }
         order.sort_unstable();
@@ -202,7 +207,7 @@ impl Index {
         // than the last kept one's (when the scan kept as many as it could).
         let tail = if found == ids.len() && found > 0 {
             let s = score(found - 1);
-            score_bounds(l2, s, bmax, qn, self.slack(s, qn)).0
+            score_bounds(l2, s, bmax, qn, slack(s, qn, amax)).0
         } else {
             f32::INFINITY
         };
@@ -241,6 +246,7 @@ impl Index {
         let nq = q.len() / d.max(1);
         let (mut lower, mut upper) = (res.distances.clone(), res.distances.clone());
         if exact.is_none() {
+            let amax = self.max_anchor_norm();
             for i in 0..nq {
                 let qn = crate::linalg::dot(&q[i * d..(i + 1) * d], &q[i * d..(i + 1) * d]).sqrt();
                 for t in i * k..i * k + res.found(i) {
@@ -250,7 +256,7 @@ impl Index {
                         -res.distances[t]
                     };
                     let b = self.bound_of(res.ids[t])?;
-                    let (lo, hi) = score_bounds(l2, s, b, qn, self.slack(s, qn));
+                    let (lo, hi) = score_bounds(l2, s, b, qn, slack(s, qn, amax));
                     (lower[t], upper[t]) = if l2 { (lo, hi) } else { (-hi, -lo) };
                 }
             }

@@ -289,25 +289,41 @@ impl Index {
     /// Runs `f` with this index's codebook and lists as devices read them.
     pub(crate) fn with_views<R>(&self, f: impl FnOnce(&CodebookView, &ListsView) -> R) -> R {
         let list = |j: usize| self.list(j);
+        let mut light = None;
         let lists = ListsView {
             key: self.stamp,
             nlist: self.nlist(),
             len: self.len(),
             list: &list,
             // Without the tables (no memory for them), devices build terms per list.
-            l2_terms: self.tables().ok().and_then(|t| t.l2_terms.as_deref()),
+            l2_terms: self
+                .tables(&mut light)
+                .ok()
+                .and_then(|t| t.l2_terms.as_deref()),
         };
         f(&self.cb.view(), &lists)
     }
 
-    /// The search tables, built on first use.
-    pub(crate) fn tables(&self) -> Result<&search::Tables> {
+    /// The search tables, built on first use. While another thread builds them, this call
+    /// makes light ones in `light` instead (no per-list terms: each probed list's are made as
+    /// needed) rather than wait: the build runs rayon tasks, and a thread waiting inside one
+    /// may be the very thread whose stolen task the build needs, so waiting could hang.
+    pub(crate) fn tables<'a>(
+        &'a self,
+        light: &'a mut Option<search::Tables>,
+    ) -> Result<&'a search::Tables> {
         if let Some(t) = self.tables.get() {
             return Ok(t);
         }
-        // Concurrent first searches wait for one build rather than each making a copy (up to
-        // hundreds of MB); a failed build is not kept, so a later search may try again.
-        let _one = self.tables_build.lock().unwrap_or_else(|e| e.into_inner());
+        // One builder: concurrent first searches would each make a copy (up to hundreds of
+        // MB). A failed build is not kept, so a later search may try again.
+        let _one = match self.tables_build.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Ok(light.insert(search::Tables::new(&self.cb, 0)?));
+            }
+        };
         if let Some(t) = self.tables.get() {
             return Ok(t);
         }

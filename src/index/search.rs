@@ -433,7 +433,8 @@ impl Index {
         let r = qb.len() / d;
         let mut dots = vec![0f32; r * m];
         linalg::dot_block(qb, &cb.anchors, d, &mut dots);
-        let tables = self.tables()?;
+        let mut light = None;
+        let tables = self.tables(&mut light)?;
         let anorm = &tables.anchor_norms;
         let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
         let qy = if cb.rot.is_empty() {
@@ -720,12 +721,16 @@ mod tests {
         ix.add(&base.data[..], &ids).unwrap();
         let cb = &*ix.cb;
         let (d, dp, nsub, ds, ks) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.pq.ksub());
-        let terms = ix.tables().unwrap().l2_terms.as_ref().unwrap();
+        let mut light = None;
+        let tables = ix.tables(&mut light).unwrap();
+        let terms = tables.l2_terms.as_ref().unwrap();
         let qy = layout::rotate(&cb.rot, &layout::pad_rows(&query.data, d, ds, dp), dp);
         let mut table = fastscan::ByteTable::new(nsub);
         for y in qy.chunks_exact(dp).take(40) {
             let mut qci = vec![0f32; nsub * ks];
-            ix.tables().unwrap().query_table(y, ds, ks, -2.0, &mut qci);
+            ix.tables(&mut None)
+                .unwrap()
+                .query_table(y, ds, ks, -2.0, &mut qci);
             for a in 0..cb.anchors() {
                 let (lids, lcodes) = ix.list(a);
                 let t = &terms[a * nsub * ks..(a + 1) * nsub * ks];
