@@ -1,0 +1,275 @@
+//! `Compressor`: training parameters (named as the core's table names them), a codebook once
+//! trained or loaded, encode and decode.
+
+use crate::arrays::{byte_rows, matrix, rows};
+use crate::context::PyContext;
+use crate::errors::{invalid, OrPy};
+use crate::index::PyIndex;
+use crate::progress::{self, settle, PyProgress};
+use numpy::{PyArray2, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::sync::{Arc, RwLock};
+use vlc_compress::{format, Compressor, Metric, Refine, Rotation};
+
+#[pyclass(module = "vlc_compress._native", name = "Compressor", frozen)]
+pub struct PyCompressor {
+    /// Training replaces the codebook: it takes the lock exclusively; encodes share it.
+    pub c: RwLock<Compressor>,
+    progress: RwLock<Option<Arc<PyProgress>>>,
+}
+
+/// Sets one parameter by its table name; metric, rotation and init also take their names.
+fn set_param(c: &mut Compressor, name: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    let p = c.params_mut();
+    if let Ok(s) = v.extract::<String>() {
+        return match name {
+            "metric" => Ok(p.metric = s.parse::<Metric>().py_err()?),
+            "rotation" => Ok(p.rotation = s.parse::<Rotation>().py_err()?),
+            "init" => Ok(p.anchor.init = s.parse().py_err()?),
+            _ => Err(invalid(format!("{name} takes a number, not {s:?}"))),
+        };
+    }
+    let info = vlc_compress::params::params()
+        .find(|i| i.name == name)
+        .ok_or_else(|| {
+            invalid(format!(
+                "{name:?} is not a training parameter (see vlc_compress.PARAMS)"
+            ))
+        })?;
+    let value: f64 = v
+        .extract()
+        .map_err(|_| invalid(format!("{name} takes a number")))?;
+    p.set(info.id, value).py_err()
+}
+
+impl PyCompressor {
+    fn wrap(c: Compressor) -> Self {
+        PyCompressor {
+            c: RwLock::new(c),
+            progress: RwLock::new(None),
+        }
+    }
+
+    /// The callback for a call: its own, else the object's (the core then consults the
+    /// context's).
+    fn watch(&self, per_call: Option<Bound<'_, PyAny>>) -> PyResult<Option<Arc<PyProgress>>> {
+        Ok(progress::callback(per_call)?.or_else(|| self.progress.read().unwrap().clone()))
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Compressor> {
+        self.c.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyCompressor {
+    /// A compressor with the given training parameters (`vlc_compress.PARAMS` lists them:
+    /// `anchors`, `bytes_per_vector`, `bits`, `metric` ("l2", "ip", "cosine"), ...).
+    #[new]
+    #[pyo3(signature = (context = None, **params))]
+    fn new(
+        context: Option<&Bound<'_, PyContext>>,
+        params: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let mut c = Compressor::new(PyContext::or_default(context)?, Default::default());
+        if let Some(params) = params {
+            for (k, v) in params.iter() {
+                set_param(&mut c, &k.extract::<String>()?, &v)?;
+            }
+        }
+        Ok(Self::wrap(c))
+    }
+
+    /// A compressor around a saved codebook (`codebook_bytes()` or a codebook file's bytes).
+    #[staticmethod]
+    #[pyo3(signature = (data, context = None))]
+    fn from_codebook(data: &[u8], context: Option<&Bound<'_, PyContext>>) -> PyResult<Self> {
+        let cb = format::read_codebook_bytes(data).py_err()?;
+        Ok(Self::wrap(Compressor::with_codebook(
+            PyContext::or_default(context)?,
+            Arc::new(cb),
+        )))
+    }
+
+    /// Loads a codebook file.
+    #[staticmethod]
+    #[pyo3(signature = (path, context = None))]
+    fn load_codebook(
+        path: std::path::PathBuf,
+        context: Option<&Bound<'_, PyContext>>,
+    ) -> PyResult<Self> {
+        let cb = format::load_codebook(&path).py_err()?;
+        Ok(Self::wrap(Compressor::with_codebook(
+            PyContext::or_default(context)?,
+            Arc::new(cb),
+        )))
+    }
+
+    /// Every training parameter's current value, by name.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let c = self.read();
+        for i in vlc_compress::params::params() {
+            d.set_item(i.name, c.params().get(i.id).py_err()?)?;
+        }
+        Ok(d)
+    }
+
+    /// Sets training parameters by name (before `train`).
+    #[pyo3(signature = (**params))]
+    fn set_params(&self, params: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        let mut c = self.c.write().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in params.into_iter().flat_map(|p| p.iter()) {
+            set_param(&mut c, &k.extract::<String>()?, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Trains on `x` (n x d; float32, float16, or anything numpy turns into floats) and
+    /// returns the training report. A progress callback may cancel; the compressor then keeps
+    /// its previous codebook (or none).
+    #[pyo3(signature = (x, progress = None))]
+    fn train<'py>(
+        &self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        progress: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let x = rows(x, "x")?;
+        let (_, d) = x.shape();
+        let p = self.watch(progress)?;
+        let x32: std::borrow::Cow<'_, [f32]> = match x.vectors() {
+            vlc_compress::Vectors::F32(s) => s.into(),
+            vlc_compress::Vectors::F16(s) => {
+                s.iter().map(|v| v.to_f32()).collect::<Vec<_>>().into()
+            }
+        };
+        let report = py.detach(|| {
+            let mut c = self.c.write().unwrap_or_else(|e| e.into_inner());
+            let r = match &p {
+                Some(p) => c.train_with_progress(&x32, d, p.as_ref()),
+                None => c.train(&x32, d),
+            };
+            r.cloned()
+        });
+        let r = settle(p.as_deref(), report)?;
+        let out = PyDict::new(py);
+        out.set_item("energy", r.energy)?;
+        out.set_item("max_list_over_mean", r.max_list_over_mean)?;
+        out.set_item("iterations", r.iterations)?;
+        out.set_item("anchor_seconds", r.anchor_seconds)?;
+        out.set_item("pq_seconds", r.pq_seconds)?;
+        out.set_item("pq_mse", r.pq_mse)?;
+        Ok(out)
+    }
+
+    /// Whether a codebook is trained or loaded.
+    #[getter]
+    fn is_trained(&self) -> bool {
+        self.read().codebook().is_ok()
+    }
+
+    /// Dimension of the vectors the codebook takes.
+    #[getter]
+    fn d(&self) -> PyResult<usize> {
+        Ok(self.read().codebook().py_err()?.dim())
+    }
+
+    /// Bytes of one encoded vector (anchor id and residual code).
+    #[getter]
+    fn code_size(&self) -> PyResult<usize> {
+        Ok(self.read().codebook().py_err()?.codec_size())
+    }
+
+    /// The codebook's fingerprint: indexes merge only when theirs agree.
+    #[getter]
+    fn fingerprint(&self) -> PyResult<u64> {
+        Ok(self.read().codebook().py_err()?.fingerprint())
+    }
+
+    /// The codebook in the file format, as bytes.
+    fn codebook_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let b = format::codebook_bytes(self.read().codebook().py_err()?);
+        Ok(PyBytes::new(py, &b))
+    }
+
+    /// Saves the codebook (written to a temporary file, then renamed over `path`).
+    fn save_codebook(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        let cb = self.read().codebook().py_err()?.clone();
+        py.detach(|| format::save_codebook(&cb, &path)).py_err()
+    }
+
+    /// Codes of `x`: a uint8 array of n x code_size.
+    #[pyo3(signature = (x, progress = None))]
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        progress: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyArray2<u8>>> {
+        let x = rows(x, "x")?;
+        let (n, _) = x.shape();
+        let p = self.watch(progress)?;
+        let v = x.vectors();
+        let codes = py.detach(|| {
+            let c = self.read();
+            match &p {
+                Some(p) => c.encode_with_progress(v, p.as_ref()),
+                None => c.encode(v),
+            }
+        });
+        let codes = settle(p.as_deref(), codes)?;
+        let size = self.code_size()?;
+        matrix(py, codes, n, size)
+    }
+
+    /// Vectors of `codes` (n x code_size, uint8): float32 n x d.
+    fn decode<'py>(
+        &self,
+        py: Python<'py>,
+        codes: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let codes = byte_rows(codes, "codes")?;
+        let (n, size) = (codes.shape()[0], codes.shape()[1]);
+        if size != self.code_size()? {
+            return Err(invalid(format!(
+                "codes have {size} bytes per row; this codebook's are {}",
+                self.code_size()?
+            )));
+        }
+        let b = codes.as_slice()?;
+        let x = py.detach(|| self.read().decode(b)).py_err()?;
+        matrix(py, x, n, self.d()?)
+    }
+
+    /// An empty index on this codebook. `refine`: None, "bound", "f16" or "int8" (side rows
+    /// for error bounds and a re-rank without the caller's vectors).
+    #[pyo3(signature = (refine = None))]
+    fn new_index(&self, refine: Option<&str>) -> PyResult<PyIndex> {
+        let r: Refine = refine.unwrap_or("none").parse().py_err()?;
+        Ok(PyIndex::wrap(
+            self.read().new_index_with_refine(r).py_err()?,
+        ))
+    }
+
+    /// Estimated peak memory of training on n vectors of dimension d: (host, device) bytes.
+    fn estimate_memory(&self, n: usize, d: usize) -> (usize, usize) {
+        self.read().estimate_training_memory(n, d)
+    }
+
+    /// A progress callback for this compressor's calls that have none of their own.
+    fn set_progress(&self, progress: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        *self.progress.write().unwrap() = progress::callback(progress)?;
+        Ok(())
+    }
+
+    /// Pickles as the codebook's bytes (on a CPU context when unpickled).
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        let f = slf.getattr("from_codebook")?;
+        Ok((f, (slf.get().codebook_bytes(slf.py())?,)))
+    }
+}

@@ -1,0 +1,74 @@
+//! `Context`: a backend (CPU, CUDA, WGPU), its threads and its memory cap.
+
+use crate::errors::OrPy;
+use crate::progress;
+use pyo3::prelude::*;
+use std::sync::Arc;
+use vlc_compress::{BackendKind, Context};
+
+#[pyclass(module = "vlc_compress._native", name = "Context", frozen)]
+pub struct PyContext {
+    pub ctx: Arc<Context>,
+}
+
+impl PyContext {
+    /// The context a call was given, or a CPU context on all cores.
+    pub fn or_default(c: Option<&Bound<'_, PyContext>>) -> PyResult<Arc<Context>> {
+        match c {
+            Some(c) => Ok(c.get().ctx.clone()),
+            None => Ok(Arc::new(Context::new(BackendKind::Cpu, 0, 0).py_err()?)),
+        }
+    }
+}
+
+#[pymethods]
+impl PyContext {
+    /// `backend`: "cpu", "cuda", "wgpu" or "auto" (CUDA, then WGPU, then the CPU); `device`
+    /// the GPU's number; `threads` the host threads (0 = all cores).
+    #[new]
+    #[pyo3(signature = (backend = "cpu", device = 0, threads = 0))]
+    fn new(py: Python<'_>, backend: &str, device: usize, threads: usize) -> PyResult<Self> {
+        let kind: BackendKind = backend.parse().py_err()?;
+        let ctx = py.detach(|| Context::new(kind, device, threads)).py_err()?;
+        Ok(PyContext { ctx: Arc::new(ctx) })
+    }
+
+    /// The backend in use: "cpu", "cuda" or "wgpu".
+    #[getter]
+    fn backend(&self) -> String {
+        self.ctx.backend().kind().name().to_string()
+    }
+
+    #[getter]
+    fn threads(&self) -> usize {
+        self.ctx.threads()
+    }
+
+    /// The host memory cap in bytes (0 = none): training checks its estimate against it.
+    #[getter]
+    fn memory_cap(&self) -> usize {
+        self.ctx.memory_cap()
+    }
+
+    #[setter]
+    fn set_memory_cap(&self, bytes: usize) {
+        self.ctx.set_memory_cap(bytes)
+    }
+
+    /// A progress callback for every long call on this context that has none of its own
+    /// (None removes it).
+    fn set_progress(&self, progress: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let p = progress::callback(progress)?;
+        self.ctx
+            .set_progress(p.map(|p| p as vlc_compress::SharedProgress));
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Context(backend={:?}, threads={})",
+            self.backend(),
+            self.threads()
+        )
+    }
+}

@@ -1,0 +1,461 @@
+//! `Index`: add, search (FAISS-shaped: `D, I = index.search(q, k)`), filters, re-rank,
+//! distance bounds, range search, remove, merge, files and bytes.
+
+use crate::arrays::{f32_rows, id_matrix, ids, matrix, rows, vector};
+use crate::context::PyContext;
+use crate::errors::{invalid, OrPy};
+use crate::progress::{self, settle, PyProgress};
+use numpy::{PyArray1, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use vlc_compress::{DenseRaw, Error, FetchRaw, Filter, Index, RawVectors, SearchParams};
+
+#[pyclass(module = "vlc_compress._native", name = "Index", frozen)]
+pub struct PyIndex {
+    /// Searches share the index; add, remove and merge take it exclusively. Locks are taken
+    /// with the GIL released, so a waiting thread never holds up Python.
+    ix: RwLock<Index>,
+    progress: RwLock<Option<Arc<PyProgress>>>,
+}
+
+/// The caller's raw vectors for a re-rank: an array (row i = id i) or a callable
+/// `fetch(ids: uint64 array) -> (len(ids), d) array`.
+enum Raw<'py> {
+    Rows(PyReadonlyArray2<'py, f32>),
+    Fetch(Py<PyAny>),
+}
+
+fn raw_of<'py>(raw: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Raw<'py>>> {
+    match raw {
+        None => Ok(None),
+        Some(r) if r.is_none() => Ok(None),
+        Some(r) if r.is_callable() => Ok(Some(Raw::Fetch(r.clone().unbind()))),
+        Some(r) => Ok(Some(Raw::Rows(f32_rows(r, "raw")?))),
+    }
+}
+
+/// Calls the caller's fetch for `ids` into `out`, with the GIL held for the call only.
+fn fetch(f: &Py<PyAny>, d: usize, want: &[u64], out: &mut [f32]) -> vlc_compress::Result<()> {
+    Python::attach(|py| {
+        let got = f
+            .call1(py, (vector(py, want.to_vec()),))
+            .and_then(|v| Ok(f32_rows(v.bind(py), "fetched rows")?.as_slice()?.to_vec()));
+        match got {
+            Ok(v) if v.len() == out.len() => {
+                out.copy_from_slice(&v);
+                Ok(())
+            }
+            Ok(v) => Err(Error::Callback(format!(
+                "fetch gave {} values for {} ids of dimension {d}",
+                v.len(),
+                want.len()
+            ))),
+            Err(e) => Err(Error::Callback(format!("fetch raised {e}"))),
+        }
+    })
+}
+
+/// A filter: allowed ids (any order), a boolean mask over ids, or a callable `fn(id) -> bool`
+/// (called from several threads; an exception in it ends the search).
+fn filter_of(f: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Filter>> {
+    let Some(f) = f.filter(|f| !f.is_none()) else {
+        return Ok(None);
+    };
+    if f.is_callable() {
+        let g = f.clone().unbind();
+        return Ok(Some(Filter::predicate(move |id| {
+            Python::attach(|py| {
+                g.call1(py, (id,))
+                    .and_then(|v| v.is_truthy(py))
+                    .map_err(|e| Error::Callback(format!("filter raised {e}")))
+            })
+        })));
+    }
+    let np = f.py().import("numpy")?;
+    let a = np.call_method1("asarray", (f,))?;
+    let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
+    if kind == "b" {
+        let n: u64 = a.getattr("size")?.extract()?;
+        let kw = pyo3::types::PyDict::new(f.py());
+        kw.set_item("bitorder", "little")?;
+        let packed = np.call_method("packbits", (a.call_method1("ravel", ())?,), Some(&kw))?;
+        let bits: Vec<u8> = packed.call_method0("tobytes")?.extract()?;
+        return Ok(Some(Filter::bitset(&bits, n).py_err()?));
+    }
+    let mut v = ids(f, "filter")?;
+    v.sort_unstable();
+    Ok(Some(Filter::ids(&v).py_err()?))
+}
+
+impl PyIndex {
+    pub fn wrap(ix: Index) -> Self {
+        PyIndex {
+            ix: RwLock::new(ix),
+            progress: RwLock::new(None),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Index> {
+        self.ix.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the index shared, with the GIL released (the lock is taken there too).
+    fn shared<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> T + Send) -> T {
+        py.detach(|| f(&self.read()))
+    }
+
+    /// Runs `f` on the index exclusively, with the GIL released.
+    fn exclusive<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Index) -> T + Send) -> T {
+        py.detach(|| f(&mut self.ix.write().unwrap_or_else(|e| e.into_inner())))
+    }
+
+    fn watch(&self, per_call: Option<Bound<'_, PyAny>>) -> PyResult<Option<Arc<PyProgress>>> {
+        Ok(progress::callback(per_call)?.or_else(|| self.progress.read().unwrap().clone()))
+    }
+
+    fn dim(&self) -> usize {
+        self.read().codebook().dim()
+    }
+
+    /// Queries as float32 rows of this index's dimension.
+    fn queries<'py>(&self, q: &Bound<'py, PyAny>) -> PyResult<(PyReadonlyArray2<'py, f32>, usize)> {
+        let q = f32_rows(q, "queries")?;
+        let (n, d) = (q.shape()[0], q.shape()[1]);
+        if d != self.dim() {
+            return Err(invalid(format!(
+                "queries have dimension {d}; the index's is {}",
+                self.dim()
+            )));
+        }
+        Ok((q, n))
+    }
+
+    /// Runs `f` with the raw vectors as the core reads them.
+    fn with_raw<T>(
+        &self,
+        raw: &Option<Raw<'_>>,
+        f: impl FnOnce(Option<&dyn RawVectors>) -> T,
+    ) -> PyResult<T> {
+        let d = self.dim();
+        Ok(match raw {
+            None => f(None),
+            Some(Raw::Rows(a)) => f(Some(&DenseRaw {
+                data: a.as_slice()?,
+                d,
+            })),
+            Some(Raw::Fetch(g)) => f(Some(&FetchRaw {
+                d,
+                f: |want: &[u64], out: &mut [f32]| fetch(g, d, want, out),
+            })),
+        })
+    }
+}
+
+/// The search parameters of a call.
+fn params(k: usize, nprobe: usize, rerank: usize) -> SearchParams {
+    SearchParams { k, nprobe, rerank }
+}
+
+#[pymethods]
+impl PyIndex {
+    /// Loads an index file. With `mmap`, codes and ids are read in place from the mapped file
+    /// (checksums verified at load unless `verify=False`; then call `verify()` when it suits).
+    #[staticmethod]
+    #[pyo3(signature = (path, mmap = true, verify = true, context = None))]
+    fn load(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        mmap: bool,
+        verify: bool,
+        context: Option<&Bound<'_, PyContext>>,
+    ) -> PyResult<Self> {
+        let ctx = PyContext::or_default(context)?;
+        let ix = py.detach(|| {
+            if verify {
+                Index::load(ctx, &path, mmap)
+            } else {
+                Index::load_deferred(ctx, &path)
+            }
+        });
+        Ok(Self::wrap(ix.py_err()?))
+    }
+
+    /// An index from `to_bytes()`'s bytes.
+    #[staticmethod]
+    #[pyo3(signature = (data, context = None))]
+    fn from_bytes(
+        py: Python<'_>,
+        data: &[u8],
+        context: Option<&Bound<'_, PyContext>>,
+    ) -> PyResult<Self> {
+        let ctx = PyContext::or_default(context)?;
+        Ok(Self::wrap(
+            py.detach(|| Index::from_bytes(ctx, data)).py_err()?,
+        ))
+    }
+
+    /// Checks every section's checksum (for an index loaded with `verify=False`).
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        self.shared(py, |ix| ix.verify()).py_err()
+    }
+
+    /// Saves the index (written to a temporary file, then renamed over `path`).
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        self.shared(py, |ix| ix.save(&path)).py_err()
+    }
+
+    /// The index in the file format, as bytes.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let b = self.shared(py, |ix| ix.to_bytes());
+        PyBytes::new(py, &b)
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        Ok((slf.getattr("from_bytes")?, (slf.get().to_bytes(slf.py()),)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Vectors held (FAISS's name).
+    #[getter]
+    fn ntotal(&self) -> usize {
+        self.read().len()
+    }
+
+    #[getter]
+    fn d(&self) -> usize {
+        self.dim()
+    }
+
+    #[getter]
+    fn nlist(&self) -> usize {
+        self.read().nlist()
+    }
+
+    #[getter]
+    fn metric(&self) -> &'static str {
+        self.read().codebook().metric().name()
+    }
+
+    #[getter]
+    fn refine(&self) -> &'static str {
+        self.read().refine().name()
+    }
+
+    #[getter]
+    fn fingerprint(&self) -> u64 {
+        self.read().codebook().fingerprint()
+    }
+
+    /// Encodes `x` (n x d) and appends it under `ids` (default: ntotal, ntotal + 1, ...).
+    /// A progress callback may cancel; the index then keeps its old contents.
+    #[pyo3(signature = (x, ids = None, progress = None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        ids: Option<&Bound<'_, PyAny>>,
+        progress: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let x = rows(x, "x")?;
+        let (n, d) = x.shape();
+        if d != self.dim() {
+            return Err(invalid(format!(
+                "x has dimension {d}; the index's is {}",
+                self.dim()
+            )));
+        }
+        let ids = match ids.filter(|i| !i.is_none()) {
+            Some(i) => crate::arrays::ids(i, "ids")?,
+            None => {
+                let base = self.ntotal() as u64;
+                (base..base + n as u64).collect()
+            }
+        };
+        let p = self.watch(progress)?;
+        let v = x.vectors();
+        let r = self.exclusive(py, |ix| match &p {
+            Some(p) => ix.add_with_progress(v, &ids, p.as_ref()),
+            None => ix.add(v, &ids),
+        });
+        settle(p.as_deref(), r)
+    }
+
+    /// The k nearest of each query: `(D, I)`, float32 and int64 arrays of nq x k, best first;
+    /// missing results have id -1 and distance NaN. Distances are squared L2, or similarities
+    /// (inner product, cosine). `rerank` > 0 re-scores that many candidates exactly against
+    /// `raw` (an array whose row i is id i, or a callable fetch(ids) -> rows), or against the
+    /// index's own refinement rows. `filter`: allowed ids, a boolean mask over ids, or a
+    /// callable fn(id) -> bool.
+    #[pyo3(signature = (queries, k, nprobe = 16, rerank = 0, raw = None, filter = None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: usize,
+        nprobe: usize,
+        rerank: usize,
+        raw: Option<&Bound<'py, PyAny>>,
+        filter: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<i64>>)> {
+        let (q, nq) = self.queries(queries)?;
+        let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
+        let qs = q.as_slice()?;
+        let p = params(k, nprobe, rerank);
+        let r = self.with_raw(&raw, |raw| {
+            self.shared(py, |ix| ix.search_filtered(qs, &p, raw, filter.as_ref()))
+        })?;
+        let r = r.py_err()?;
+        Ok((
+            matrix(py, r.distances, nq, k)?,
+            id_matrix(py, r.ids, nq, k)?,
+        ))
+    }
+
+    /// As `search`, with each hit's distance bounds from the index's error bounds (an index
+    /// made with a refine kind): `(D, I, lower, upper, certified)`. With `auto`, the re-rank
+    /// keeps going (up to `rerank` candidates) until the top k is proven exact over the
+    /// probed lists; `certified[i]` says whether query i's was.
+    #[pyo3(signature = (queries, k, nprobe = 16, rerank = 0, raw = None, filter = None, auto = false))]
+    fn search_bounded<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: usize,
+        nprobe: usize,
+        rerank: usize,
+        raw: Option<&Bound<'py, PyAny>>,
+        filter: Option<&Bound<'py, PyAny>>,
+        auto: bool,
+    ) -> PyResult<(
+        Bound<'py, PyArray2<f32>>,
+        Bound<'py, PyArray2<i64>>,
+        Bound<'py, PyArray2<f32>>,
+        Bound<'py, PyArray2<f32>>,
+        Bound<'py, PyArray1<bool>>,
+    )> {
+        let (q, nq) = self.queries(queries)?;
+        let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
+        let qs = q.as_slice()?;
+        let p = params(k, nprobe, rerank);
+        let r = self.with_raw(&raw, |raw| {
+            self.shared(py, |ix| {
+                ix.search_bounded(qs, &p, raw, filter.as_ref(), auto)
+            })
+        })?;
+        let r = r.py_err()?;
+        Ok((
+            matrix(py, r.results.distances, nq, k)?,
+            id_matrix(py, r.results.ids, nq, k)?,
+            matrix(py, r.lower, nq, k)?,
+            matrix(py, r.upper, nq, k)?,
+            vector(py, r.certified),
+        ))
+    }
+
+    /// Every vector of the probed lists within `radius` (squared L2) or at or above it
+    /// (similarity): `(lims, D, I)` in FAISS's shape, query i's hits at `lims[i]:lims[i+1]`.
+    #[pyo3(signature = (queries, radius, nprobe = 16, rerank = 0, raw = None, filter = None))]
+    fn range_search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        radius: f32,
+        nprobe: usize,
+        rerank: usize,
+        raw: Option<&Bound<'py, PyAny>>,
+        filter: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(
+        Bound<'py, PyArray1<u64>>,
+        Bound<'py, PyArray1<f32>>,
+        Bound<'py, PyArray1<i64>>,
+    )> {
+        let (q, _) = self.queries(queries)?;
+        let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
+        let qs = q.as_slice()?;
+        let p = params(1, nprobe, rerank);
+        let r = self.with_raw(&raw, |raw| {
+            self.shared(py, |ix| {
+                ix.range_search(qs, radius, &p, raw, filter.as_ref())
+            })
+        })?;
+        let r = r.py_err()?;
+        let lims = r.offsets.iter().map(|&o| o as u64).collect();
+        let ids = r.ids.iter().map(|&i| i as i64).collect();
+        Ok((vector(py, lims), vector(py, r.distances), vector(py, ids)))
+    }
+
+    /// Removes every vector under each of `ids`; returns how many were removed.
+    fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let ids = crate::arrays::ids(ids, "ids")?;
+        self.exclusive(py, |ix| ix.remove(&ids)).py_err()
+    }
+
+    fn __contains__(&self, py: Python<'_>, id: u64) -> PyResult<bool> {
+        self.shared(py, |ix| ix.contains(id)).py_err()
+    }
+
+    /// The decoded vectors of `ids` (each must be present): float32 len(ids) x d.
+    fn reconstruct<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let ids = crate::arrays::ids(ids, "ids")?;
+        let x = self.shared(py, |ix| ix.reconstruct(&ids)).py_err()?;
+        matrix(py, x, ids.len(), self.dim())
+    }
+
+    /// Moves `other`'s vectors into this index (both on the same codebook, else an error
+    /// with status CODEBOOK_MISMATCH); `other` is left as it was.
+    #[pyo3(signature = (other, progress = None))]
+    fn merge(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyIndex>,
+        progress: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let other = other.get();
+        if std::ptr::eq(other, self) {
+            return Err(invalid("an index cannot merge itself"));
+        }
+        let p = self.watch(progress)?;
+        let r = py.detach(|| {
+            let src = other.read();
+            let mut dst = self.ix.write().unwrap_or_else(|e| e.into_inner());
+            match &p {
+                Some(p) => dst.merge_from_with_progress(&src, p.as_ref()),
+                None => dst.merge_from(&src),
+            }
+        });
+        settle(p.as_deref(), r)
+    }
+
+    /// Counts and memory by part (codes, ids, refinement rows, id map, search tables).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let s = serde_json::to_string(&self.read().stats()).map_err(|e| invalid(e.to_string()))?;
+        py.import("json")?.call_method1("loads", (s,))
+    }
+
+    /// A progress callback for this index's calls that have none of their own.
+    fn set_progress(&self, progress: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        *self.progress.write().unwrap() = progress::callback(progress)?;
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        let ix = self.read();
+        format!(
+            "Index(ntotal={}, d={}, nlist={}, metric={:?})",
+            ix.len(),
+            ix.codebook().dim(),
+            ix.nlist(),
+            ix.codebook().metric().name()
+        )
+    }
+}

@@ -1,0 +1,71 @@
+//! Progress callbacks: `fn(phase: str, done: int, total: int)`, returning True to cancel.
+//! An exception raised inside one cancels the call and is raised again in its place.
+
+use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
+use vlc_compress::{Phase, Progress};
+
+pub struct PyProgress {
+    f: Py<PyAny>,
+    raised: Mutex<Option<PyErr>>,
+}
+
+pub fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Anchors => "anchors",
+        Phase::Codebooks => "codebooks",
+        Phase::Encode => "encode",
+        Phase::Merge => "merge",
+    }
+}
+
+impl PyProgress {
+    pub fn new(f: Py<PyAny>) -> Arc<PyProgress> {
+        Arc::new(PyProgress {
+            f,
+            raised: Mutex::new(None),
+        })
+    }
+
+    /// The exception a callback raised, once (the call's own error otherwise stands).
+    pub fn take_raised(&self) -> Option<PyErr> {
+        self.raised.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Progress for PyProgress {
+    fn report(&self, phase: Phase, done: u64, total: u64) -> bool {
+        Python::attach(
+            |py| match self.f.call1(py, (phase_name(phase), done, total)) {
+                Ok(v) => !v.is_truthy(py).unwrap_or(false),
+                Err(e) => {
+                    *self.raised.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    false
+                }
+            },
+        )
+    }
+}
+
+/// A callable given to a call or object, checked to be callable.
+pub fn callback(f: Option<Bound<'_, PyAny>>) -> PyResult<Option<Arc<PyProgress>>> {
+    match f {
+        None => Ok(None),
+        Some(f) if f.is_none() => Ok(None),
+        Some(f) if !f.is_callable() => Err(crate::errors::invalid(
+            "progress must be a callable fn(phase, done, total) -> bool",
+        )),
+        Some(f) => Ok(Some(PyProgress::new(f.unbind()))),
+    }
+}
+
+/// The result of a call that `p` watched: a callback's own exception replaces the
+/// cancellation it caused.
+pub fn settle<T>(p: Option<&PyProgress>, r: vlc_compress::Result<T>) -> PyResult<T> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(e) => Err(p
+            .and_then(PyProgress::take_raised)
+            .unwrap_or_else(|| crate::errors::to_py(e))),
+    }
+}

@@ -1,0 +1,48 @@
+"""Errors: every failed call raises `Error` (or the subclass for its status), carrying the C
+ABI's status number and name."""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """A failed call. `status` is the C ABI's `VLCC_STATUS_*` number, `status_name` its name
+    without the prefix ("INVALID_ARGUMENT"); `str(e)` is the library's message."""
+
+    def __init__(self, message: str, status: int, status_name: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.status_name = status_name
+
+
+class InvalidArgumentError(Error, ValueError):
+    """An argument is out of range or of the wrong shape or kind."""
+
+
+class CancelledError(Error):
+    """A progress callback asked the call to stop; every object is as it was before it."""
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """Memory ran out, or the context's memory cap would have been passed."""
+
+
+class CodebookMismatchError(Error):
+    """The objects were built on different codebooks."""
+
+
+class CorruptError(Error):
+    """A file or buffer is not a valid vlc_compress file, or is damaged."""
+
+
+_BY_NAME = {
+    "INVALID_ARGUMENT": InvalidArgumentError,
+    "CANCELLED": CancelledError,
+    "OUT_OF_MEMORY": OutOfMemoryError,
+    "CODEBOOK_MISMATCH": CodebookMismatchError,
+    "CORRUPT": CorruptError,
+}
+
+
+def error(message: str, status: int, status_name: str) -> Error:
+    """The exception for a status (called by the native module)."""
+    return _BY_NAME.get(status_name, Error)(message, status, status_name)
