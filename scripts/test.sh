@@ -75,6 +75,18 @@ cargo build --release
 step "go binding"
 (cd bindings/go && go vet ./... && go test -count=1 ./... && go test -race -count=1 ./...)
 
+step "python package (the README's commands as written, then pytest)"
+# The README's block, run from the repository root: it makes .venv and installs ./python.
+if ! python3 -m venv "$tmp/venv-probe" >/dev/null 2>&1; then
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
+fi
+awk '/^## Python$/{sec=1} sec && /^```sh$/{on=1; next} on && /^```$/{exit} on' README.md > "$tmp/readme-python.sh"
+grep -q "pip install ./python" "$tmp/readme-python.sh" || { echo "README's Python block not found"; exit 1; }
+bash -euo pipefail "$tmp/readme-python.sh"
+.venv/bin/pip install -q --disable-pip-version-check pytest
+(cd python && ../.venv/bin/pytest -q tests)
+
 step "c++ wrapper (C++17 and C++20)"
 for std in c++17 c++20; do
   cxx=(g++ -std=$std -Wall -Wextra -Wpedantic -Werror -g -Iinclude -Ibindings/cpp bindings/cpp/example.cpp

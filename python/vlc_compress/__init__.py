@@ -26,7 +26,7 @@ from .errors import (
 )
 
 #: The C ABI's statuses, by name (from the library itself).
-Status = enum.IntEnum("Status", _statuses())
+Status = enum.IntEnum("Status", _statuses())  # type: ignore[misc]
 
 #: The training parameters (id, name, whole, min, max, default, doc), from the library's table.
 PARAMS = {p["name"]: p for p in _params()}

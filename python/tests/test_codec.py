@@ -1,0 +1,84 @@
+"""Training, encode and decode, parameters, inputs as users have them, errors."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import vlc_compress as vc
+
+
+def test_params_come_from_the_library_table():
+    assert vc.PARAMS["bytes_per_vector"]["min"] == 1
+    c = vc.Compressor(anchors=7, metric="cosine", bits=4)
+    p = c.params
+    assert (p["anchors"], p["metric"], p["bits"]) == (7, 2, 4)
+    with pytest.raises(vc.InvalidArgumentError) as e:
+        vc.Compressor(no_such_param=1)
+    assert e.value.status == vc.Status.INVALID_ARGUMENT
+    with pytest.raises(vc.InvalidArgumentError):
+        vc.Compressor(bits=5.5)
+
+
+def test_encode_decode_round_trip(compressor, data):
+    x, _ = data
+    codes = compressor.encode(x[:100])
+    assert codes.dtype == np.uint8 and codes.shape == (100, compressor.code_size)
+    y = compressor.decode(codes)
+    assert y.shape == (100, 32) and y.dtype == np.float32
+    # Reconstruction is far closer than the data's spread.
+    assert ((y - x[:100]) ** 2).sum(1).mean() < 0.5 * ((x[:100] - x.mean(0)) ** 2).sum(1).mean()
+
+
+def test_inputs_float64_float16_strided_and_lists(compressor, data):
+    x, _ = data
+    want = compressor.encode(x[:64])
+    assert (compressor.encode(x[:64].astype(np.float64)) == want).all()
+    assert (compressor.encode(x[:64].tolist()) == want).all()
+    wide = np.zeros((64, 64), np.float32)
+    wide[:, ::2] = x[:64]
+    assert (compressor.encode(wide[:, ::2]) == want).all()
+    h = x[:64].astype(np.float16)
+    assert (compressor.encode(h) == compressor.encode(h.astype(np.float32))).all()
+
+
+def test_bad_inputs_raise_with_status(compressor, data):
+    x, _ = data
+    with pytest.raises(vc.InvalidArgumentError, match="2-D"):
+        compressor.encode(x[0])
+    bad = x[:4].copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(vc.Error) as e:
+        compressor.encode(bad)
+    assert e.value.status_name == "NON_FINITE"
+    with pytest.raises(vc.Error) as e:
+        vc.Compressor().encode(x[:4])
+    assert e.value.status == vc.Status.INVALID_STATE
+    with pytest.raises(vc.InvalidArgumentError, match="bytes per row"):
+        compressor.decode(np.zeros((2, 3), np.uint8))
+
+
+def test_codebook_bytes_files_and_pickle(compressor, data, tmp_path):
+    x, _ = data
+    want = compressor.encode(x[:50])
+    again = vc.Compressor.from_codebook(compressor.codebook_bytes())
+    assert again.fingerprint == compressor.fingerprint
+    assert (again.encode(x[:50]) == want).all()
+    compressor.save_codebook(tmp_path / "cb.vlcc")
+    assert (vc.Compressor.load_codebook(tmp_path / "cb.vlcc").encode(x[:50]) == want).all()
+    assert (pickle.loads(pickle.dumps(compressor)).encode(x[:50]) == want).all()
+    with pytest.raises(vc.CorruptError):
+        vc.Compressor.from_codebook(b"not a codebook")
+
+
+def test_memory_estimate_and_cap(data):
+    x, _ = data
+    c = vc.Compressor(anchors=32, bytes_per_vector=8)
+    host, device = c.estimate_memory(len(x), x.shape[1])
+    assert host > x.nbytes and device >= 0
+    ctx = vc.Context("cpu")
+    ctx.memory_cap = host // 4
+    capped = vc.Compressor(ctx, anchors=32, bytes_per_vector=8)
+    with pytest.raises(vc.OutOfMemoryError):
+        capped.train(x)
+    assert not capped.is_trained
