@@ -57,6 +57,7 @@ cbindgen --config cbindgen.toml --output include/vlc_compress.h --verify \
 
 step "format"
 cargo fmt --all --check
+(cd python && cargo fmt --check)
 
 step "the C library carries none of the command's dependencies"
 if cargo tree -e normal --no-default-features --prefix none | grep -E '^(clap|indicatif|serde_json) '; then

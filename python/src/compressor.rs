@@ -23,12 +23,13 @@ pub struct PyCompressor {
 fn set_param(c: &mut Compressor, name: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
     let p = c.params_mut();
     if let Ok(s) = v.extract::<String>() {
-        return match name {
-            "metric" => Ok(p.metric = s.parse::<Metric>().py_err()?),
-            "rotation" => Ok(p.rotation = s.parse::<Rotation>().py_err()?),
-            "init" => Ok(p.anchor.init = s.parse().py_err()?),
-            _ => Err(invalid(format!("{name} takes a number, not {s:?}"))),
-        };
+        match name {
+            "metric" => p.metric = s.parse::<Metric>().py_err()?,
+            "rotation" => p.rotation = s.parse::<Rotation>().py_err()?,
+            "init" => p.anchor.init = s.parse().py_err()?,
+            _ => return Err(invalid(format!("{name} takes a number, not {s:?}"))),
+        }
+        return Ok(());
     }
     let info = vlc_compress::params::params()
         .find(|i| i.name == name)

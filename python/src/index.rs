@@ -152,6 +152,23 @@ impl PyIndex {
     }
 }
 
+/// `(D, I)`: distances and ids, nq x k.
+type Hits<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<i64>>);
+/// `(D, I, lower, upper, certified)`.
+type BoundedHits<'py> = (
+    Bound<'py, PyArray2<f32>>,
+    Bound<'py, PyArray2<i64>>,
+    Bound<'py, PyArray2<f32>>,
+    Bound<'py, PyArray2<f32>>,
+    Bound<'py, PyArray1<bool>>,
+);
+/// `(lims, D, I)`.
+type RangeHits<'py> = (
+    Bound<'py, PyArray1<u64>>,
+    Bound<'py, PyArray1<f32>>,
+    Bound<'py, PyArray1<i64>>,
+);
+
 /// The search parameters of a call.
 fn params(k: usize, nprobe: usize, rerank: usize) -> SearchParams {
     SearchParams { k, nprobe, rerank }
@@ -302,7 +319,7 @@ impl PyIndex {
         rerank: usize,
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<i64>>)> {
+    ) -> PyResult<Hits<'py>> {
         let (q, nq) = self.queries(queries)?;
         let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
         let qs = q.as_slice()?;
@@ -332,13 +349,7 @@ impl PyIndex {
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
         auto: bool,
-    ) -> PyResult<(
-        Bound<'py, PyArray2<f32>>,
-        Bound<'py, PyArray2<i64>>,
-        Bound<'py, PyArray2<f32>>,
-        Bound<'py, PyArray2<f32>>,
-        Bound<'py, PyArray1<bool>>,
-    )> {
+    ) -> PyResult<BoundedHits<'py>> {
         let (q, nq) = self.queries(queries)?;
         let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
         let qs = q.as_slice()?;
@@ -370,11 +381,7 @@ impl PyIndex {
         rerank: usize,
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(
-        Bound<'py, PyArray1<u64>>,
-        Bound<'py, PyArray1<f32>>,
-        Bound<'py, PyArray1<i64>>,
-    )> {
+    ) -> PyResult<RangeHits<'py>> {
         let (q, _) = self.queries(queries)?;
         let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
         let qs = q.as_slice()?;

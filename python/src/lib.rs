@@ -1,6 +1,9 @@
 //! Python bindings: numpy in and out, the GIL released around every compute call. Thin over
 //! the Rust API; the parameter table and the status numbers come from the core, never copied.
 
+// Methods take Python's keyword arguments one by one.
+#![allow(clippy::too_many_arguments)]
+
 use pyo3::prelude::*;
 
 mod arrays;
