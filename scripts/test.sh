@@ -73,8 +73,9 @@ step "rust tests (with the C harness, plain and under ASan/UBSan/LSan)"
 cargo test --release --features test-hooks
 cargo build --release
 
-step "go binding"
-(cd bindings/go && go vet ./... && go test -count=1 ./... && go test -race -count=1 ./...)
+step "go binding (in the tree, through scripts/dev-pkgconfig.sh)"
+(export PKG_CONFIG_PATH=$(bash scripts/dev-pkgconfig.sh)
+ cd bindings/go && go vet ./... && go test -count=1 ./... && go test -race -count=1 ./...)
 
 step "python package (the README's commands as written, then pytest)"
 # The README's block, run from the repository root: it makes .venv and installs ./python.
@@ -88,13 +89,16 @@ bash -euo pipefail "$tmp/readme-python.sh"
 .venv/bin/pip install -q --disable-pip-version-check pytest
 (cd python && ../.venv/bin/pytest -q tests)
 
-step "c++ wrapper (C++17 and C++20)"
+step "c++ wrapper: its tests and example (C++17 and C++20, plain and under ASan/UBSan)"
 for std in c++17 c++20; do
-  cxx=(g++ -std=$std -Wall -Wextra -Wpedantic -Werror -g -Iinclude -Ibindings/cpp bindings/cpp/example.cpp
-       -Ltarget/release "-Wl,-rpath,$root/target/release" -lvlc_compress)
-  "${cxx[@]}" -o "$tmp/example-$std" && "$tmp/example-$std" "$tmp"
-  "${cxx[@]}" -fsanitize=address,undefined -fno-omit-frame-pointer -o "$tmp/example-$std-asan"
-  ASAN_OPTIONS=detect_leaks=1 "$tmp/example-$std-asan" "$tmp"
+  for prog in test example; do
+    cxx=(g++ -std=$std -Wall -Wextra -Wpedantic -Werror -g -Iinclude -Ibindings/cpp "bindings/cpp/$prog.cpp"
+         -Ltarget/release "-Wl,-rpath,$root/target/release" -lvlc_compress)
+    "${cxx[@]}" -o "$tmp/$prog-$std" && "$tmp/$prog-$std" "$tmp"
+    "${cxx[@]}" -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+      -o "$tmp/$prog-$std-asan"
+    ASAN_OPTIONS=detect_leaks=1 "$tmp/$prog-$std-asan" "$tmp"
+  done
 done
 
 step "install (staged with DESTDIR), its consumers, uninstall"
@@ -126,6 +130,28 @@ cmake -S tests/consumers/cmake -B "$tmp/cmake-consumer" -DCMAKE_PREFIX_PATH="$in
 cmake --build "$tmp/cmake-consumer" -j 2
 LD_LIBRARY_PATH="$inst/lib" "$tmp/cmake-consumer/consumer"
 "$tmp/cmake-consumer/consumer_static"
+LD_LIBRARY_PATH="$inst/lib" "$tmp/cmake-consumer/wrapper_test" "$tmp"
+# Go: the binding fetched from a module proxy (a file:// copy of what a tagged release
+# serves), built against the staged library through pkg-config.
+gomod=vlc-compress.dev/vlccompress gover=v0.1.0
+proxy=$tmp/goproxy/$gomod/@v
+mkdir -p "$proxy"
+echo "$gover" > "$proxy/list"
+echo "{\"Version\":\"$gover\"}" > "$proxy/$gover.info"
+cp bindings/go/go.mod "$proxy/$gover.mod"
+python3 - "$proxy/$gover.zip" "$gomod@$gover" bindings/go <<'PY'
+import pathlib, sys, zipfile
+out, prefix, src = sys.argv[1:]
+with zipfile.ZipFile(out, "w") as z:
+    for f in sorted(pathlib.Path(src).iterdir()):
+        if f.is_file():
+            z.write(f, f"{prefix}/{f.name}")
+PY
+cp -r tests/consumers/go "$tmp/go-consumer"
+(cd "$tmp/go-consumer" \
+  && export GOPROXY=file://$tmp/goproxy GOSUMDB=off GOFLAGS="-mod=mod -modcacherw" GOMODCACHE=$tmp/gomodcache \
+     PKG_CONFIG_PATH="$inst/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage" \
+  && go mod tidy && go build -o consumer . && LD_LIBRARY_PATH="$inst/lib" ./consumer)
 # Uninstall removes every file the install wrote.
 DESTDIR=$stage scripts/install.sh --uninstall /usr/local
 left=$(find "$stage" -type f -o -type l)

@@ -337,7 +337,9 @@ public:
     void save_codebook(const std::string& path) const {
         detail::check(vlcc_compressor_save_codebook(p_.get(), path.c_str()));
     }
+    // The C handle, for calls this wrapper does not cover; it stays owned here.
     const vlcc_compressor* get() const noexcept { return p_.get(); }
+    vlcc_compressor* get() noexcept { return p_.get(); }
 
 private:
     explicit Compressor(vlcc_compressor* p) : p_(p) {}
@@ -661,6 +663,10 @@ public:
         detail::check(vlcc_index_get_codes(p_.get(), ids.data(), ids.size(), out.data()));
         return out;
     }
+
+    // The C handle, for calls this wrapper does not cover; it stays owned here.
+    const vlcc_index* get() const noexcept { return p_.get(); }
+    vlcc_index* get() noexcept { return p_.get(); }
 
 private:
     explicit Index(vlcc_index* p) : p_(p) {}

@@ -3,7 +3,7 @@ package vlccompress_test
 import (
 	"fmt"
 
-	"vlccompress"
+	"vlc-compress.dev/vlccompress"
 )
 
 // Train a codebook, index vectors and search them.

@@ -1,3 +1,3 @@
-module vlccompress
+module vlc-compress.dev/vlccompress
 
 go 1.19

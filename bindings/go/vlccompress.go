@@ -1,9 +1,10 @@
 // Package vlccompress is the Go binding of libvlc_compress: compact codes for float
 // embeddings (train a codebook, encode and decode vectors, search a compressed index).
 //
-// Build the library first (`cargo build --release` at the repository root); this package
-// links target/release/libvlc_compress.so. Against an installed copy, build with
-// CGO_CFLAGS/CGO_LDFLAGS from `pkg-config --cflags --libs vlc_compress`.
+// The package finds the library through pkg-config (`vlc_compress.pc`): install the library
+// (scripts/install.sh) and `go get vlc-compress.dev/vlccompress`, with PKG_CONFIG_PATH naming
+// the install's lib/pkgconfig if it is not a system prefix. In the source tree,
+// `export PKG_CONFIG_PATH=$(bash scripts/dev-pkgconfig.sh)` points it at target/release.
 //
 // Every object must be released with Close (a finalizer does it as a last resort). A Context
 // may be closed before the objects made from it. Index.Search may be called from many
@@ -17,8 +18,7 @@
 package vlccompress
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -L${SRCDIR}/../../target/release -Wl,-rpath,${SRCDIR}/../../target/release -lvlc_compress
+#cgo pkg-config: vlc_compress
 #include <stdint.h>
 #include <stdlib.h>
 #include "vlc_compress.h"
