@@ -175,3 +175,38 @@ fn the_header_parameters_are_the_table() {
     let all: Vec<u32> = vlc_compress::params::params().map(|p| p.id).collect();
     assert_eq!(seen, all, "the header's parameters and the table's");
 }
+
+/// Every function of the C header is reachable from the Go binding and the C++ wrapper (a
+/// function added to the ABI and forgotten in a binding fails here).
+#[test]
+fn the_bindings_call_every_c_function() {
+    let header = read("include/vlc_compress.h");
+    let functions: Vec<&str> = header
+        .lines()
+        .filter(|l| !l.starts_with(' ') && !l.starts_with('*') && !l.starts_with('#'))
+        .filter_map(|l| {
+            let name = l.split('(').next()?.rsplit([' ', '*']).next()?;
+            (name.starts_with("vlcc_") && l.contains('(')).then_some(name)
+        })
+        .collect();
+    assert!(
+        functions.len() > 60,
+        "found only {} functions",
+        functions.len()
+    );
+    let go: String = ["vlccompress.go", "progress.go", "callbacks.go"]
+        .iter()
+        .map(|f| read(&format!("bindings/go/{f}")))
+        .collect();
+    let cpp = read("bindings/cpp/vlc_compress.hpp");
+    let calls = |src: &str, f: &str| src.contains(&format!("{f}("));
+    let missing: Vec<String> = functions
+        .iter()
+        .flat_map(|f| {
+            let go = (!calls(&go, f)).then(|| format!("Go: {f}"));
+            let cpp = (!calls(&cpp, f)).then(|| format!("C++: {f}"));
+            go.into_iter().chain(cpp)
+        })
+        .collect();
+    assert!(missing.is_empty(), "not called: {missing:?}");
+}

@@ -704,7 +704,13 @@ func newIndex(p *C.vlcc_index, ctx *Context) (*Index, error) {
 
 // NewIndex makes an empty index on the compressor's codebook.
 func NewIndex(c *Compressor) (*Index, error) {
-	return NewIndexWithRefine(c, RefineNone)
+	var p *C.vlcc_index
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status { return C.vlcc_index_new(h, &p) })
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return newIndex(p, c.ctx)
 }
 
 // Refine is the kind of refinement vectors an index keeps beside its codes.
