@@ -640,33 +640,58 @@ func (c *Compressor) EncodeDevice(x uintptr, n int) ([]byte, error) {
 	return out, nil
 }
 
-// Decode returns the approximate vectors of codes written by Encode.
+// Decode returns the approximate vectors of codes (whole codes of CodecSize bytes each).
 func (c *Compressor) Decode(codes []byte) ([]float32, error) {
-	cs, err := c.CodecSize()
+	n, d, err := c.decodeShape(codes)
 	if err != nil {
 		return nil, err
+	}
+	out := make([]float32, n*d)
+	if err := c.decodeInto(codes, n, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DecodeInto is Decode writing into out, which must hold Dim values per code exactly (no
+// allocation per call).
+func (c *Compressor) DecodeInto(codes []byte, out []float32) error {
+	n, d, err := c.decodeShape(codes)
+	if err != nil {
+		return err
+	}
+	if len(out) != n*d {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("out holds %d values; %d codes of dimension %d need %d", len(out), n, d, n*d)}
+	}
+	return c.decodeInto(codes, n, out)
+}
+
+// decodeShape is the number of whole codes in codes and the dimension they decode to.
+func (c *Compressor) decodeShape(codes []byte) (int, int, error) {
+	cs, err := c.CodecSize()
+	if err != nil {
+		return 0, 0, err
 	}
 	d, err := c.Dim()
 	if err != nil {
-		return nil, err
+		return 0, 0, err
 	}
 	if len(codes)%cs != 0 {
-		return nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d bytes are not codes of %d bytes", len(codes), cs)}
+		return 0, 0, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%d bytes are not codes of %d bytes", len(codes), cs)}
 	}
-	n := len(codes) / cs
-	out := make([]float32, n*d)
+	return len(codes) / cs, d, nil
+}
+
+func (c *Compressor) decodeInto(codes []byte, n int, out []float32) error {
 	if n == 0 {
-		return out, nil
+		return nil
 	}
-	err = c.call(func(h *C.vlcc_compressor) C.vlcc_status {
+	err := c.call(func(h *C.vlcc_compressor) C.vlcc_status {
 		return C.vlcc_compressor_decode(h, (*C.uint8_t)(unsafe.Pointer(&codes[0])), C.size_t(n), floatPtr(out), C.size_t(len(out)))
 	})
 	runtime.KeepAlive(codes)
 	runtime.KeepAlive(c)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return err
 }
 
 // SaveCodebook writes the codebook to path atomically.

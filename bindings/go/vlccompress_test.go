@@ -542,6 +542,30 @@ func TestCloseWaitsForSearches(t *testing.T) {
 	}
 }
 
+// DecodeInto writes what Decode returns into the caller's slice, and refuses one of the
+// wrong length.
+func TestDecodeInto(t *testing.T) {
+	c, _, x := indexed(t, 2000, 8)
+	codes, err := c.Encode(x[:40*dim])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := c.Decode(codes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(want))
+	if err := c.DecodeInto(codes, got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("DecodeInto differs from Decode")
+	}
+	if err := c.DecodeInto(codes, got[1:]); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("short out: %v", err)
+	}
+}
+
 // SearchInto writes what Search returns into the caller's slices, and refuses slices of the
 // wrong length.
 func TestSearchInto(t *testing.T) {
