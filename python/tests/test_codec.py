@@ -67,8 +67,10 @@ def test_codebook_bytes_files_and_pickle(compressor, data, tmp_path):
     compressor.save_codebook(tmp_path / "cb.vlcc")
     assert (vc.Compressor.load_codebook(tmp_path / "cb.vlcc").encode(x[:50]) == want).all()
     assert (pickle.loads(pickle.dumps(compressor)).encode(x[:50]) == want).all()
-    with pytest.raises(vc.CorruptError):
+    with pytest.raises(vc.CorruptError) as e:
         vc.Compressor.from_codebook(b"not a codebook")
+    back = pickle.loads(pickle.dumps(e.value))
+    assert type(back) is vc.CorruptError and back.status == e.value.status and str(back) == str(e.value)
 
 
 def test_memory_estimate_and_cap(data):

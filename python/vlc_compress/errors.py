@@ -13,6 +13,10 @@ class Error(Exception):
         self.status = status
         self.status_name = status_name
 
+    def __reduce__(self):
+        # Pickles whole (across processes: Ray, multiprocessing), not as a bare message.
+        return (type(self), (str(self), self.status, self.status_name))
+
 
 class InvalidArgumentError(Error, ValueError):
     """An argument is out of range or of the wrong shape or kind."""
