@@ -131,6 +131,33 @@ impl PyIndex {
         Ok((q, n))
     }
 
+    /// Runs a search call `f` with the queries checked, the raw vectors and filter taken as
+    /// the core reads them, and the GIL released: its result and the number of queries.
+    fn run_search<T: Send>(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        p: SearchParams,
+        raw: Option<&Bound<'_, PyAny>>,
+        filter: Option<&Bound<'_, PyAny>>,
+        f: impl FnOnce(
+                &Index,
+                &[f32],
+                &SearchParams,
+                Option<&dyn RawVectors>,
+                Option<&Filter>,
+            ) -> vlc_compress::Result<T>
+            + Send,
+    ) -> PyResult<(T, usize)> {
+        let (q, nq) = self.queries(queries)?;
+        let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
+        let qs = q.as_slice()?;
+        let r = self.with_raw(&raw, |raw| {
+            self.shared(py, |ix| f(ix, qs, &p, raw, filter.as_ref()))
+        })?;
+        Ok((r.py_err()?, nq))
+    }
+
     /// Runs `f` with the raw vectors as the core reads them.
     fn with_raw<T>(
         &self,
@@ -320,14 +347,10 @@ impl PyIndex {
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Hits<'py>> {
-        let (q, nq) = self.queries(queries)?;
-        let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
-        let qs = q.as_slice()?;
         let p = params(k, nprobe, rerank);
-        let r = self.with_raw(&raw, |raw| {
-            self.shared(py, |ix| ix.search_filtered(qs, &p, raw, filter.as_ref()))
+        let (r, nq) = self.run_search(py, queries, p, raw, filter, |ix, q, p, raw, f| {
+            ix.search_filtered(q, p, raw, f)
         })?;
-        let r = r.py_err()?;
         Ok((
             matrix(py, r.distances, nq, k)?,
             id_matrix(py, r.ids, nq, k)?,
@@ -350,16 +373,10 @@ impl PyIndex {
         filter: Option<&Bound<'py, PyAny>>,
         auto: bool,
     ) -> PyResult<BoundedHits<'py>> {
-        let (q, nq) = self.queries(queries)?;
-        let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
-        let qs = q.as_slice()?;
         let p = params(k, nprobe, rerank);
-        let r = self.with_raw(&raw, |raw| {
-            self.shared(py, |ix| {
-                ix.search_bounded(qs, &p, raw, filter.as_ref(), auto)
-            })
+        let (r, nq) = self.run_search(py, queries, p, raw, filter, |ix, q, p, raw, f| {
+            ix.search_bounded(q, p, raw, f, auto)
         })?;
-        let r = r.py_err()?;
         Ok((
             matrix(py, r.results.distances, nq, k)?,
             id_matrix(py, r.results.ids, nq, k)?,
@@ -382,16 +399,10 @@ impl PyIndex {
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<RangeHits<'py>> {
-        let (q, _) = self.queries(queries)?;
-        let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
-        let qs = q.as_slice()?;
         let p = params(1, nprobe, rerank);
-        let r = self.with_raw(&raw, |raw| {
-            self.shared(py, |ix| {
-                ix.range_search(qs, radius, &p, raw, filter.as_ref())
-            })
+        let (r, _) = self.run_search(py, queries, p, raw, filter, |ix, q, p, raw, f| {
+            ix.range_search(q, radius, p, raw, f)
         })?;
-        let r = r.py_err()?;
         let lims = r.offsets.iter().map(|&o| o as u64).collect();
         let ids = r.ids.iter().map(|&i| i as i64).collect();
         Ok((vector(py, lims), vector(py, r.distances), vector(py, ids)))
