@@ -1,5 +1,6 @@
-# The Python package on CUDA (run where a GPU is: `python benchmarks/cuda_check.py`): what vlc_compress.ray.train_codebook(num_gpus=1) runs in its GPU
-# worker (Compressor on a CUDA context, trained, its bytes), checked against the CPU.
+"""The Python package on CUDA, where a GPU is: `python benchmarks/cuda_check.py`. What
+vlc_compress.ray.train_codebook(num_gpus=1) runs in its GPU worker (a Compressor on a CUDA
+context, trained, its bytes), checked against the CPU."""
 import time
 
 import numpy as np
