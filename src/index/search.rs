@@ -728,9 +728,7 @@ mod tests {
         let mut table = fastscan::ByteTable::new(nsub);
         for y in qy.chunks_exact(dp).take(40) {
             let mut qci = vec![0f32; nsub * ks];
-            ix.tables(&mut None)
-                .unwrap()
-                .query_table(y, ds, ks, -2.0, &mut qci);
+            tables.query_table(y, ds, ks, -2.0, &mut qci);
             for a in 0..cb.anchors() {
                 let (lids, lcodes) = ix.list(a);
                 let t = &terms[a * nsub * ks..(a + 1) * nsub * ks];
