@@ -5,7 +5,7 @@ use crate::arrays::{byte_rows, matrix, rows};
 use crate::context::PyContext;
 use crate::errors::{invalid, OrPy};
 use crate::index::PyIndex;
-use crate::progress::{self, settle, PyProgress};
+use crate::progress::{self, settle};
 use numpy::{PyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -16,7 +16,7 @@ use vlc_compress::{format, Compressor, Metric, Refine, Rotation};
 pub struct PyCompressor {
     /// Training replaces the codebook: it takes the lock exclusively; encodes share it.
     pub c: RwLock<Compressor>,
-    progress: RwLock<Option<Arc<PyProgress>>>,
+    progress: progress::Slot,
 }
 
 /// Sets one parameter by its table name; metric, rotation and init also take their names.
@@ -48,14 +48,8 @@ impl PyCompressor {
     fn wrap(c: Compressor) -> Self {
         PyCompressor {
             c: RwLock::new(c),
-            progress: RwLock::new(None),
+            progress: Default::default(),
         }
-    }
-
-    /// The callback for a call: its own, else the object's (the core then consults the
-    /// context's).
-    fn watch(&self, per_call: Option<Bound<'_, PyAny>>) -> PyResult<Option<Arc<PyProgress>>> {
-        Ok(progress::callback(per_call)?.or_else(|| self.progress.read().unwrap().clone()))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Compressor> {
@@ -140,7 +134,7 @@ impl PyCompressor {
     ) -> PyResult<Bound<'py, PyDict>> {
         let x = rows(x, "x")?;
         let (_, d) = x.shape();
-        let p = self.watch(progress)?;
+        let p = self.progress.for_call(progress)?;
         let x32: std::borrow::Cow<'_, [f32]> = match x.vectors() {
             vlc_compress::Vectors::F32(s) => s.into(),
             vlc_compress::Vectors::F16(s) => {
@@ -212,7 +206,7 @@ impl PyCompressor {
     ) -> PyResult<Bound<'py, PyArray2<u8>>> {
         let x = rows(x, "x")?;
         let (n, _) = x.shape();
-        let p = self.watch(progress)?;
+        let p = self.progress.for_call(progress)?;
         let v = x.vectors();
         let codes = py.detach(|| {
             let c = self.read();
@@ -233,11 +227,10 @@ impl PyCompressor {
         codes: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let codes = byte_rows(codes, "codes")?;
-        let (n, size) = (codes.shape()[0], codes.shape()[1]);
-        if size != self.code_size()? {
+        let (n, size, want) = (codes.shape()[0], codes.shape()[1], self.code_size()?);
+        if size != want {
             return Err(invalid(format!(
-                "codes have {size} bytes per row; this codebook's are {}",
-                self.code_size()?
+                "codes have {size} bytes per row; this codebook's are {want}"
             )));
         }
         let b = codes.as_slice()?;
@@ -262,8 +255,7 @@ impl PyCompressor {
 
     /// A progress callback for this compressor's calls that have none of their own.
     fn set_progress(&self, progress: Option<Bound<'_, PyAny>>) -> PyResult<()> {
-        *self.progress.write().unwrap() = progress::callback(progress)?;
-        Ok(())
+        self.progress.set(progress)
     }
 
     /// Pickles as the codebook's bytes (on a CPU context when unpickled).

@@ -4,11 +4,11 @@
 use crate::arrays::{f32_rows, id_matrix, ids, matrix, rows, vector};
 use crate::context::PyContext;
 use crate::errors::{invalid, OrPy};
-use crate::progress::{self, settle, PyProgress};
+use crate::progress::{self, settle};
 use numpy::{PyArray1, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{RwLock, RwLockReadGuard};
 use vlc_compress::{DenseRaw, Error, FetchRaw, Filter, Index, RawVectors, SearchParams};
 
 #[pyclass(module = "vlc_compress._native", name = "Index", frozen)]
@@ -16,7 +16,7 @@ pub struct PyIndex {
     /// Searches share the index; add, remove and merge take it exclusively. Locks are taken
     /// with the GIL released, so a waiting thread never holds up Python.
     ix: RwLock<Index>,
-    progress: RwLock<Option<Arc<PyProgress>>>,
+    progress: progress::Slot,
 }
 
 /// The caller's raw vectors for a re-rank: an array (row i = id i) or a callable
@@ -92,7 +92,7 @@ impl PyIndex {
     pub fn wrap(ix: Index) -> Self {
         PyIndex {
             ix: RwLock::new(ix),
-            progress: RwLock::new(None),
+            progress: Default::default(),
         }
     }
 
@@ -108,10 +108,6 @@ impl PyIndex {
     /// Runs `f` on the index exclusively, with the GIL released.
     fn exclusive<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Index) -> T + Send) -> T {
         py.detach(|| f(&mut self.ix.write().unwrap_or_else(|e| e.into_inner())))
-    }
-
-    fn watch(&self, per_call: Option<Bound<'_, PyAny>>) -> PyResult<Option<Arc<PyProgress>>> {
-        Ok(progress::callback(per_call)?.or_else(|| self.progress.read().unwrap().clone()))
     }
 
     fn dim(&self) -> usize {
@@ -321,7 +317,7 @@ impl PyIndex {
                 (base..base + n as u64).collect()
             }
         };
-        let p = self.watch(progress)?;
+        let p = self.progress.for_call(progress)?;
         let v = x.vectors();
         let r = self.exclusive(py, |ix| match &p {
             Some(p) => ix.add_with_progress(v, &ids, p.as_ref()),
@@ -442,7 +438,7 @@ impl PyIndex {
         if std::ptr::eq(other, self) {
             return Err(invalid("an index cannot merge itself"));
         }
-        let p = self.watch(progress)?;
+        let p = self.progress.for_call(progress)?;
         let r = py.detach(|| {
             let src = other.read();
             let mut dst = self.ix.write().unwrap_or_else(|e| e.into_inner());
@@ -462,8 +458,7 @@ impl PyIndex {
 
     /// A progress callback for this index's calls that have none of their own.
     fn set_progress(&self, progress: Option<Bound<'_, PyAny>>) -> PyResult<()> {
-        *self.progress.write().unwrap() = progress::callback(progress)?;
-        Ok(())
+        self.progress.set(progress)
     }
 
     fn __repr__(&self) -> String {

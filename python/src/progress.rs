@@ -2,7 +2,7 @@
 //! An exception raised inside one cancels the call and is raised again in its place.
 
 use pyo3::prelude::*;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use vlc_compress::{Phase, Progress};
 
 pub struct PyProgress {
@@ -56,6 +56,30 @@ pub fn callback(f: Option<Bound<'_, PyAny>>) -> PyResult<Option<Arc<PyProgress>>
             "progress must be a callable fn(phase, done, total) -> bool",
         )),
         Some(f) => Ok(Some(PyProgress::new(f.unbind()))),
+    }
+}
+
+/// An object's own callback (`set_progress`), kept here rather than in the core object so
+/// that the exception it raises can be raised again in the call's place.
+#[derive(Default)]
+pub struct Slot(RwLock<Option<Arc<PyProgress>>>);
+
+impl Slot {
+    pub fn set(&self, f: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = callback(f)?;
+        Ok(())
+    }
+
+    /// The callback for one call: its own, else the object's (the core then consults the
+    /// context's).
+    pub fn for_call(
+        &self,
+        per_call: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Arc<PyProgress>>> {
+        Ok(
+            callback(per_call)?
+                .or_else(|| self.0.read().unwrap_or_else(|e| e.into_inner()).clone()),
+        )
     }
 }
 
