@@ -4,8 +4,8 @@
 use crate::errors::invalid;
 use half::f16;
 use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1,
-    PyReadonlyArray2, PyUntypedArrayMethods,
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use vlc_compress::Vectors;
@@ -38,8 +38,18 @@ fn numpy(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
     py.import("numpy")
 }
 
-/// `x` as C-contiguous 2-D rows of `dtype`, converted by numpy where it is not already.
-fn contiguous<'py>(x: &Bound<'py, PyAny>, dtype: &str, what: &str) -> PyResult<Bound<'py, PyAny>> {
+/// `x` as C-contiguous 2-D rows of `T` (numpy's `dtype`): in place where it already is,
+/// else converted once by numpy.
+fn typed_rows<'py, T: numpy::Element>(
+    x: &Bound<'py, PyAny>,
+    dtype: &str,
+    what: &str,
+) -> PyResult<PyReadonlyArray2<'py, T>> {
+    if let Ok(a) = x.cast::<PyArray2<T>>() {
+        if a.is_c_contiguous() {
+            return Ok(a.readonly());
+        }
+    }
     let a = numpy(x.py())?.call_method1("ascontiguousarray", (x, dtype))?;
     let ndim: usize = a.getattr("ndim")?.extract()?;
     if ndim != 2 {
@@ -48,7 +58,7 @@ fn contiguous<'py>(x: &Bound<'py, PyAny>, dtype: &str, what: &str) -> PyResult<B
             "{what} must be 2-D (rows, dim); got shape {shape}"
         )));
     }
-    Ok(a)
+    Ok(a.cast_into::<PyArray2<T>>()?.readonly())
 }
 
 /// Rows for train, encode and add: float16 kept as float16, everything else as float32.
@@ -63,13 +73,7 @@ pub fn rows<'py>(x: &Bound<'py, PyAny>, what: &str) -> PyResult<Rows<'py>> {
 
 /// Rows as float32 (queries, raw vectors).
 pub fn f32_rows<'py>(x: &Bound<'py, PyAny>, what: &str) -> PyResult<PyReadonlyArray2<'py, f32>> {
-    if let Ok(a) = x.cast::<PyArray2<f32>>() {
-        if a.is_c_contiguous() {
-            return Ok(a.readonly());
-        }
-    }
-    let a = contiguous(x, "float32", what)?;
-    Ok(a.cast_into::<PyArray2<f32>>()?.readonly())
+    typed_rows(x, "float32", what)
 }
 
 /// Ids as u64: unsigned arrays as they are, signed ones checked for negatives.
@@ -105,17 +109,9 @@ pub fn ids(x: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u64>> {
     }
 }
 
-/// Byte rows (codes) as one contiguous slice and their row length.
+/// Byte rows (codes).
 pub fn byte_rows<'py>(x: &Bound<'py, PyAny>, what: &str) -> PyResult<PyReadonlyArray2<'py, u8>> {
-    if let Ok(a) = x.cast::<PyArray2<u8>>() {
-        if a.is_c_contiguous() {
-            return Ok(a.readonly());
-        }
-    }
-    let a = contiguous(x, "uint8", what)?;
-    let a = a.cast_into::<PyArray2<u8>>()?;
-    debug_assert!(a.dtype().is_equiv_to(&numpy::dtype::<u8>(x.py())));
-    Ok(a.readonly())
+    typed_rows(x, "uint8", what)
 }
 
 /// `v` (rows x cols values) as a 2-D array, without a copy.
