@@ -3,6 +3,8 @@ ABI's status number and name."""
 
 from __future__ import annotations
 
+from ._native import statuses
+
 
 class Error(Exception):
     """A failed call. `status` is the C ABI's `VLCC_STATUS_*` number, `status_name` its name
@@ -50,3 +52,12 @@ _BY_NAME = {
 def error(message: str, status: int, status_name: str) -> Error:
     """The exception for a status (called by the native module)."""
     return _BY_NAME.get(status_name, Error)(message, status, status_name)
+
+
+_NUMBER = dict(statuses())
+
+
+def of(status_name: str, message: str) -> Error:
+    """The exception for a status named as the C ABI names it ("INVALID_ARGUMENT"), for
+    Python code of this package that fails the way the library would."""
+    return error(message, _NUMBER[status_name], status_name)

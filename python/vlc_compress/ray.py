@@ -24,6 +24,7 @@ import numpy as np
 import ray
 
 import vlc_compress as vc
+from vlc_compress.errors import of
 
 MANIFEST = "manifest.json"
 CODEBOOK = "codebook.vlcc"
@@ -49,7 +50,7 @@ def _rows(batch: dict, column: str) -> np.ndarray:
     if x.dtype == object:  # ragged storage of equal rows
         x = np.stack(list(x))
     if x.ndim != 2:
-        raise vc.InvalidArgumentError(f"column {column!r} must hold one vector per row; got shape {x.shape}", 1, "INVALID_ARGUMENT")
+        raise of("INVALID_ARGUMENT", f"column {column!r} must hold one vector per row; got shape {x.shape}")
     return x
 
 
@@ -170,12 +171,13 @@ def build_shards(
     `path`, with the codebook and a manifest; returns the manifest. `refine` keeps side rows
     (error bounds, or f16/int8 vectors for a re-rank without the caller's vectors)."""
     if n_shards < 1:
-        raise vc.InvalidArgumentError(f"n_shards = {n_shards}: at least 1", 1, "INVALID_ARGUMENT")
+        raise of("INVALID_ARGUMENT", f"n_shards = {n_shards}: at least 1")
     root = pathlib.Path(path)
     root.mkdir(parents=True, exist_ok=True)
     old = root / MANIFEST
-    if old.exists() and json.loads(old.read_text())["fingerprint"] != codebook.fingerprint:
-        raise vc.CodebookMismatchError(f"{root} holds shards of codebook {json.loads(old.read_text())['fingerprint']:#x}, not {codebook.fingerprint:#x}", 11, "CODEBOOK_MISMATCH")
+    held = json.loads(old.read_text())["fingerprint"] if old.exists() else codebook.fingerprint
+    if held != codebook.fingerprint:
+        raise of("CODEBOOK_MISMATCH", f"{root} holds shards of codebook {held:#x}, not {codebook.fingerprint:#x}")
     (root / CODEBOOK).write_bytes(codebook.data)
     ref = ray.put(codebook.data)
     keyed = ds.map_batches(lambda b: {**b, "_shard": b[id_column] % n_shards}, batch_format="numpy")
@@ -203,14 +205,14 @@ def build_shards(
 def read_manifest(path: "str | os.PathLike[str]") -> dict:
     m = json.loads((pathlib.Path(path) / MANIFEST).read_text())
     if m.get("format") != "vlc_compress shards" or m.get("version") != 1:
-        raise vc.CorruptError(f"{path}: not a shard manifest of version 1", 9, "CORRUPT")
+        raise of("CORRUPT", f"{path}: not a shard manifest of version 1")
     return m
 
 
 def _load_shard(file: pathlib.Path, fingerprint: int, context: vc.Context, verify: bool = True) -> vc.Index:
     ix = vc.Index.load(file, mmap=True, verify=verify, context=context)
     if ix.fingerprint != fingerprint:
-        raise vc.CodebookMismatchError(f"{file.name} was built on codebook {ix.fingerprint:#x}; the manifest's is {fingerprint:#x}", 11, "CODEBOOK_MISMATCH")
+        raise of("CODEBOOK_MISMATCH", f"{file.name} was built on codebook {ix.fingerprint:#x}; the manifest's is {fingerprint:#x}")
     return ix
 
 
@@ -298,7 +300,7 @@ def merge_shards(path: "str | os.PathLike[str]", context: Optional[vc.Context] =
     m = read_manifest(root)
     cb = vc.Compressor.from_codebook((root / m["codebook"]).read_bytes(), context)
     if cb.fingerprint != m["fingerprint"]:
-        raise vc.CodebookMismatchError(f"{m['codebook']} is codebook {cb.fingerprint:#x}; the manifest's is {m['fingerprint']:#x}", 11, "CODEBOOK_MISMATCH")
+        raise of("CODEBOOK_MISMATCH", f"{m['codebook']} is codebook {cb.fingerprint:#x}; the manifest's is {m['fingerprint']:#x}")
     ctx = context or vc.Context("cpu")
     shards = [_load_shard(root / s["file"], m["fingerprint"], ctx) for s in m["shards"]]
     out = cb.new_index(refine=shards[0].refine if shards else None)
