@@ -849,8 +849,9 @@ vlcc_status vlcc_index_save(const vlcc_index *ix, const char *path);
  * (any non-zero value maps the file, as before the flags existed; DEFER_CHECKSUMS implies
  * MMAP). Mapped, ids and codes are used in place from a read-only memory map (the file must
  * not be modified in place while loaded; replacing it by rename, as `vlcc_index_save` does,
- * is safe); the first add/remove copies them into memory. Every size and offset, and every
- * checksum unless deferred, is validated: damaged files fail with VLCC_STATUS_CORRUPT.
+ * is safe); a change copies into memory only the lists it touches. Every size and offset,
+ * and every checksum unless deferred, is validated: damaged files fail with
+ * VLCC_STATUS_CORRUPT.
  */
 vlcc_status vlcc_index_load(const vlcc_context *ctx,
                             const char *path,

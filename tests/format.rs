@@ -17,6 +17,38 @@ fn small_index() -> (Index, Vec<f32>, usize) {
     (ix, x, d)
 }
 
+/// A mapped index and the same index read into memory take the same changes and stay equal,
+/// while the mapped one holds in memory only the lists the changes touched.
+fn changes_copy_only_the_lists_they_touch(path: &std::path::Path, x: &[f32], d: usize) {
+    let mut m = Index::load(common::ctx(1), path, true).unwrap();
+    let mut o = Index::load(common::ctx(1), path, false).unwrap();
+    let nlist = m.nlist();
+    assert_eq!(
+        (m.stats().lists_in_memory, o.stats().lists_in_memory),
+        (0, nlist)
+    );
+    assert_eq!(m.remove(&[1, 4]).unwrap(), 2);
+    assert_eq!(o.remove(&[1, 4]).unwrap(), 2);
+    let s = m.stats();
+    assert!(
+        s.memory_mapped && (1..=2).contains(&s.lists_in_memory),
+        "{s:?}"
+    );
+    let extra: Vec<u64> = (9000..9003).collect();
+    m.add(&x[..3 * d], &extra).unwrap();
+    o.add(&x[..3 * d], &extra).unwrap();
+    assert!(m.stats().lists_in_memory <= 5);
+    assert!(m.contains(9001).unwrap() && !m.contains(4).unwrap());
+    let other = Index::load(common::ctx(1), path, false).unwrap();
+    m.merge_from(&other).unwrap();
+    o.merge_from(&other).unwrap();
+    assert_eq!(m.to_bytes(), o.to_bytes());
+    // Saving over the file it maps leaves the map readable and the new file whole.
+    m.save(path).unwrap();
+    assert_eq!(std::fs::read(path).unwrap(), o.to_bytes());
+    assert_eq!(m.to_bytes(), o.to_bytes());
+}
+
 #[test]
 fn index_round_trips_through_files_and_memory_maps() {
     let (ix, x, d) = small_index();
@@ -37,10 +69,7 @@ fn index_round_trips_through_files_and_memory_maps() {
         assert_eq!(back.search(&x[..50 * d], &p, None).unwrap(), want);
         assert_eq!(back.to_bytes(), std::fs::read(&path).unwrap());
     }
-    // A mapped index becomes writable on first change.
-    let mut m = Index::load(common::ctx(1), &path, true).unwrap();
-    assert_eq!(m.remove(&[1, 4]).unwrap(), 2);
-    assert!(!m.stats().memory_mapped);
+    changes_copy_only_the_lists_they_touch(&path, &x, d);
     // Codebook alone, from its own file or from the index file.
     let cbp = dir.join("cb.vlcc");
     format::save_codebook(ix.codebook(), &cbp).unwrap();

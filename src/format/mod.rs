@@ -10,7 +10,7 @@ mod read;
 mod write;
 
 pub use crate::files::write_atomically;
-pub(crate) use lists::{Lists, MappedLists};
+pub(crate) use lists::{List, Lists, MappedLists};
 pub use read::{load_codebook, read_codebook_bytes};
 pub(crate) use read::{load_index, read_index_bytes};
 pub use write::{codebook_bytes, save_codebook};

@@ -349,16 +349,17 @@ fn owned_lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<Lists
     let ids_all: Vec<u64> = bytemuck::pod_collect_to_vec(&b[ll.ids.clone()]);
     let codes_all = &b[ll.codes.clone()];
     let refine_all = &b[ll.refine.clone()];
-    let nl = cb.anchors();
-    let (mut ids, mut codes) = (Vec::with_capacity(nl), Vec::with_capacity(nl));
-    let mut refine = Vec::with_capacity(nl);
-    for j in 0..nl {
-        let (s, e) = (ll.offsets[j] as usize, ll.offsets[j + 1] as usize);
-        ids.push(ids_all[s..e].to_vec());
-        codes.push(codes_all[s * ll.code_size..e * ll.code_size].to_vec());
-        refine.push(refine_all[s * ll.refine_size..e * ll.refine_size].to_vec());
-    }
-    Ok(Lists::Owned { ids, codes, refine })
+    let lists = (0..cb.anchors())
+        .map(|j| {
+            let (s, e) = (ll.offsets[j] as usize, ll.offsets[j + 1] as usize);
+            List {
+                ids: ids_all[s..e].to_vec(),
+                codes: codes_all[s * ll.code_size..e * ll.code_size].to_vec(),
+                refine: refine_all[s * ll.refine_size..e * ll.refine_size].to_vec(),
+            }
+        })
+        .collect();
+    Ok(Lists::held(lists))
 }
 
 /// Parses a codebook from bytes (a codebook or an index file).
@@ -424,7 +425,7 @@ pub(crate) fn load_index(path: &Path, mmap: bool, defer: bool) -> Result<IndexPa
         refine: ll.refine,
         refine_size: ll.refine_size,
     };
-    Ok((cb, Lists::Mapped(mapped), meta.refine))
+    Ok((cb, Lists::mapped(mapped)?, meta.refine))
 }
 
 /// Checks every section checksum of a mapped index file (what a deferred load left out).

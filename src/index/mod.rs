@@ -21,7 +21,7 @@ pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 
 use crate::backend::{CodebookView, ListsView};
 use crate::error::{Error, Result};
-use crate::format::Lists;
+use crate::format::{List, Lists};
 use crate::progress::{watching, Listener, Phase, Progress, SharedProgress, Watch};
 use crate::quant::{Codebook, Vectors};
 use crate::Context;
@@ -54,14 +54,6 @@ fn check_ids(ids: &[u64]) -> Result<()> {
     }
 }
 
-/// A change's view of an index: its lists, in memory, and its id map where one was built.
-struct OwnedLists<'a> {
-    ids: &'a mut Vec<Vec<u64>>,
-    codes: &'a mut Vec<Vec<u8>>,
-    refine: &'a mut Vec<Vec<u8>>,
-    map: Option<&'a mut IdMap>,
-}
-
 /// Sizes and balance of an index.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct IndexStats {
@@ -90,8 +82,11 @@ pub struct IndexStats {
     pub table_bytes: usize,
     /// 4-bit codes in fast-scan blocks, once built (by the first search); else 0.
     pub fast_scan_bytes: usize,
-    /// Codes, ids and refinement vectors are read from a memory map, not held in memory.
+    /// Codes, ids and refinement vectors are read from a memory map, not held in memory,
+    /// except those of the lists changed since the load (`lists_in_memory`).
     pub memory_mapped: bool,
+    /// Lists held in memory: every list, unless memory-mapped; there, those a change touched.
+    pub lists_in_memory: usize,
 }
 
 /// A searchable compressed index.
@@ -168,7 +163,7 @@ impl Index {
     }
 
     /// Loads an index file onto `ctx`. With `mmap`, ids and codes stay in the file's memory
-    /// map and are used in place (the first `add`/`remove` copies them into memory);
+    /// map and are used in place (a change copies into memory only the lists it touches);
     /// otherwise they are read in. Damaged files give `Corrupt`.
     pub fn load(ctx: Arc<Context>, path: impl AsRef<std::path::Path>, mmap: bool) -> Result<Index> {
         let (cb, lists, refine) = crate::format::load_index(path.as_ref(), mmap, false)?;
@@ -215,16 +210,15 @@ impl Index {
 
     /// The lists, copied into memory.
     fn owned_copy(&self) -> Lists {
-        let m = self.nlist();
-        let (mut ids, mut codes) = (Vec::with_capacity(m), Vec::with_capacity(m));
-        let mut refine = Vec::with_capacity(m);
-        for j in 0..m {
-            let (i, c) = self.list(j);
-            ids.push(i.to_vec());
-            codes.push(c.to_vec());
-            refine.push(self.lists.refine(j).to_vec());
-        }
-        Lists::Owned { ids, codes, refine }
+        Lists::held(
+            (0..self.nlist())
+                .map(|j| List {
+                    ids: self.list(j).0.to_vec(),
+                    codes: self.list(j).1.to_vec(),
+                    refine: self.lists.refine(j).to_vec(),
+                })
+                .collect(),
+        )
     }
 
     fn from_parts(
@@ -369,27 +363,24 @@ impl Index {
                 .packed4
                 .get()
                 .map_or(0, |p| p.iter().map(Vec::len).sum()),
-            memory_mapped: matches!(self.lists, Lists::Mapped(_)),
+            memory_mapped: self.lists.is_mapped(),
+            lists_in_memory: self.lists.held_count(),
         }
     }
 
-    /// Mapped lists are copied into memory before the first change.
-    fn owned_lists(&mut self) -> Result<OwnedLists<'_>> {
+    /// Every change starts here: it renews the stamp and drops what was derived from the old
+    /// contents, and hands out the lists with the id map, where one was built.
+    fn changing(&mut self) -> (&mut Lists, Option<&mut IdMap>) {
         self.stamp = next_stamp();
         self.packed4 = OnceLock::new();
         self.max_bound = OnceLock::new();
-        if let Lists::Mapped(_) = &self.lists {
-            self.lists = self.owned_copy();
-        }
-        match &mut self.lists {
-            Lists::Owned { ids, codes, refine } => Ok(OwnedLists {
-                ids,
-                codes,
-                refine,
-                map: self.id_map.get_mut(),
-            }),
-            Lists::Mapped(_) => Err(Error::InvalidState("index lists are still mapped".into())),
-        }
+        (&mut self.lists, self.id_map.get_mut())
+    }
+
+    /// Bytes of code and of refinement row per vector.
+    fn row_sizes(&self) -> (usize, usize) {
+        let d = self.cb.dim();
+        (self.cb.residual_code_size(), self.refine.row_bytes(d))
     }
 
     /// The id map, built now if no call has needed it yet (`OutOfMemory` where it does not fit).
@@ -474,35 +465,32 @@ impl Index {
     /// Appends encoded vectors (each one's anchor, code and refinement row) to their lists
     /// under `ids`.
     fn append(&mut self, anchor: &[u32], codes: &[u8], refine: &[u8], ids: &[u64]) -> Result<()> {
-        let cs = self.cb.residual_code_size();
-        let rs = self.refine.row_bytes(self.cb.dim());
-        let l = self.owned_lists()?;
-        let mut map = l.map;
-        if let Some(map) = map.as_deref_mut() {
-            // Every insert below has its room, and every row its 32 bits, before any list grows.
-            map.reserve(ids.len())?;
-            let mut grown = vec![0usize; l.ids.len()];
-            for &a in anchor {
-                grown[a as usize] += 1;
-            }
-            for (j, &g) in grown.iter().enumerate().filter(|(_, &g)| g > 0) {
-                IdMap::loc(j, l.ids[j].len() + g - 1)?;
+        let (cs, rs) = self.row_sizes();
+        let mut grown = vec![0usize; self.nlist()];
+        for &a in anchor {
+            grown[a as usize] += 1;
+        }
+        let (lists, mut map) = self.changing();
+        // Every list that grows is held in memory with its room, every insert into the map has
+        // its room and every row its 32 bits, before anything changes.
+        for (j, &g) in grown.iter().enumerate().filter(|(_, &g)| g > 0) {
+            let len = lists.list_mut(j, g, cs, rs)?.ids.len();
+            if map.is_some() {
+                IdMap::loc(j, len + g - 1)?;
             }
         }
+        if let Some(map) = map.as_deref_mut() {
+            map.reserve(ids.len())?;
+        }
         for (i, (&a, &id)) in anchor.iter().zip(ids).enumerate() {
-            let (li, lc) = (&mut l.ids[a as usize], &mut l.codes[a as usize]);
+            let l = lists.list_mut(a as usize, 0, cs, rs)?;
             if let Some(map) = map.as_deref_mut() {
-                map.insert(
-                    id,
-                    ids::Loc {
-                        list: a,
-                        row: li.len() as u32,
-                    },
-                );
+                let row = l.ids.len() as u32;
+                map.insert(id, ids::Loc { list: a, row });
             }
-            li.push(id);
-            lc.extend_from_slice(&codes[i * cs..(i + 1) * cs]);
-            l.refine[a as usize].extend_from_slice(&refine[i * rs..(i + 1) * rs]);
+            l.ids.push(id);
+            l.codes.extend_from_slice(&codes[i * cs..(i + 1) * cs]);
+            l.refine.extend_from_slice(&refine[i * rs..(i + 1) * rs]);
         }
         Ok(())
     }
@@ -512,24 +500,29 @@ impl Index {
     /// place, so no list is scanned and list order is not kept.
     pub fn remove(&mut self, ids: &[u64]) -> Result<usize> {
         self.id_map()?;
-        let cs = self.cb.residual_code_size();
-        let rs = self.refine.row_bytes(self.cb.dim());
-        let l = self.owned_lists()?;
-        let Some(map) = l.map else {
+        let (cs, rs) = self.row_sizes();
+        let (lists, map) = self.changing();
+        let Some(map) = map else {
             return Err(Error::InvalidState("the id map went missing".into()));
         };
+        // The lists that lose vectors are held in memory before anything changes.
+        for &id in ids {
+            for at in map.locations(id) {
+                lists.list_mut(at.list as usize, 0, cs, rs)?;
+            }
+        }
         let mut removed = 0;
         for &id in ids {
             while let Some(at) = map.take(id) {
                 let (j, row) = (at.list as usize, at.row as usize);
-                let (li, lc, lr) = (&mut l.ids[j], &mut l.codes[j], &mut l.refine[j]);
-                let last = li.len() - 1;
+                let l = lists.list_mut(j, 0, cs, rs)?;
+                let last = l.ids.len() - 1;
                 if row != last {
-                    li[row] = li[last];
-                    lc.copy_within(last * cs..(last + 1) * cs, row * cs);
-                    lr.copy_within(last * rs..(last + 1) * rs, row * rs);
+                    l.ids[row] = l.ids[last];
+                    l.codes.copy_within(last * cs..(last + 1) * cs, row * cs);
+                    l.refine.copy_within(last * rs..(last + 1) * rs, row * rs);
                     map.moved(
-                        li[row],
+                        l.ids[row],
                         ids::Loc {
                             list: at.list,
                             row: last as u32,
@@ -537,9 +530,9 @@ impl Index {
                         at,
                     );
                 }
-                li.pop();
-                lc.truncate(last * cs);
-                lr.truncate(last * rs);
+                l.ids.pop();
+                l.codes.truncate(last * cs);
+                l.refine.truncate(last * rs);
                 removed += 1;
             }
         }
@@ -576,25 +569,34 @@ impl Index {
             )));
         }
         let m = self.nlist();
+        let (cs, rs) = self.row_sizes();
         // Their lists are copied first, with reports (and chances to cancel) along the way;
         // this index changes only after the last report.
         let mut theirs = Vec::with_capacity(m);
-        let mut their_refine = Vec::with_capacity(m);
         for j in 0..m {
             watch.report(Phase::Merge, j, m)?;
-            theirs.push((other.list(j).0.to_vec(), other.list(j).1.to_vec()));
-            their_refine.push(other.lists.refine(j).to_vec());
+            let (ids, codes) = other.list(j);
+            let refine = other.lists.refine(j);
+            theirs.push(List {
+                ids: ids.to_vec(),
+                codes: codes.to_vec(),
+                refine: refine.to_vec(),
+            });
         }
         watch.report(Phase::Merge, m, m)?;
-        let l = self.owned_lists()?;
-        if let Some(map) = l.map {
-            map.reserve(other.len())?;
-            for (j, (i, _)) in theirs.iter().enumerate().filter(|(_, t)| !t.0.is_empty()) {
-                IdMap::loc(j, l.ids[j].len() + i.len() - 1)?;
+        let (lists, map) = self.changing();
+        let grows = || theirs.iter().enumerate().filter(|(_, t)| !t.ids.is_empty());
+        for (j, t) in grows() {
+            let len = lists.list_mut(j, t.ids.len(), cs, rs)?.ids.len();
+            if map.is_some() {
+                IdMap::loc(j, len + t.ids.len() - 1)?;
             }
-            for (j, (i, _)) in theirs.iter().enumerate() {
-                let start = l.ids[j].len();
-                for (r, &id) in i.iter().enumerate() {
+        }
+        if let Some(map) = map {
+            map.reserve(other.len())?;
+            for (j, t) in grows() {
+                let start = lists.list(j).0.len();
+                for (r, &id) in t.ids.iter().enumerate() {
                     map.insert(
                         id,
                         ids::Loc {
@@ -605,10 +607,15 @@ impl Index {
                 }
             }
         }
-        for (j, ((i, c), r)) in theirs.into_iter().zip(their_refine).enumerate() {
-            l.ids[j].extend(i);
-            l.codes[j].extend(c);
-            l.refine[j].extend(r);
+        for (j, t) in theirs
+            .into_iter()
+            .enumerate()
+            .filter(|(_, t)| !t.ids.is_empty())
+        {
+            let l = lists.list_mut(j, 0, cs, rs)?;
+            l.ids.extend(t.ids);
+            l.codes.extend(t.codes);
+            l.refine.extend(t.refine);
         }
         Ok(())
     }
