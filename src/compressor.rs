@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::progress::{watching, Listener, Progress, SharedProgress, Watch};
+use crate::quant::estimate::{self, Shape, Work};
 use crate::{backend, Codebook, Context, Index, TrainParams, TrainReport, Vectors};
 use std::sync::Arc;
 
@@ -67,13 +68,64 @@ impl Compressor {
     /// the development sets (docs/memory.md); the device figure (0 on the CPU) is not yet
     /// checked against measurements.
     pub fn estimate_training_memory(&self, n: usize, d: usize) -> (usize, usize) {
-        use crate::quant::estimate;
-        let host = estimate::training_bytes(&self.params, n, d, self.ctx.threads());
-        let device = match self.ctx.backend().kind() {
-            crate::BackendKind::Cpu => 0,
-            _ => estimate::training_device_bytes(&self.params, n, d),
+        self.estimate_memory(Work::Train, n, d)
+    }
+
+    /// The memory (host bytes, device bytes) `work` takes at its peak with these parameters
+    /// on this context, for `n` vectors of `d` dimensions:
+    /// - `Train`: training on `n` vectors (`estimate_training_memory`);
+    /// - `Build`: adding `n` vectors to an empty index in one call (f32 input, no
+    ///   refinement rows; `Index::estimate_add_memory` counts those);
+    /// - `Search`: the first search of an index of `n` vectors: the search tables and
+    ///   fast-scan blocks it builds, and one block of queries per thread. A call's results
+    ///   add 12 bytes per result (k per query), and its queries d x 4 bytes each under cosine
+    ///   (`Index::estimate_search_memory` counts both).
+    ///
+    /// The shape is the trained codebook's where there is one (`Build` and `Search`), else the
+    /// parameters'. Device figures (0 on the CPU) are not yet checked against measurements.
+    pub fn estimate_memory(&self, work: Work, n: usize, d: usize) -> (usize, usize) {
+        let threads = self.ctx.threads();
+        let kind = self.ctx.backend().kind();
+        let shape = match (&self.codebook, work) {
+            (Some(cb), Work::Build | Work::Search) if cb.dim() == d => Shape::of_codebook(cb),
+            (_, Work::Train) => Shape::of_params(&self.params, n, d),
+            _ => Shape::of_params(&self.params, usize::MAX, d),
         };
-        (host, device)
+        let cosine = shape.metric == crate::Metric::Cosine;
+        match work {
+            Work::Train => {
+                let host = estimate::training_bytes(&self.params, n, d, threads);
+                let device = match kind {
+                    crate::BackendKind::Cpu => 0,
+                    _ => estimate::training_device_bytes(&self.params, n, d),
+                };
+                (host, device)
+            }
+            Work::Build => (
+                estimate::add_bytes(&shape, n, 0, threads, cosine),
+                estimate::device_build_bytes(kind, &shape, n),
+            ),
+            Work::Search => {
+                let block = threads * 128;
+                let host = estimate::tables_bytes(&shape, crate::index::MAX_TERM_BYTES)
+                    + estimate::fast_scan_bytes(&shape, n)
+                    + estimate::search_bytes(&shape, block, 0, 0, threads);
+                (
+                    host,
+                    estimate::device_search_bytes(kind, &shape, n, block, 0),
+                )
+            }
+        }
+    }
+
+    /// `OutOfMemory` where encoding `n` vectors (`converted` from f16) with `cb` needs more
+    /// than the context's cap: its working memory and the records it returns.
+    fn fit_encode(&self, cb: &Codebook, n: usize, converted: bool) -> Result<()> {
+        let s = Shape::of_codebook(cb);
+        let converted = converted || s.metric == crate::Metric::Cosine;
+        let need = estimate::encode_bytes(&s, n, self.ctx.threads(), converted)
+            + n.saturating_mul(cb.codec_size());
+        self.ctx.check_cap(need, || format!("encoding {n} vectors"))
     }
 
     /// Reports of this compressor's long calls (train, encode) go to `progress`, which may
@@ -101,17 +153,11 @@ impl Compressor {
     }
 
     fn train_watched(&mut self, x: &[f32], d: usize, watch: &Watch) -> Result<&TrainReport> {
-        let cap = self.ctx.memory_cap();
-        if cap > 0 && d > 0 {
+        if let Some(n) = x.len().checked_div(d) {
             // Refused before anything is allocated: training cannot yet work in less.
-            let need = self.estimate_training_memory(x.len() / d, d).0;
-            if need > cap {
-                return Err(Error::OutOfMemory(format!(
-                    "training {} x {d} vectors needs about {need} bytes of working memory, the \
-                     context's cap is {cap}",
-                    x.len() / d
-                )));
-            }
+            let need = self.estimate_training_memory(n, d).0;
+            self.ctx
+                .check_cap(need, || format!("training {n} x {d} vectors"))?;
         }
         let params = self.params.clone();
         let (cb, report) = self
@@ -134,6 +180,7 @@ impl Compressor {
     /// Codec mode: `codec_size()` bytes per vector.
     pub fn encode(&self, x: Vectors<'_>) -> Result<Vec<u8>> {
         let cb = self.codebook()?;
+        self.fit_encode(cb, x.len() / cb.dim().max(1), matches!(x, Vectors::F16(_)))?;
         let p = self.progress.or_context(&self.ctx);
         watching(p.as_ref(), |w| self.ctx.run(|b| cb.encode_watched(b, x, w)))
     }
@@ -141,6 +188,7 @@ impl Compressor {
     /// As `encode`, reporting rows done to `progress` for this call.
     pub fn encode_with_progress(&self, x: Vectors<'_>, progress: &dyn Progress) -> Result<Vec<u8>> {
         let cb = self.codebook()?;
+        self.fit_encode(cb, x.len() / cb.dim().max(1), matches!(x, Vectors::F16(_)))?;
         let w = Watch::new(progress);
         self.ctx.run(|b| cb.encode_watched(b, x, &w))
     }
@@ -157,6 +205,7 @@ impl Compressor {
     pub unsafe fn encode_device(&self, at: u64, n: usize) -> Result<Vec<u8>> {
         backend::need_device_memory(self.ctx.backend(), "encoding from device memory")?;
         let cb = self.codebook()?;
+        self.fit_encode(cb, n, false)?;
         let p = self.progress.or_context(&self.ctx);
         // SAFETY: as the caller vouches.
         watching(p.as_ref(), |w| {

@@ -62,7 +62,10 @@ impl Context {
         self.pool.current_num_threads()
     }
 
-    /// Caps the working memory of one training call, in bytes (0 = no cap).
+    /// Caps the host memory one call allocates (training, encoding, adding, merging,
+    /// searching), in bytes (0 = no cap). Calls check their estimate against it before they
+    /// allocate, and return `OutOfMemory` where it does not fit; a search builds its tables
+    /// and fast-scan blocks only where they fit, and goes without them otherwise.
     pub fn set_memory_cap(&self, bytes: usize) {
         self.memory_cap
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
@@ -70,6 +73,19 @@ impl Context {
 
     pub fn memory_cap(&self) -> usize {
         self.memory_cap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `OutOfMemory` where `need` bytes for `what` (a phrase: "adding 10 vectors") pass the
+    /// memory cap.
+    pub(crate) fn check_cap(&self, need: usize, what: impl FnOnce() -> String) -> Result<()> {
+        let cap = self.memory_cap();
+        if cap > 0 && need > cap {
+            return Err(Error::OutOfMemory(format!(
+                "{} needs about {need} bytes of memory, the context's memory cap is {cap}",
+                what()
+            )));
+        }
+        Ok(())
     }
 
     /// The progress callback for long calls on objects made from this context that have none

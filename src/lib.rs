@@ -54,6 +54,7 @@ pub use index::{
 };
 pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
 pub use progress::{NoProgress, Phase, Progress, SharedProgress};
+pub use quant::estimate::Work;
 pub use quant::{Codebook, TrainReport, Vectors};
 
 /// The crate version (from Cargo.toml).

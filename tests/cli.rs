@@ -673,3 +673,52 @@ fn search_writes_distances_and_refuses_ids_that_ivecs_cannot_hold() {
     let (ok, _, err) = filtered("allow.csv");
     assert!(!ok && err.contains("--filter allow.csv"), "{err}");
 }
+
+#[test]
+fn estimate_prints_what_memory_cap_is_checked_against() {
+    let dir = std::env::temp_dir().join(format!("vlcc-cli-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = data("base.fvecs");
+    let n = vlc_compress::vecio::read_fvecs(Path::new(&base))
+        .unwrap()
+        .rows;
+    let (ok, out, err) = vlc(
+        &[
+            "estimate",
+            "--n",
+            &n.to_string(),
+            "--d",
+            "50",
+            "--anchors",
+            "64",
+            "--bytes",
+            "8",
+            "--json",
+        ],
+        &dir,
+    );
+    assert!(ok, "{err}");
+    let e: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let train = e["train_host_bytes"].as_u64().unwrap();
+    assert!(train > 0 && e["build_host_bytes"].as_u64().unwrap() > n as u64 * 16);
+    assert_eq!(e["search_device_bytes"], 0);
+    // Under half the training estimate, the build is refused before it allocates, naming why.
+    let cap = (train / 2).to_string();
+    let build = [
+        "build",
+        "--input",
+        &base,
+        "--out",
+        "ix.vlcc",
+        "--anchors",
+        "64",
+        "--bytes",
+        "8",
+        "--memory-cap",
+        &cap,
+    ];
+    let (ok, _, err) = vlc(&build, &dir);
+    assert!(!ok && err.contains("memory cap"), "{err}");
+    assert!(!dir.join("ix.vlcc").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

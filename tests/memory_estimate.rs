@@ -1,10 +1,11 @@
-//! The training memory estimate against the measured peak: resident memory's high-water mark,
-//! reset before each training, less what was resident before it. Linux only (it reads and
-//! resets /proc/self's counters); one test, so no other test's memory mixes in.
+//! The memory estimates (training, adding, searching) against the measured peak: resident
+//! memory's high-water mark, reset before each call, less what was resident before it; and the
+//! context's cap on each. Linux only (it reads and resets /proc/self's counters); one test, so
+//! no other test's memory mixes in.
 mod common;
 
 use vlc_compress::quant::estimate;
-use vlc_compress::{Compressor, Metric, Rotation};
+use vlc_compress::{Compressor, Error, Index, Metric, Refine, Rotation, SearchParams};
 
 /// Hands the memory freed by earlier work back to the system (glibc keeps it otherwise, and
 /// the next training reuses it unseen), then resets the high-water mark. Returns the resident
@@ -29,8 +30,146 @@ fn status_kib(field: &str) -> usize {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// The growth of the resident high-water mark while `f` runs, in bytes, with `f`'s result.
+fn peak_of<R>(f: impl FnOnce() -> R) -> (usize, R) {
+    let before = fresh_peak();
+    let r = f();
+    ((status_kib("VmHWM:").saturating_sub(before)) * 1024, r)
+}
+
+/// "what: estimate E MiB, peak P MiB (ratio)", the ratio read back by `assert_within`.
+fn row(what: &str, want: usize, peak: usize) -> String {
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let ratio = want as f64 / peak.max(1) as f64;
+    format!(
+        "{what}: estimate {:.1} MiB, peak {:.1} MiB ({ratio:.2})",
+        mib(want),
+        mib(peak)
+    )
+}
+
+fn assert_within(rows: &[String]) {
+    eprintln!("{}", rows.join("\n"));
+    for r in rows {
+        let ratio: f64 = r
+            .rsplit('(')
+            .next()
+            .unwrap()
+            .trim_end_matches(')')
+            .parse()
+            .unwrap();
+        assert!((0.75..=1.25).contains(&ratio), "{r}");
+    }
+}
+
 #[cfg(target_os = "linux")]
 #[test]
+fn memory_stays_within_a_quarter_of_its_estimates_and_under_caps() {
+    training_stays_within_a_quarter_of_its_estimate();
+    adding_and_searching_stay_within_a_quarter_of_their_estimates();
+    adding_and_searching_stay_under_caps();
+}
+
+/// Adding n vectors to an empty index, then its first search of 2,000 queries (which builds
+/// the search tables, and the fast-scan blocks of 4-bit codes).
+fn adding_and_searching_stay_within_a_quarter_of_their_estimates() {
+    let threads = 2;
+    let ctx = common::ctx(threads);
+    let mut rows = Vec::new();
+    for (n, d, bytes, bits, anchors, metric, refine) in [
+        (200_000, 128, 32, 8, 1024, Metric::L2, Refine::None),
+        (200_000, 128, 32, 4, 1024, Metric::L2, Refine::None),
+        (100_000, 128, 32, 8, 1024, Metric::Cosine, Refine::None),
+        (100_000, 128, 32, 8, 1024, Metric::L2, Refine::F16),
+    ] {
+        let x = common::clustered(n, d, 50, 5);
+        let mut p = common::small_params(anchors, bytes);
+        p.metric = metric;
+        p.bits = bits;
+        p.rotation = Rotation::Random;
+        let mut c = Compressor::new(ctx.clone(), p);
+        c.train(&x[..40_000 * d], d).unwrap();
+        let mut ix = c.new_index_with_refine(refine).unwrap();
+        let ids: Vec<u64> = (0..n as u64).collect();
+        let want = ix.estimate_add_memory(n).0;
+        let (peak, r) = peak_of(|| ix.add(&x[..], &ids));
+        r.unwrap();
+        let what = format!("add {n} x {d}, {bytes} B, {bits}-bit, {metric:?}, {refine}");
+        rows.push(row(&what, want, peak));
+        let sp = SearchParams {
+            k: 10,
+            nprobe: 16,
+            rerank: 0,
+        };
+        let q = &x[..2000 * d];
+        let want = ix.estimate_search_memory(2000, &sp).0;
+        let (peak, r) = peak_of(|| ix.search(q, &sp, None));
+        r.unwrap();
+        rows.push(row("first search of the same, 2000 queries", want, peak));
+    }
+    assert_within(&rows);
+}
+
+/// Caps at 50%, 25% and 5% of an add's and a search's estimates: the add is refused before it
+/// allocates; the search goes without its tables and fast-scan blocks and gives the same
+/// results, or is refused where even its working memory does not fit. Never over the cap.
+fn adding_and_searching_stay_under_caps() {
+    let threads = 2;
+    let (n, d) = (100_000, 128);
+    let x = common::clustered(n, d, 50, 7);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let mut p = common::small_params(1024, 32);
+    p.bits = 4;
+    let mut c = Compressor::new(common::ctx(threads), p);
+    c.train(&x[..40_000 * d], d).unwrap();
+    let cb = c.codebook().unwrap().clone();
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 16,
+        rerank: 0,
+    };
+    let q = &x[..2000 * d];
+    let mut free = c.new_index().unwrap();
+    free.add(&x[..], &ids).unwrap();
+    let add_need = free.estimate_add_memory(n).0;
+    let search_need = free.estimate_search_memory(2000, &sp).0;
+    let want = free.search(q, &sp, None).unwrap();
+    for frac in [0.5, 0.25, 0.05] {
+        let ctx = common::ctx(threads);
+        let mut ix = Index::new(ctx.clone(), cb.clone()).unwrap();
+        let cap = (add_need as f64 * frac) as usize;
+        ctx.set_memory_cap(cap);
+        let (grew, r) = peak_of(|| ix.add(&x[..], &ids));
+        assert!(
+            matches!(r, Err(Error::OutOfMemory(_))),
+            "add at {frac}: {r:?}"
+        );
+        assert!(grew < add_need / 50, "a refused add grew by {grew} bytes");
+        assert_eq!(ix.len(), 0);
+
+        ctx.set_memory_cap(0);
+        ix.add(&x[..], &ids).unwrap();
+        let cap = (search_need as f64 * frac) as usize;
+        ctx.set_memory_cap(cap);
+        let (grew, r) = peak_of(|| ix.search(q, &sp, None));
+        match r {
+            Ok(got) => assert_eq!(got, want, "search at {frac} of its estimate"),
+            Err(Error::OutOfMemory(_)) => {}
+            Err(e) => panic!("search at {frac}: {e}"),
+        }
+        assert!(
+            grew <= cap,
+            "search at {frac}: grew {grew} bytes, cap {cap}"
+        );
+        let s = ix.stats();
+        eprintln!(
+            "cap {frac} of the search estimate ({search_need} B): cap {cap} B, tables {} B, \
+             fast-scan blocks {} B, grew {grew} B",
+            s.table_bytes, s.fast_scan_bytes
+        );
+    }
+}
+
 fn training_stays_within_a_quarter_of_its_estimate() {
     let threads = 2;
     let ctx = common::ctx(threads);
@@ -58,7 +197,6 @@ fn training_stays_within_a_quarter_of_its_estimate() {
         ));
         drop(c);
     }
-    eprintln!("{}", rows.join("\n"));
 
     // The context's cap: at the estimate, training runs and gives what an uncapped one does;
     // at 50%, 25% or 5% of it, OutOfMemory before anything grows.
@@ -89,14 +227,5 @@ fn training_stays_within_a_quarter_of_its_estimate() {
         c.codebook().unwrap().fingerprint(),
         free.codebook().unwrap().fingerprint()
     );
-    for r in &rows {
-        let ratio: f64 = r
-            .rsplit('(')
-            .next()
-            .unwrap()
-            .trim_end_matches(')')
-            .parse()
-            .unwrap();
-        assert!((0.75..=1.25).contains(&ratio), "{r}");
-    }
+    assert_within(&rows);
 }

@@ -113,6 +113,31 @@ void memory_budget(const std::vector<float>& x) {
     ctx.set_memory_cap(est.first / 4);
     EXPECT_STATUS(VLCC_STATUS_OUT_OF_MEMORY, c.train(x, d));
     EXPECT_STATUS(VLCC_STATUS_INVALID_STATE, c.encode(x));
+
+    // Adds and searches answer to the cap: an add past it is refused and leaves the index; a
+    // search without room for its tables goes without them, with the same results.
+    ctx.set_memory_cap(0);
+    c.train(x, d);
+    const auto build = c.estimate_memory(VLCC_WORK_BUILD, n, d);
+    EXPECT(build.first > n * 8 && build.second == 0);
+    EXPECT_STATUS(VLCC_STATUS_INVALID_ARGUMENT, c.estimate_memory(static_cast<vlcc_work>(9), n, d));
+    vlcc::Index ix(c);
+    ix.add(x, iota(n));
+    const vlcc::SearchParams p(10, 16);
+    const auto add = ix.estimate_memory(VLCC_WORK_BUILD, n);
+    const auto search = ix.estimate_memory(VLCC_WORK_SEARCH, 10, &p);
+    EXPECT(add.first > n * 8 && search.first > 0);
+    EXPECT_STATUS(VLCC_STATUS_INVALID_ARGUMENT, ix.estimate_memory(VLCC_WORK_TRAIN, n));
+    ctx.set_memory_cap(add.first / 2);
+    EXPECT_STATUS(VLCC_STATUS_OUT_OF_MEMORY, ix.add(x, iota(n, n)));
+    EXPECT(ix.size() == n);
+    const auto q = vlcc::span<const float>(x).subspan(0, 10 * d);
+    ctx.set_memory_cap(search.first - 1);
+    const auto capped = ix.search(q, p);
+    EXPECT(ix.memory_usage().search_tables == 0);
+    ctx.set_memory_cap(0);
+    const auto uncapped = ix.search(q, p);
+    EXPECT(capped.ids == uncapped.ids && capped.distances == uncapped.distances);
 }
 
 void progress_and_cancel(const vlcc::Context& ctx, const std::vector<float>& x) {

@@ -281,6 +281,15 @@ public:
         detail::check(vlcc_compressor_estimate_memory(p_.get(), n, d, &host, &device));
         return {host, device};
     }
+    // The memory {host, device} in bytes that `work` takes at its peak with these parameters
+    // on this context, for n vectors of d dimensions (vlcc_estimate_memory): TRAIN, training;
+    // BUILD, adding n vectors to an empty index in one call; SEARCH, the first search of an
+    // index of n vectors.
+    std::pair<uint64_t, uint64_t> estimate_memory(vlcc_work work, size_t n, size_t d) const {
+        uint64_t host = 0, device = 0;
+        detail::check(vlcc_estimate_memory(p_.get(), static_cast<uint32_t>(work), n, d, &host, &device));
+        return {host, device};
+    }
     // train, reporting to `progress` for this call only (it may cancel: see ProgressFn).
     void train(span<const float> x, size_t d, const ProgressFn& progress) {
         detail::with_progress(setter(), progress, progress_.get(), [&] { train(x, d); });
@@ -511,6 +520,17 @@ public:
     // Checks every checksum of a memory-mapped index's file; throws CORRUPT naming the first
     // damaged section. An index held in memory has nothing to check.
     void verify() const { detail::check(vlcc_index_verify(p_.get())); }
+    // The memory {host, device} in bytes that `work` on this index takes at its peak
+    // (vlcc_index_estimate_memory): BUILD, adding n vectors in one call; SEARCH, searching n
+    // queries with `params` (null: the defaults). What the context's memory cap is checked
+    // against.
+    std::pair<uint64_t, uint64_t> estimate_memory(vlcc_work work, size_t n,
+                                                  const SearchParams* params = nullptr) const {
+        uint64_t host = 0, device = 0;
+        detail::check(vlcc_index_estimate_memory(p_.get(), static_cast<uint32_t>(work), n,
+                                                 params ? params->get() : nullptr, &host, &device));
+        return {host, device};
+    }
     // Memory by part, in bytes (parts built on demand read 0 until built).
     vlcc_index_memory memory_usage() const {
         vlcc_index_memory m{};

@@ -333,6 +333,64 @@ func TestEstimateMemoryAndCap(t *testing.T) {
 	}
 }
 
+// Adds and searches answer to the cap too: an add past it is refused and leaves the index;
+// a search without room for its tables goes without them, with the same results.
+func TestEstimatesAndCapOnTheIndex(t *testing.T) {
+	const n = 4000
+	c, ix, x := indexed(t, n, 25)
+	host, device, err := c.EstimateMemoryFor(WorkBuild, n, dim)
+	if err != nil || host < n*8 || device != 0 {
+		t.Fatalf("build estimate %d %d %v", host, device, err)
+	}
+	if h, _, err := c.EstimateMemoryFor(WorkSearch, n, dim); err != nil || h == 0 {
+		t.Fatalf("search estimate %d %v", h, err)
+	}
+	if _, _, err := c.EstimateMemoryFor(Work(9), 1, dim); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("unknown work: %v", err)
+	}
+	b, err := ix.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, _ := NewContext(CPU, 0, 2)
+	defer ctx.Close()
+	capped, err := Deserialize(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer capped.Close()
+	p, _ := DefaultSearchParams()
+	add, _, err1 := capped.EstimateMemory(WorkBuild, n, SearchParams{})
+	search, _, err2 := capped.EstimateMemory(WorkSearch, 10, p)
+	if err1 != nil || err2 != nil || add < n*8 || search == 0 {
+		t.Fatalf("index estimates %d %d: %v %v", add, search, err1, err2)
+	}
+	if _, _, err := capped.EstimateMemory(WorkTrain, 1, p); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("an index does not train: %v", err)
+	}
+	ctx.SetMemoryCap(int(add / 2))
+	if err := capped.Add(x, rowIDs(n)); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("an add past the cap: %v", err)
+	}
+	if got, _ := capped.Len(); got != n {
+		t.Fatalf("a refused add changed the index: %d vectors", got)
+	}
+	ctx.SetMemoryCap(int(search - 1))
+	q := x[:10*dim]
+	gotIDs, gotD, err := capped.Search(q, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := capped.MemoryUsage(); m.SearchTables != 0 {
+		t.Fatalf("tables built past the cap: %+v", m)
+	}
+	ctx.SetMemoryCap(0)
+	wantIDs, wantD, err := ix.Search(q, p)
+	if err != nil || !reflect.DeepEqual(gotIDs, wantIDs) || !reflect.DeepEqual(gotD, wantD) {
+		t.Fatalf("a search without its tables differs: %v", err)
+	}
+}
+
 func mustSerialize(t *testing.T, c *Compressor) []byte {
 	t.Helper()
 	b, err := c.SerializeCodebook()

@@ -502,6 +502,32 @@ func (c *Compressor) EstimateMemory(n, d int) (host, device uint64, err error) {
 	return uint64(h), uint64(dv), err
 }
 
+// Work is what a memory estimate is for.
+type Work uint32
+
+const (
+	WorkTrain  Work = C.VLCC_WORK_TRAIN  // training on n vectors
+	WorkBuild  Work = C.VLCC_WORK_BUILD  // adding n vectors in one call
+	WorkSearch Work = C.VLCC_WORK_SEARCH // a search: of an index of n vectors, or of n queries
+)
+
+// EstimateMemoryFor is the memory, in bytes, that work takes at its peak with this
+// compressor's parameters on its context, for n vectors of d dimensions, on the host and on
+// the device (0 on the CPU): WorkTrain, training on n vectors; WorkBuild, adding n vectors
+// to an empty index in one call; WorkSearch, the first search of an index of n vectors (its
+// tables and fast-scan blocks, and a block of queries per thread; results add 12 bytes
+// each). What the context's memory cap is checked against.
+func (c *Compressor) EstimateMemoryFor(work Work, n, d int) (host, device uint64, err error) {
+	if n < 0 || d < 0 {
+		return 0, 0, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("n = %d, d = %d: must be >= 0", n, d)}
+	}
+	var h, dv C.uint64_t
+	err = c.call(func(p *C.vlcc_compressor) C.vlcc_status {
+		return C.vlcc_estimate_memory(p, C.uint32_t(work), C.size_t(n), C.size_t(d), &h, &dv)
+	})
+	return uint64(h), uint64(dv), err
+}
+
 // trainShape refuses values that are not whole rows of dimension d.
 func trainShape(x []float32, d int) error {
 	if d <= 0 || len(x)%d != 0 {
@@ -863,6 +889,32 @@ func (ix *Index) MemoryUsage() (MemoryUsage, error) {
 	err := ix.call(func(h *C.vlcc_index) C.vlcc_status { return C.vlcc_index_memory_usage(h, &m) })
 	return MemoryUsage{uint64(m.codes), uint64(m.ids), uint64(m.refine), uint64(m.id_map),
 		uint64(m.search_tables), uint64(m.fast_scan_blocks), m.memory_mapped != 0}, err
+}
+
+// EstimateMemory is the memory, in bytes, that work on this index takes at its peak, on the
+// host and on the device (0 on the CPU): WorkBuild, adding n vectors in one call; WorkSearch,
+// searching n queries with p's K, NProbe and Rerank (its working memory and results, and the
+// tables and fast-scan blocks it builds where the index has none yet). What the context's
+// memory cap is checked against. WorkTrain is ErrInvalidArgument.
+func (ix *Index) EstimateMemory(work Work, n int, p SearchParams) (host, device uint64, err error) {
+	if n < 0 || p.K < 0 || p.NProbe < 0 || p.Rerank < 0 {
+		return 0, 0, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("n = %d, K = %d, NProbe = %d, Rerank = %d: must be >= 0", n, p.K, p.NProbe, p.Rerank)}
+	}
+	var h, dv C.uint64_t
+	err = ix.call(func(x *C.vlcc_index) C.vlcc_status {
+		var sp *C.vlcc_search_params
+		if s := C.vlcc_search_params_new(&sp); s != C.VLCC_STATUS_OK {
+			return s
+		}
+		defer C.vlcc_search_params_free(sp)
+		if work == WorkSearch {
+			if s := C.search_params(sp, C.size_t(p.K), C.size_t(p.NProbe), C.size_t(p.Rerank)); s != C.VLCC_STATUS_OK {
+				return s
+			}
+		}
+		return C.vlcc_index_estimate_memory(x, C.uint32_t(work), C.size_t(n), sp, &h, &dv)
+	})
+	return uint64(h), uint64(dv), err
 }
 
 // Deserialize makes an index on ctx from Serialize's bytes (copied).

@@ -248,9 +248,14 @@ impl PyCompressor {
         ))
     }
 
-    /// Estimated peak memory of training on n vectors of dimension d: (host, device) bytes.
-    fn estimate_memory(&self, n: usize, d: usize) -> (usize, usize) {
-        self.read().estimate_training_memory(n, d)
+    /// Estimated peak memory, (host, device) bytes, of `work` with these parameters for n
+    /// vectors of dimension d: "train", training on them; "build", adding them to an empty
+    /// index in one call; "search", the first search of an index of n vectors (its tables and
+    /// fast-scan blocks, and a block of queries per thread).
+    #[pyo3(signature = (n, d, work = "train"))]
+    fn estimate_memory(&self, n: usize, d: usize, work: &str) -> PyResult<(usize, usize)> {
+        let w: vlc_compress::Work = work.parse().py_err()?;
+        Ok(self.read().estimate_memory(w, n, d))
     }
 
     /// A progress callback for this compressor's calls that have none of their own.

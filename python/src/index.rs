@@ -450,6 +450,33 @@ impl PyIndex {
         settle(p.as_deref(), r)
     }
 
+    /// Estimated peak memory, (host, device) bytes, of `work` on this index: "build", adding
+    /// n vectors in one call; "search", searching n queries with k, nprobe and rerank (its
+    /// working memory and results, and the tables and fast-scan blocks it builds where the
+    /// index has none yet). What the context's memory cap is checked against.
+    #[pyo3(signature = (n, work = "search", k = 10, nprobe = 16, rerank = 0))]
+    fn estimate_memory(
+        &self,
+        n: usize,
+        work: &str,
+        k: usize,
+        nprobe: usize,
+        rerank: usize,
+    ) -> PyResult<(usize, usize)> {
+        let ix = self.read();
+        match work.parse().py_err()? {
+            vlc_compress::Work::Build => Ok(ix.estimate_add_memory(n)),
+            vlc_compress::Work::Search => {
+                let p = params(k, nprobe, rerank);
+                p.validate().py_err()?;
+                Ok(ix.estimate_search_memory(n, &p))
+            }
+            vlc_compress::Work::Train => Err(invalid(
+                "an index estimates \"build\" or \"search\"; a Compressor trains",
+            )),
+        }
+    }
+
     /// Counts and memory by part (codes, ids, refinement rows, id map, search tables).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let s = serde_json::to_string(&self.read().stats()).map_err(|e| invalid(e.to_string()))?;

@@ -84,3 +84,31 @@ def test_memory_estimate_and_cap(data):
     with pytest.raises(vc.OutOfMemoryError):
         capped.train(x)
     assert not capped.is_trained
+
+
+def test_add_and_search_answer_to_the_cap(data):
+    x, _ = data
+    ctx = vc.Context("cpu")
+    c = vc.Compressor(ctx, anchors=32, bytes_per_vector=8)
+    c.train(x)
+    build, device = c.estimate_memory(len(x), x.shape[1], work="build")
+    assert build > len(x) * 8 and device == 0
+    with pytest.raises(vc.InvalidArgumentError):
+        c.estimate_memory(1, x.shape[1], work="dream")
+    ix = c.new_index()
+    ix.add(x)
+    add, _ = ix.estimate_memory(len(x), work="build")
+    search, _ = ix.estimate_memory(10, work="search", k=10)
+    with pytest.raises(vc.InvalidArgumentError):
+        ix.estimate_memory(1, work="train")
+    ctx.memory_cap = add // 2
+    with pytest.raises(vc.OutOfMemoryError):
+        ix.add(x)
+    assert len(ix) == len(x)
+    # A byte short of its estimate, a search has no room for its tables: it goes without them.
+    ctx.memory_cap = search - 1
+    got = ix.search(x[:10], 10)
+    assert ix.stats()["table_bytes"] == 0
+    ctx.memory_cap = 0
+    want = ix.search(x[:10], 10)
+    assert (got[0] == want[0]).all() and (got[1] == want[1]).all()

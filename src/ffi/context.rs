@@ -117,8 +117,12 @@ pub unsafe extern "C" fn vlcc_context_threads(
     }
 }
 
-/// Caps the working memory of each training call made through this context, in bytes (0 = no
-/// cap, the default). A call that would need more fails with VLCC_STATUS_OUT_OF_MEMORY.
+/// Caps the host memory each call made through this context allocates, in bytes (0 = no cap,
+/// the default): training, encoding, adding, merging and searching check their estimate
+/// (`vlcc_estimate_memory`, `vlcc_index_estimate_memory`) before they allocate, and fail with
+/// VLCC_STATUS_OUT_OF_MEMORY where it does not fit, leaving every object as it was. A search
+/// builds its tables and fast-scan blocks only where they fit beside its working memory, and
+/// otherwise goes without them (same results, slower).
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_context_set_memory_cap(
     ctx: *const vlcc_context,

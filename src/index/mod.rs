@@ -23,8 +23,10 @@ use crate::backend::{CodebookView, ListsView};
 use crate::error::{Error, Result};
 use crate::format::{List, Lists};
 use crate::progress::{watching, Listener, Phase, Progress, SharedProgress, Watch};
+use crate::quant::estimate::{self, Shape};
 use crate::quant::{Codebook, Vectors};
 use crate::Context;
+use crate::SearchParams;
 use ids::IdMap;
 use std::sync::{Arc, OnceLock};
 
@@ -124,7 +126,7 @@ fn next_stamp() -> u64 {
 }
 
 /// Precomputed tables above this size are skipped (they are then built per probed list).
-const MAX_TERM_BYTES: usize = 512 << 20;
+pub(crate) const MAX_TERM_BYTES: usize = 512 << 20;
 
 impl Index {
     /// An empty index on a trained codebook, adding and searching on `ctx`. Its search
@@ -269,15 +271,108 @@ impl Index {
     }
 
     /// Every list's 4-bit codes in fast-scan blocks, made once by the first search that needs
-    /// them. On one thread: searches call this from rayon tasks, and a parallel build there
-    /// could pick up another search task on the building thread, which would wait on itself.
-    pub(crate) fn packed4(&self) -> &[Vec<u8>] {
+    /// them; under a memory cap, only where `fit_search` found them room (else `None`: the
+    /// lists are scanned code by code, with the same results). On one thread: searches call
+    /// this from rayon tasks, and a parallel build there could pick up another search task on
+    /// the building thread, which would wait on itself.
+    pub(crate) fn packed4(&self) -> Option<&[Vec<u8>]> {
+        if self.packed4.get().is_none() && self.ctx.memory_cap() > 0 {
+            return None;
+        }
+        Some(self.build_packed4())
+    }
+
+    fn build_packed4(&self) -> &[Vec<u8>] {
         self.packed4.get_or_init(|| {
             let nsub = self.cb.pq.nsub;
             (0..self.nlist())
                 .map(|j| fastscan::pack(self.list(j).1, nsub))
                 .collect()
         })
+    }
+
+    /// Whether this index's searches scan fast-scan blocks (4-bit codes within their reach).
+    pub(crate) fn scans_blocks(&self) -> bool {
+        self.cb.pq.bits == 4 && self.cb.pq.nsub <= fastscan::MAX_NSUB
+    }
+
+    /// A search's memory under the context's cap: `OutOfMemory` where its own working memory
+    /// (`nq` queries, `k` results and `want` candidates each) does not fit; else the search
+    /// tables and then the fast-scan blocks are built where they fit beside it. What does not
+    /// fit is done without: each probed list's terms are made as needed and its codes scanned
+    /// one by one, with the same results, more slowly.
+    pub(crate) fn fit_search(&self, nq: usize, k: usize, want: usize) -> Result<()> {
+        let cap = self.ctx.memory_cap();
+        if cap == 0 {
+            return Ok(());
+        }
+        let s = Shape::of_codebook(&self.cb);
+        let work = estimate::search_bytes(&s, nq, k, want, self.ctx.threads());
+        self.ctx
+            .check_cap(work, || format!("searching {nq} queries for {k} results"))?;
+        let mut room = cap - work;
+        if self.tables.get().is_none() {
+            let t = estimate::tables_bytes(&s, MAX_TERM_BYTES);
+            if t <= room {
+                room -= t;
+                self.build_tables()?;
+            } else {
+                // Each task makes light tables instead.
+                let light = estimate::search_tasks(nq, self.ctx.threads())
+                    * estimate::light_tables_bytes(&s);
+                self.ctx.check_cap(work + light, || {
+                    format!("searching {nq} queries for {k} results without search tables")
+                })?;
+                room = room.saturating_sub(light);
+            }
+        }
+        if self.scans_blocks() && self.packed4.get().is_none() {
+            let b = estimate::fast_scan_bytes(&s, self.len());
+            if b <= room {
+                self.build_packed4();
+            }
+        }
+        Ok(())
+    }
+
+    /// The memory (host bytes, device bytes) adding `n` vectors to this index takes at its
+    /// peak: what its lists grow by and the encoding's working memory (f32 input; f16 input
+    /// adds two blocks of converted rows). What the context's cap is checked against. The
+    /// device figure (0 on the CPU) is not yet checked against measured device peaks.
+    pub fn estimate_add_memory(&self, n: usize) -> (usize, usize) {
+        let host = self.add_host_bytes(n, false);
+        let s = Shape::of_codebook(&self.cb);
+        (
+            host,
+            estimate::device_build_bytes(self.ctx.backend().kind(), &s, n),
+        )
+    }
+
+    /// Host bytes adding `n` vectors takes, from f16 where `f16`.
+    fn add_host_bytes(&self, n: usize, f16: bool) -> usize {
+        let s = Shape::of_codebook(&self.cb);
+        let rs = self.refine.row_bytes(self.cb.dim());
+        let converted = f16 || s.metric == crate::Metric::Cosine;
+        estimate::add_bytes(&s, n, rs, self.ctx.threads(), converted)
+    }
+
+    /// The memory (host bytes, device bytes) searching `nq` queries with `p` takes at its peak:
+    /// its working memory, and the search tables and fast-scan blocks it builds where this
+    /// index has none yet. Range searches' results, which depend on the data, are not counted.
+    pub fn estimate_search_memory(&self, nq: usize, p: &SearchParams) -> (usize, usize) {
+        let s = Shape::of_codebook(&self.cb);
+        let mut host = estimate::search_bytes(&s, nq, p.k, self.candidates(p), self.ctx.threads());
+        if self.tables.get().is_none() {
+            host += estimate::tables_bytes(&s, MAX_TERM_BYTES);
+        }
+        if self.scans_blocks() && self.packed4.get().is_none() {
+            host += estimate::fast_scan_bytes(&s, self.len());
+        }
+        let kind = self.ctx.backend().kind();
+        (
+            host,
+            estimate::device_search_bytes(kind, &s, self.len(), nq, p.k),
+        )
     }
 
     /// Runs `f` with this index's codebook and lists as devices read them.
@@ -309,20 +404,33 @@ impl Index {
         if let Some(t) = self.tables.get() {
             return Ok(t);
         }
+        // Under a memory cap only `fit_search` builds them, where they fit.
+        if self.ctx.memory_cap() > 0 {
+            return Ok(light.insert(search::Tables::new(&self.cb, 0)?));
+        }
+        match self.build_tables()? {
+            Some(t) => Ok(t),
+            None => Ok(light.insert(search::Tables::new(&self.cb, 0)?)),
+        }
+    }
+
+    /// Builds the search tables unless built; `None` while another thread builds them.
+    fn build_tables(&self) -> Result<Option<&search::Tables>> {
+        if let Some(t) = self.tables.get() {
+            return Ok(Some(t));
+        }
         // One builder: concurrent first searches would each make a copy (up to hundreds of
         // MB). A failed build is not kept, so a later search may try again.
         let _one = match self.tables_build.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                return Ok(light.insert(search::Tables::new(&self.cb, 0)?));
-            }
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
         };
         if let Some(t) = self.tables.get() {
-            return Ok(t);
+            return Ok(Some(t));
         }
         let t = search::Tables::new(&self.cb, MAX_TERM_BYTES)?;
-        Ok(self.tables.get_or_init(|| t))
+        Ok(Some(self.tables.get_or_init(|| t)))
     }
 
     /// Number of vectors held.
@@ -421,6 +529,7 @@ impl Index {
             )));
         }
         check_ids(ids)?;
+        self.fit_add(ids.len(), matches!(x, Vectors::F16(_)))?;
         let cb = &self.cb;
         let (anchor, codes) = self.ctx.run(|b| cb.encode_parts_watched(b, x, watch))?;
         let refine = match self.refine {
@@ -452,6 +561,7 @@ impl Index {
                 self.refine
             )));
         }
+        self.fit_add(ids.len(), false)?;
         let cb = &self.cb;
         let (ctx, n) = (&self.ctx, ids.len());
         let p = self.progress.or_context(ctx);
@@ -460,6 +570,13 @@ impl Index {
             ctx.run(|b| unsafe { cb.encode_parts_device_watched(b, at, n, w) })
         })?;
         self.append(&anchor, &codes, &[], ids)
+    }
+
+    /// `OutOfMemory` where adding `n` vectors (from f16 where `f16`) needs more than the
+    /// context's cap: checked before anything is allocated.
+    fn fit_add(&self, n: usize, f16: bool) -> Result<()> {
+        let need = self.add_host_bytes(n, f16);
+        self.ctx.check_cap(need, || format!("adding {n} vectors"))
     }
 
     /// Appends encoded vectors (each one's anchor, code and refinement row) to their lists
@@ -570,6 +687,11 @@ impl Index {
         }
         let m = self.nlist();
         let (cs, rs) = self.row_sizes();
+        // Their lists are copied, then appended: twice their payload.
+        let need = other.len().saturating_mul(8 + cs + rs).saturating_mul(2);
+        let n = other.len();
+        self.ctx
+            .check_cap(need, || format!("merging {n} vectors"))?;
         // Their lists are copied first, with reports (and chances to cancel) along the way;
         // this index changes only after the last report.
         let mut theirs = Vec::with_capacity(m);

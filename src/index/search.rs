@@ -111,9 +111,10 @@ impl Index {
         let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
         let d = self.cb.dim();
         let nq = queries.len() / d;
-        let q = prepare(queries, d, self.cb.metric);
         let k = p.k;
         let want = self.candidates(p);
+        self.fit_search(nq, k, want)?;
+        let q = prepare(queries, d, self.cb.metric);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         let on_device = self.with_views(|cb, lists| {
             let device = filter.is_none_or(Filter::on_device);
@@ -181,8 +182,9 @@ impl Index {
         self.check_queries(queries, p)?;
         let d = self.cb.dim();
         let nq = queries.len() / d;
-        let q = prepare(queries, d, self.cb.metric);
         let (k, want) = (p.k, self.candidates(p));
+        self.fit_search(nq, k, want)?;
+        let q = prepare(queries, d, self.cb.metric);
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.
         let device = |cands: Option<&[u64]>| {
@@ -457,7 +459,7 @@ impl Index {
         let mut pair = Vec::new();
         let scale = if l2 { -2.0 } else { -1.0 };
         // 4-bit codes within the byte sums' reach are scanned in blocks (`fastscan`).
-        let packed = (cb.pq.bits == 4 && nsub <= fastscan::MAX_NSUB).then(|| self.packed4());
+        let packed = self.scans_blocks().then(|| self.packed4()).flatten();
         let mut bytes = fastscan::ByteTable::new(nsub);
         for i in 0..r {
             let qv = &qb[i * d..(i + 1) * d];
@@ -737,7 +739,7 @@ mod tests {
                 want.fill_scalar(&lut);
                 table.fill(&lut);
                 assert_eq!(table.bytes, want.bytes, "list {a}");
-                let packed = &ix.packed4()[a];
+                let packed = &ix.packed4().unwrap()[a];
                 let what = format!("list {a}");
                 assert_same_scans(1.5, &lut, nsub, lids, lcodes, packed, &mut table, 10, &what);
                 for block in packed.chunks_exact(fastscan::block_bytes(nsub)) {

@@ -77,3 +77,213 @@ pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize) -> usize {
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
     ns * (d + 3) * 4 + 3 * k * d * 4
 }
+
+/// The work an estimate is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Training a codebook on `n` vectors.
+    Train,
+    /// Building an index: adding `n` vectors to it in one call.
+    Build,
+    /// Searching `n` queries (with `k` results each) the first time: the search tables and
+    /// fast-scan blocks it builds, and its working memory.
+    Search,
+}
+
+impl std::str::FromStr for Work {
+    type Err = crate::Error;
+    /// "train", "build" or "search".
+    fn from_str(s: &str) -> crate::Result<Work> {
+        match s {
+            "train" => Ok(Work::Train),
+            "build" => Ok(Work::Build),
+            "search" => Ok(Work::Search),
+            _ => Err(crate::Error::InvalidArgument(format!(
+                "work {s:?}: expected train, build or search"
+            ))),
+        }
+    }
+}
+
+/// What the memory of encoding, adding and searching depends on: a codebook's shape, known
+/// from the parameters before training or from a trained codebook.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub anchors: usize,
+    pub d: usize,
+    /// The padded dimension the sub-quantizers split.
+    pub dp: usize,
+    pub nsub: usize,
+    pub ksub: usize,
+    /// Bytes of residual code per vector.
+    pub code: usize,
+    pub metric: Metric,
+}
+
+impl Shape {
+    /// The shape training `p` on `n` x `d` vectors gives.
+    pub fn of_params(p: &TrainParams, n: usize, d: usize) -> Shape {
+        let nsub = p.subquantizers().max(1);
+        Shape {
+            anchors: p.anchor.anchors.min(n.max(1)),
+            d,
+            dp: nsub * d.div_ceil(nsub),
+            nsub,
+            ksub: 1 << p.bits,
+            code: (nsub * p.bits as usize).div_ceil(8),
+            metric: p.metric,
+        }
+    }
+
+    pub fn of_codebook(cb: &crate::quant::Codebook) -> Shape {
+        Shape {
+            anchors: cb.anchors(),
+            d: cb.dim(),
+            dp: cb.pq.dim(),
+            nsub: cb.pq.nsub,
+            ksub: cb.pq.ksub(),
+            code: cb.residual_code_size(),
+            metric: cb.metric(),
+        }
+    }
+}
+
+/// Bytes encoding `n` vectors allocates at its peak beside its output's final form: the anchors
+/// and codes gathered (4 + code bytes a vector) and, while a block is encoded, its rows
+/// converted and prepared for the metric with the next block's (`converted`: f16 input or
+/// cosine), the backend's outputs for the block, and each thread's scores against the
+/// anchors, residuals and sub-space scores.
+pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool) -> usize {
+    gathered_bytes(s, n) + encode_transient_bytes(s, n, threads, converted)
+}
+
+fn gathered_bytes(s: &Shape, n: usize) -> usize {
+    n * (4 + s.code)
+}
+
+fn encode_transient_bytes(s: &Shape, n: usize, threads: usize, converted: bool) -> usize {
+    let f = 4;
+    let rows = n.min(super::ENCODE_BLOCK);
+    let prepared = if converted {
+        n.min(2 * rows) * s.d * f
+    } else {
+        0
+    };
+    let block = rows * (4 + s.nsub + s.code);
+    let per_thread = BLOCK * (s.anchors + 2 * s.dp + s.ksub + 4) * f + 2 * s.anchors * f;
+    prepared + block + threads.max(1) * per_thread
+}
+
+/// Bytes adding `n` vectors to an index allocates at its peak: beside the encoding's gathered
+/// anchors and codes, the largest of what follows one another: the encoding's block work;
+/// with refinement rows (`refine_row` bytes each), the vectors prepared for the metric
+/// (cosine) with what the codes decode to and the decoder's two intermediate copies, then the
+/// rows made; and what the lists grow by (an id, a code and a refinement row each) while the
+/// rows are still held.
+pub fn add_bytes(s: &Shape, n: usize, refine_row: usize, threads: usize, converted: bool) -> usize {
+    let f = 4;
+    let transient = encode_transient_bytes(s, n, threads, converted);
+    let rows = n * refine_row;
+    let held = n * (8 + s.code + refine_row) + rows;
+    let refine = if refine_row > 0 {
+        let prepared = if s.metric == Metric::Cosine {
+            n * s.d * f
+        } else {
+            0
+        };
+        prepared + n * (s.d + 2 * s.dp) * f
+    } else {
+        0
+    };
+    gathered_bytes(s, n) + transient.max(refine).max(held)
+}
+
+/// Bytes of the search tables an index builds at its first search: every list's terms under
+/// L2 (M x ksub floats a list) and the rotated anchors, each where within `cap` (512 MB), and
+/// the anchors' norms and the transposed sub-quantizer centroids.
+pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
+    let f = 4;
+    let fits = |v: usize| if v * f <= cap { v * f } else { 0 };
+    let rotated = fits(s.anchors * s.dp);
+    let terms = if s.metric == Metric::L2 && rotated > 0 {
+        fits(s.anchors * s.nsub * s.ksub)
+    } else {
+        0
+    };
+    rotated + terms + s.anchors * f + s.dp * s.ksub * f
+}
+
+/// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, the last
+/// block of each list half full on average. 0 for 8-bit codes.
+pub fn fast_scan_bytes(s: &Shape, n: usize) -> usize {
+    if s.ksub != 16 {
+        return 0;
+    }
+    let per_vector = s.nsub.div_ceil(2);
+    n * per_vector + s.anchors * (16 * per_vector + 24)
+}
+
+/// Bytes a search of `nq` queries with `want` candidates each allocates besides the tables and
+/// blocks it may build: its results (`k` ids and distances a query), the queries prepared for
+/// the metric (cosine), and per task (a block of up to 128 queries; as many at once as
+/// threads) the block's anchor scores with its padded and rotated copies, coarse distances,
+/// query tables and candidates.
+pub fn search_bytes(s: &Shape, nq: usize, k: usize, want: usize, threads: usize) -> usize {
+    let f = 4;
+    let results = nq * k * 12;
+    let prepared = if s.metric == Metric::Cosine {
+        nq * s.d * f
+    } else {
+        0
+    };
+    let rows = nq.min(128);
+    let per_task = rows * (s.anchors + 2 * s.dp) * f
+        + s.anchors * (f + 8)
+        + 2 * s.nsub * s.ksub * f
+        + s.dp * f
+        + want * 16;
+    results + prepared + search_tasks(nq, threads) * per_task
+}
+
+/// Tasks of a search of `nq` queries that run at once on `threads` threads.
+pub fn search_tasks(nq: usize, threads: usize) -> usize {
+    threads.max(1).min(nq.div_ceil(16).max(1))
+}
+
+/// Bytes each search task makes where the index's tables are not built (under a memory cap
+/// that leaves them no room): the anchors' norms, the transposed centroids and a list's terms.
+pub fn light_tables_bytes(s: &Shape) -> usize {
+    (s.anchors + s.dp * s.ksub + s.nsub * s.ksub + s.dp) * 4
+}
+
+/// Device bytes adding `n` vectors takes on a GPU backend at its peak (0 on the CPU): a block of
+/// rows uploaded with its anchor scores, residuals, and assignment and codes. Not yet checked
+/// against measured device peaks.
+pub fn device_build_bytes(kind: crate::BackendKind, s: &Shape, n: usize) -> usize {
+    if kind == crate::BackendKind::Cpu {
+        return 0;
+    }
+    let rows = n.min(super::ENCODE_BLOCK);
+    rows * (s.d + s.anchors.min(4096) + 2 * s.dp + 4 + s.nsub) * 4
+}
+
+/// Device bytes a search on a GPU backend holds (0 on the CPU): the lists uploaded (ids and
+/// codes), the list terms under L2, and the queries with their candidates. Not yet checked
+/// against measured device peaks.
+pub fn device_search_bytes(
+    kind: crate::BackendKind,
+    s: &Shape,
+    n: usize,
+    nq: usize,
+    k: usize,
+) -> usize {
+    if kind == crate::BackendKind::Cpu {
+        return 0;
+    }
+    let terms = if s.metric == Metric::L2 {
+        s.anchors * s.nsub * s.ksub * 4
+    } else {
+        0
+    };
+    n * (8 + s.code) + terms + s.anchors * s.d * 4 + nq * (s.d * 4 + s.anchors * 4 + k * 12)
+}

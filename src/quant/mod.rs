@@ -64,7 +64,7 @@ impl<'a> From<&'a [half::f16]> for Vectors<'a> {
 }
 
 /// Rows encoded per block: bounds the scratch memory of encoding to a few MB.
-const ENCODE_BLOCK: usize = 65_536;
+pub(crate) const ENCODE_BLOCK: usize = 65_536;
 
 /// Values per encoded block when someone listens to progress: a report (and a chance to
 /// cancel) about every 30-70 ms of encoding on two cores.

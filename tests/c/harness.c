@@ -885,6 +885,45 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_index_size(ix, &size), VLCC_STATUS_OK);
     expect(size == N, "the merge landed");
     expect(strcmp(vlcc_status_str(VLCC_STATUS_CANCELLED), "VLCC_STATUS_CANCELLED") == 0, "status name");
+
+    /* Estimates for building and searching; the cap on adds, merges and searches. */
+    uint64_t bh = 0, bd = 1, sh = 0, sd = 1, ah = 0, ad = 1, qh = 0, qd = 1;
+    expect_status(vlcc_estimate_memory(c, VLCC_WORK_BUILD, N, D, &bh, &bd), VLCC_STATUS_OK);
+    expect_status(vlcc_estimate_memory(c, VLCC_WORK_SEARCH, N, D, &sh, &sd), VLCC_STATUS_OK);
+    expect(bh > (uint64_t)N * cs && sh > 0 && bd == 0 && sd == 0, "build and search estimates");
+    expect_status(vlcc_estimate_memory(c, 7, N, D, &bh, &bd), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_estimate_memory(NULL, VLCC_WORK_TRAIN, N, D, &bh, &bd), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_estimate_memory(ix, VLCC_WORK_BUILD, N, NULL, &ah, &ad), VLCC_STATUS_OK);
+    expect_status(vlcc_index_estimate_memory(ix, VLCC_WORK_SEARCH, 10, NULL, &qh, &qd), VLCC_STATUS_OK);
+    expect(ah > (uint64_t)N * 8 && qh > 0 && ad == 0 && qd == 0, "index estimates");
+    expect_status(vlcc_index_estimate_memory(ix, VLCC_WORK_TRAIN, N, NULL, &ah, &ad), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_index_estimate_memory(ix, VLCC_WORK_SEARCH, 10, NULL, NULL, &qd), VLCC_STATUS_NULL_POINTER);
+    vlcc_buffer full = {NULL, 0};
+    expect_status(vlcc_index_serialize(ix, &full), VLCC_STATUS_OK);
+    expect_status(vlcc_context_set_memory_cap(ctx, (size_t)(ah / 2)), VLCC_STATUS_OK);
+    expect_status(vlcc_index_add(ix, x, N, ids), VLCC_STATUS_OUT_OF_MEMORY);
+    expect(serialized_equal(ix, &full), "a refused add leaves the index");
+    expect_status(vlcc_context_set_memory_cap(ctx, 64), VLCC_STATUS_OK);
+    expect_status(vlcc_index_merge(ix, other), VLCC_STATUS_OUT_OF_MEMORY);
+    expect(serialized_equal(ix, &full), "a refused merge leaves the index");
+    vlcc_search_params *sp = NULL;
+    expect_status(vlcc_search_params_new(&sp), VLCC_STATUS_OK);
+    uint64_t got_ids[10 * 10], want_ids[10 * 10];
+    float got_d[10 * 10], want_d[10 * 10];
+    expect_status(vlcc_index_search(ix, x, 10, sp, NULL, 0, got_ids, got_d), VLCC_STATUS_OUT_OF_MEMORY);
+    /* A byte short of its estimate, the search has no room for its tables and goes without
+       them: the same results. */
+    expect_status(vlcc_context_set_memory_cap(ctx, (size_t)(qh - 1)), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, x, 10, sp, NULL, 0, got_ids, got_d), VLCC_STATUS_OK);
+    vlcc_index_memory mem;
+    expect_status(vlcc_index_memory_usage(ix, &mem), VLCC_STATUS_OK);
+    expect(mem.search_tables == 0, "no tables built under the cap");
+    expect_status(vlcc_context_set_memory_cap(ctx, 0), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, x, 10, sp, NULL, 0, want_ids, want_d), VLCC_STATUS_OK);
+    expect(memcmp(got_ids, want_ids, sizeof want_ids) == 0 && memcmp(got_d, want_d, sizeof want_d) == 0,
+           "a search without its tables gives the same results");
+    vlcc_search_params_free(sp);
+    vlcc_buffer_free(&full);
     vlcc_buffer_free(&before);
     vlcc_index_free(other);
     vlcc_index_free(ix);

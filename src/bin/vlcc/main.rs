@@ -42,6 +42,10 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Describes an index file: sizes, balance and memory by part; checks its checksums.
     Info(InfoArgs),
+    /// Prints the memory training, building an index and searching it take at their peak for
+    /// n vectors of d dimensions with the given parameters (what --memory-cap is checked
+    /// against).
+    Estimate(EstimateArgs),
 }
 
 /// Options shared by commands that run work.
@@ -59,16 +63,23 @@ pub(crate) struct RunOpts {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Cap on the host memory each call allocates, in bytes (0 = none): a call that needs
+    /// more fails with an out-of-memory error before allocating; a search goes without its
+    /// tables where they do not fit (see `vlcc estimate`).
+    #[arg(long, default_value_t = 0)]
+    memory_cap: usize,
 }
 
 impl RunOpts {
     fn context(&self) -> vlc_compress::Result<Arc<Context>> {
-        Ok(Arc::new(Context::with_options(
+        let ctx = Context::with_options(
             self.backend,
             self.device,
             self.threads,
             &backend_options_from_env(),
-        )?))
+        )?;
+        ctx.set_memory_cap(self.memory_cap);
+        Ok(Arc::new(ctx))
     }
 
     /// `x` copied to this run's CUDA device (untimed), as a caller whose vectors are already
@@ -323,6 +334,20 @@ struct InfoArgs {
 }
 
 #[derive(Args)]
+struct EstimateArgs {
+    /// Vectors: trained on, added, or held by the index searched.
+    #[arg(long)]
+    n: usize,
+    /// Dimensions.
+    #[arg(long)]
+    d: usize,
+    #[command(flatten)]
+    train: TrainOpts,
+    #[command(flatten)]
+    run: RunOpts,
+}
+
+#[derive(Args)]
 struct SearchArgs {
     #[arg(long)]
     index: PathBuf,
@@ -423,6 +448,7 @@ fn main() {
         Cmd::Eval(a) => eval::eval(&a),
         Cmd::Bench(a) => bench::bench(&a),
         Cmd::Info(a) => info(a),
+        Cmd::Estimate(a) => estimate(a),
     };
     if let Err(e) = res {
         eprintln!("vlcc: {e}");
@@ -480,6 +506,18 @@ fn train(a: TrainArgs) -> AnyResult {
         "estimated_memory_bytes": memory,
     });
     eval::print_object(&out, a.run.json);
+    Ok(())
+}
+
+fn estimate(a: EstimateArgs) -> AnyResult<()> {
+    let c = Compressor::new(a.run.context()?, a.train.params());
+    let mut out = serde_json::Map::new();
+    for w in ["train", "build", "search"] {
+        let (host, device) = c.estimate_memory(w.parse()?, a.n, a.d);
+        out.insert(format!("{w}_host_bytes"), host.into());
+        out.insert(format!("{w}_device_bytes"), device.into());
+    }
+    eval::print_object(&serde_json::Value::Object(out), a.run.json);
     Ok(())
 }
 
