@@ -123,8 +123,8 @@ impl Compressor {
     fn fit_encode(&self, cb: &Codebook, n: usize, converted: bool) -> Result<()> {
         let s = Shape::of_codebook(cb);
         let converted = converted || s.metric == crate::Metric::Cosine;
-        let need = estimate::encode_bytes(&s, n, self.ctx.threads(), converted)
-            + n.saturating_mul(cb.codec_size());
+        let records = n.saturating_mul(cb.codec_size());
+        let need = estimate::encode_bytes(&s, n, self.ctx.threads(), converted, records);
         self.ctx.check_cap(need, || format!("encoding {n} vectors"))
     }
 

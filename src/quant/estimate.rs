@@ -148,41 +148,38 @@ impl Shape {
     }
 }
 
-/// Bytes encoding `n` vectors allocates at its peak beside its output's final form: the anchors
-/// and codes gathered (4 + code bytes a vector) and, while a block is encoded, its rows
+/// Bytes encoding `n` vectors allocates at its peak, where `after` bytes more are allocated
+/// once it is done while its results are still held (the records it returns, or what an index
+/// grows by). Its results (an anchor and a code a vector) fill block by block, so while the
+/// last block is encoded all but that block's are resident, beside the block's work: its rows
 /// converted and prepared for the metric with the next block's (`converted`: f16 input or
-/// cosine), the backend's outputs for the block, and each thread's scores against the
-/// anchors, residuals and sub-space scores.
-pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool) -> usize {
-    gathered_bytes(s, n) + encode_transient_bytes(s, n, threads, converted)
-}
-
-fn gathered_bytes(s: &Shape, n: usize) -> usize {
-    n * (4 + s.code)
-}
-
-fn encode_transient_bytes(s: &Shape, n: usize, threads: usize, converted: bool) -> usize {
+/// cosine), the backend's outputs for it, and each thread's anchor scores or residuals.
+pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after: usize) -> usize {
     let f = 4;
     let rows = n.min(super::ENCODE_BLOCK);
+    let gathered = n * (4 + s.code);
+    let blocks = n.div_ceil(rows.max(1)).max(1);
+    let filled = gathered / blocks * (blocks - 1);
     let prepared = if converted {
         n.min(2 * rows) * s.d * f
     } else {
         0
     };
-    let block = rows * (4 + s.nsub + s.code);
-    let per_thread = BLOCK * (s.anchors + 2 * s.dp + s.ksub + 4) * f + 2 * s.anchors * f;
-    prepared + block + threads.max(1) * per_thread
+    // Anchor ids and sub-space indices; 4-bit indices are then packed into a copy.
+    let packed = if s.ksub == 16 { s.code } else { 0 };
+    let block = rows * (4 + s.nsub + packed);
+    let per_thread = BLOCK * s.anchors.max(2 * s.dp + s.ksub) * f;
+    let work = prepared + block + threads.max(1) * per_thread;
+    (filled + work).max(gathered + after)
 }
 
-/// Bytes adding `n` vectors to an index allocates at its peak: beside the encoding's gathered
-/// anchors and codes, the largest of what follows one another: the encoding's block work;
-/// with refinement rows (`refine_row` bytes each), the vectors prepared for the metric
-/// (cosine) with what the codes decode to and the decoder's two intermediate copies, then the
-/// rows made; and what the lists grow by (an id, a code and a refinement row each) while the
-/// rows are still held.
+/// Bytes adding `n` vectors to an index allocates at its peak: the encoding (`encode_bytes`),
+/// after which, beside its results: with refinement rows (`refine_row` bytes each), the vectors
+/// prepared for the metric (cosine) with what the codes decode to and the decoder's two
+/// intermediate copies, then the rows made; and what the lists grow by (an id, a code and a
+/// refinement row each) while the rows are still held.
 pub fn add_bytes(s: &Shape, n: usize, refine_row: usize, threads: usize, converted: bool) -> usize {
     let f = 4;
-    let transient = encode_transient_bytes(s, n, threads, converted);
     let rows = n * refine_row;
     let held = n * (8 + s.code + refine_row) + rows;
     let refine = if refine_row > 0 {
@@ -195,7 +192,7 @@ pub fn add_bytes(s: &Shape, n: usize, refine_row: usize, threads: usize, convert
     } else {
         0
     };
-    gathered_bytes(s, n) + transient.max(refine).max(held)
+    encode_bytes(s, n, threads, converted, refine.max(held))
 }
 
 /// Bytes of the search tables an index builds at its first search: every list's terms under
