@@ -723,6 +723,16 @@ vlcc_status vlcc_context_threads(const vlcc_context *ctx, size_t *out);
 vlcc_status vlcc_context_set_memory_cap(const vlcc_context *ctx, size_t bytes);
 
 /**
+ * Caps the device memory each call made through this context takes on a GPU backend, in
+ * bytes (0 = no cap, the default): training, encoding, adding and searching check their
+ * device estimate (the `device` figure of `vlcc_estimate_memory` and
+ * `vlcc_index_estimate_memory`) before they start, and fail with VLCC_STATUS_OUT_OF_MEMORY
+ * where it does not fit, leaving every object as it was. On CUDA, the buffers sized from
+ * free memory (GEMM tiles) are sized under the cap. No effect on the CPU backend.
+ */
+vlcc_status vlcc_context_set_device_memory_cap(const vlcc_context *ctx, size_t bytes);
+
+/**
  * Copies the message of the last failed call made **on this OS thread** into `buf` (at most
  * `len` bytes including the terminating NUL; truncated to fit) and stores the message's full
  * length (without NUL) in `*out_len` when `out_len` is not NULL. An empty message means the

@@ -64,9 +64,7 @@ impl Compressor {
 
     /// The working memory (host bytes, device bytes) training `n` x `d` vectors with these
     /// parameters on this context takes at its peak, the input excluded: what the context's
-    /// memory cap is checked against. The host figure was within 12% of measured peaks on
-    /// the development sets (docs/memory.md); the device figure (0 on the CPU) is not yet
-    /// checked against measurements.
+    /// memory caps are checked against (docs/memory.md gives both against measured peaks).
     pub fn estimate_training_memory(&self, n: usize, d: usize) -> (usize, usize) {
         self.estimate_memory(Work::Train, n, d)
     }
@@ -79,10 +77,12 @@ impl Compressor {
     /// - `Search`: the first search of an index of `n` vectors: the search tables and
     ///   fast-scan blocks it builds, and one block of queries per thread. A call's results
     ///   add 12 bytes per result (k per query), and its queries d x 4 bytes each under cosine
-    ///   (`Index::estimate_search_memory` counts both).
+    ///   (`Index::estimate_search_memory` counts both). On the device: the lists uploaded and
+    ///   a batch of 4,096 queries at the default k and nprobe.
     ///
     /// The shape is the trained codebook's where there is one (`Build` and `Search`), else the
-    /// parameters'. Device figures (0 on the CPU) are not yet checked against measurements.
+    /// parameters'. Device figures are 0 on the CPU; on CUDA they model its buffers (those of
+    /// WGPU are not checked).
     pub fn estimate_memory(&self, work: Work, n: usize, d: usize) -> (usize, usize) {
         let threads = self.ctx.threads();
         let kind = self.ctx.backend().kind();
@@ -97,7 +97,11 @@ impl Compressor {
                 let host = estimate::training_bytes(&self.params, n, d, threads);
                 let device = match kind {
                     crate::BackendKind::Cpu => 0,
-                    _ => estimate::training_device_bytes(&self.params, n, d),
+                    _ => {
+                        let free = self.ctx.backend().memory_free();
+                        let free = free.unwrap_or(usize::MAX / 2);
+                        estimate::training_device_bytes(&self.params, n, d, free)
+                    }
                 };
                 (host, device)
             }
@@ -110,22 +114,24 @@ impl Compressor {
                 let host = estimate::tables_bytes(&shape, crate::index::MAX_TERM_BYTES)
                     + estimate::fast_scan_bytes(&shape, n)
                     + estimate::search_bytes(&shape, block, 0, 0, threads);
-                (
-                    host,
-                    estimate::device_search_bytes(kind, &shape, n, block, 0),
-                )
+                // On the device: a full batch of queries at the default k and nprobe.
+                let p = crate::SearchParams::default();
+                let device = estimate::device_search_bytes(kind, &shape, n, 4096, p.nprobe, p.k);
+                (host, device)
             }
         }
     }
 
     /// `OutOfMemory` where encoding `n` vectors (`converted` from f16) with `cb` needs more
-    /// than the context's cap: its working memory and the records it returns.
+    /// than the context's caps: its working memory and the records it returns.
     fn fit_encode(&self, cb: &Codebook, n: usize, converted: bool) -> Result<()> {
         let s = Shape::of_codebook(cb);
         let converted = converted || s.metric == crate::Metric::Cosine;
         let records = n.saturating_mul(cb.codec_size());
-        let need = estimate::encode_bytes(&s, n, self.ctx.threads(), converted, records);
-        self.ctx.check_cap(need, || format!("encoding {n} vectors"))
+        let host = estimate::encode_bytes(&s, n, self.ctx.threads(), converted, records);
+        let device = estimate::device_build_bytes(self.ctx.backend().kind(), &s, n);
+        self.ctx
+            .check_caps((host, device), || format!("encoding {n} vectors"))
     }
 
     /// Reports of this compressor's long calls (train, encode) go to `progress`, which may
@@ -155,9 +161,12 @@ impl Compressor {
     fn train_watched(&mut self, x: &[f32], d: usize, watch: &Watch) -> Result<&TrainReport> {
         if let Some(n) = x.len().checked_div(d) {
             // Refused before anything is allocated: training cannot yet work in less.
-            let need = self.estimate_training_memory(n, d).0;
+            let (host, mut device) = self.estimate_training_memory(n, d);
+            if device > 0 {
+                device = device.max(estimate::training_device_room(&self.params, n, d));
+            }
             self.ctx
-                .check_cap(need, || format!("training {n} x {d} vectors"))?;
+                .check_caps((host, device), || format!("training {n} x {d} vectors"))?;
         }
         let params = self.params.clone();
         let (cb, report) = self

@@ -10,6 +10,7 @@ pub struct Context {
     backend: Box<dyn Backend>,
     pool: rayon::ThreadPool,
     memory_cap: std::sync::atomic::AtomicUsize,
+    device_memory_cap: std::sync::atomic::AtomicUsize,
     progress: std::sync::RwLock<Listener>,
 }
 
@@ -45,6 +46,7 @@ impl Context {
             backend,
             pool,
             memory_cap: 0.into(),
+            device_memory_cap: 0.into(),
             progress: Default::default(),
         })
     }
@@ -73,6 +75,40 @@ impl Context {
 
     pub fn memory_cap(&self) -> usize {
         self.memory_cap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Caps the device memory one call takes on a GPU backend, in bytes (0 = no cap): calls
+    /// check their device estimate against it before they start, and return `OutOfMemory`
+    /// where it does not fit; the CUDA backend sizes its GEMM tiles under it. The CPU backend
+    /// has no device memory: the cap does not apply there.
+    pub fn set_device_memory_cap(&self, bytes: usize) {
+        self.device_memory_cap
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.backend.set_memory_cap(bytes);
+    }
+
+    pub fn device_memory_cap(&self) -> usize {
+        self.device_memory_cap
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `OutOfMemory` where `host` bytes pass the memory cap or `device` bytes the device
+    /// memory cap, for `what` (a phrase: "adding 10 vectors").
+    pub(crate) fn check_caps(
+        &self,
+        (host, device): (usize, usize),
+        what: impl Fn() -> String,
+    ) -> Result<()> {
+        self.check_cap(host, &what)?;
+        let cap = self.device_memory_cap();
+        if cap > 0 && device > cap {
+            return Err(Error::OutOfMemory(format!(
+                "{} needs about {device} bytes of device memory, the context's device memory \
+                 cap is {cap}",
+                what()
+            )));
+        }
+        Ok(())
     }
 
     /// `OutOfMemory` where `need` bytes for `what` (a phrase: "adding 10 vectors") pass the

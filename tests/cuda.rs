@@ -619,3 +619,114 @@ fn cancelled_calls_leave_their_objects_as_they_were() {
     let Some(g) = gpu() else { return };
     common::cancel_leaves_objects_as_they_were(&g);
 }
+
+/// (device bytes held after `f` beyond before, growth of the pool's high-water mark during
+/// `f`), with `f`'s result.
+fn device_peak<R>(f: impl FnOnce() -> R) -> (usize, R) {
+    let (before, _) = cuda::pool_usage(0, true).unwrap().expect("a memory pool");
+    let r = f();
+    let (_, high) = cuda::pool_usage(0, true).unwrap().expect("a memory pool");
+    (high.saturating_sub(before), r)
+}
+
+/// The device estimates of training, adding and the first search against the peaks the
+/// memory pool measures (every buffer of the backend comes from it).
+#[test]
+fn device_memory_stays_within_a_quarter_of_its_estimates() {
+    let Some(_g) = gpu() else { return };
+    let mut rows = Vec::new();
+    for (n, d, bytes, bits, anchors, metric) in [
+        (300_000, 128, 32, 8, 1024, Metric::L2),
+        (300_000, 96, 16, 4, 2048, Metric::L2),
+        (200_000, 384, 32, 8, 1024, Metric::Cosine),
+    ] {
+        let x = common::clustered(n, d, 500, 3);
+        let mut p = common::small_params(anchors, bytes);
+        p.bits = bits;
+        p.metric = metric;
+        // A context of its own: the lists the last one searched stay on its device.
+        let ctx = Arc::new(Context::new(BackendKind::Cuda, 0, 0).unwrap());
+        let mut c = vlc_compress::Compressor::new(ctx, p);
+        let want = c.estimate_memory(vlc_compress::Work::Train, n, d).1;
+        let (peak, r) = device_peak(|| c.train(&x, d).map(|_| ()));
+        r.unwrap();
+        rows.push((
+            format!("train {n} x {d} {bits}-bit {anchors} {metric:?}"),
+            want,
+            peak,
+        ));
+        let mut ix = c.new_index().unwrap();
+        let ids: Vec<u64> = (0..n as u64).collect();
+        let want = ix.estimate_add_memory(n).1;
+        let (peak, r) = device_peak(|| ix.add(&x[..], &ids));
+        r.unwrap();
+        rows.push((format!("add {n}"), want, peak));
+        let sp = vlc_compress::SearchParams {
+            k: 10,
+            nprobe: 32,
+            rerank: 0,
+        };
+        let want = ix.estimate_search_memory(5000, &sp).1;
+        let (peak, r) = device_peak(|| ix.search(&x[..5000 * d], &sp, None));
+        r.unwrap();
+        rows.push(("first search, 5000 queries".into(), want, peak));
+    }
+    for (what, want, peak) in &rows {
+        let ratio = *want as f64 / (*peak).max(1) as f64;
+        eprintln!("{what}: estimate {want} B, peak {peak} B ({ratio:.2})");
+    }
+    for (what, want, peak) in rows {
+        let ratio = want as f64 / peak.max(1) as f64;
+        assert!((0.75..=1.25).contains(&ratio), "{what}: {want} vs {peak}");
+    }
+}
+
+/// Device caps at 50%, 25% and 5% of training's uncapped estimate: training either fits, with
+/// its GEMM tiles sized under the cap, and gives the uncapped codebook without passing the cap,
+/// or is refused before it starts. An add past the cap is refused and leaves the index.
+#[test]
+fn device_caps_give_the_same_codebook_or_out_of_memory() {
+    let Some(g) = gpu() else { return };
+    let (n, d) = (300_000, 128);
+    let x = common::clustered(n, d, 500, 4);
+    let p = common::small_params(1024, 32);
+    let mut free = vlc_compress::Compressor::new(g.ctx.clone(), p.clone());
+    let want = free.estimate_memory(vlc_compress::Work::Train, n, d).1;
+    free.train(&x, d).unwrap();
+    let fp = free.codebook().unwrap().fingerprint();
+    let mut outcomes = Vec::new();
+    for frac in [0.5, 0.25, 0.05] {
+        let cap = (want as f64 * frac) as usize;
+        g.set_device_memory_cap(cap);
+        let mut c = vlc_compress::Compressor::new(g.ctx.clone(), p.clone());
+        let (peak, r) = device_peak(|| c.train(&x, d).map(|_| ()));
+        match r {
+            Ok(()) => {
+                assert_eq!(
+                    c.codebook().unwrap().fingerprint(),
+                    fp,
+                    "{frac}: another codebook"
+                );
+                assert!(peak <= cap, "{frac}: peak {peak} over the cap {cap}");
+                outcomes.push(format!("{frac}: trained, peak {peak} under {cap}"));
+            }
+            Err(Error::OutOfMemory(m)) => {
+                assert!(
+                    peak < 1 << 20,
+                    "{frac}: a refused training took {peak} bytes"
+                );
+                outcomes.push(format!("{frac}: refused ({m})"));
+            }
+            Err(e) => panic!("{frac}: {e}"),
+        }
+    }
+    eprintln!("estimate {want} B; {outcomes:?}");
+    g.set_device_memory_cap(0);
+    let mut ix = free.new_index().unwrap();
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let add = ix.estimate_add_memory(n).1;
+    g.set_device_memory_cap(add / 2);
+    assert!(matches!(ix.add(&x[..], &ids), Err(Error::OutOfMemory(_))));
+    assert_eq!(ix.len(), 0);
+    g.set_device_memory_cap(0);
+}

@@ -110,6 +110,7 @@ void memory_budget(const std::vector<float>& x) {
     c.set(VLCC_PARAM_ANCHORS, 32).set(VLCC_PARAM_BYTES_PER_VECTOR, 8);
     const auto est = c.estimate_memory(n, d);
     EXPECT(est.first > x.size() * sizeof(float));
+    ctx.set_device_memory_cap(1);  // nothing to cap on the CPU backend
     ctx.set_memory_cap(est.first / 4);
     EXPECT_STATUS(VLCC_STATUS_OUT_OF_MEMORY, c.train(x, d));
     EXPECT_STATUS(VLCC_STATUS_INVALID_STATE, c.encode(x));

@@ -181,7 +181,11 @@ public:
         detail::check(vlcc_context_backend(p_.get(), &b));
         return static_cast<vlcc_backend>(b);
     }
+    // Caps on the host memory and the device memory one call takes, in bytes (0 = none).
     void set_memory_cap(size_t bytes) const { detail::check(vlcc_context_set_memory_cap(p_.get(), bytes)); }
+    void set_device_memory_cap(size_t bytes) const {
+        detail::check(vlcc_context_set_device_memory_cap(p_.get(), bytes));
+    }
     size_t threads() const {
         size_t n = 0;
         detail::check(vlcc_context_threads(p_.get(), &n));

@@ -325,6 +325,13 @@ func TestEstimateMemoryAndCap(t *testing.T) {
 	if err := ctx.SetMemoryCap(int(host / 2)); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing to cap on the CPU backend; a negative cap is refused.
+	if err := ctx.SetDeviceMemoryCap(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.SetDeviceMemoryCap(-1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a negative device cap: %v", err)
+	}
 	if err := capped.Train(x, dim); !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("training under half its estimate: %v", err)
 	}

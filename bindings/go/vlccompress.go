@@ -250,13 +250,26 @@ func (c *Context) Threads() (int, error) {
 	return int(n), err
 }
 
-// SetMemoryCap caps the working memory of one training call, in bytes (0 = no cap); a call
-// that would need more fails with StatusOutOfMemory.
+// SetMemoryCap caps the host memory one call allocates, in bytes (0 = no cap): training,
+// encoding, adding, merging and searching check their estimate first and fail with
+// ErrOutOfMemory where it does not fit; a search goes without its tables where they do not.
 func (c *Context) SetMemoryCap(bytes int) error {
 	if bytes < 0 {
-		return &Error{Status: StatusInvalidArgument, Message: "the memory cap must be >= 0"}
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("memory cap %d: must be >= 0", bytes)}
 	}
 	err := call(func() C.vlcc_status { return C.vlcc_context_set_memory_cap(c.p, C.size_t(bytes)) })
+	runtime.KeepAlive(c)
+	return err
+}
+
+// SetDeviceMemoryCap caps the device memory one call takes on a GPU backend, in bytes (0 = no
+// cap): calls check their device estimate first and fail with ErrOutOfMemory where it does
+// not fit. No effect on the CPU backend.
+func (c *Context) SetDeviceMemoryCap(bytes int) error {
+	if bytes < 0 {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("device memory cap %d: must be >= 0", bytes)}
+	}
+	err := call(func() C.vlcc_status { return C.vlcc_context_set_device_memory_cap(c.p, C.size_t(bytes)) })
 	runtime.KeepAlive(c)
 	return err
 }

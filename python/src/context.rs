@@ -44,7 +44,7 @@ impl PyContext {
         self.ctx.threads()
     }
 
-    /// The host memory cap in bytes (0 = none): training checks its estimate against it.
+    /// The host memory cap in bytes (0 = none): every call checks its estimate against it.
     #[getter]
     fn memory_cap(&self) -> usize {
         self.ctx.memory_cap()
@@ -53,6 +53,18 @@ impl PyContext {
     #[setter]
     fn set_memory_cap(&self, bytes: usize) {
         self.ctx.set_memory_cap(bytes)
+    }
+
+    /// The device memory cap in bytes (0 = none) on GPU backends: every call checks its
+    /// device estimate against it.
+    #[getter]
+    fn device_memory_cap(&self) -> usize {
+        self.ctx.device_memory_cap()
+    }
+
+    #[setter]
+    fn set_device_memory_cap(&self, bytes: usize) {
+        self.ctx.set_device_memory_cap(bytes)
     }
 
     /// A progress callback for every long call on this context that has none of its own

@@ -101,6 +101,8 @@ def test_add_and_search_answer_to_the_cap(data):
     search, _ = ix.estimate_memory(10, work="search", k=10)
     with pytest.raises(vc.InvalidArgumentError):
         ix.estimate_memory(1, work="train")
+    ctx.device_memory_cap = 1  # nothing to cap on the CPU backend
+    assert ctx.device_memory_cap == 1
     ctx.memory_cap = add // 2
     with pytest.raises(vc.OutOfMemoryError):
         ix.add(x)

@@ -27,6 +27,7 @@ class Context:
     @property
     def threads(self) -> int: ...
     memory_cap: int
+    device_memory_cap: int
     def set_progress(self, progress: Optional[ProgressFn]) -> None: ...
 
 class Compressor:

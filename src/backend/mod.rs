@@ -149,6 +149,14 @@ pub trait Backend: Send + Sync {
     fn caps(&self) -> Caps;
     /// What it was opened with.
     fn options(&self) -> &BackendOptions;
+    /// Caps the device memory this backend's buffers take, in bytes (0 = none): the sizes it
+    /// chooses from free memory (GEMM tiles) then fit under the cap. Backends without device
+    /// memory of their own ignore it.
+    fn set_memory_cap(&self, _bytes: usize) {}
+    /// Device bytes free for this backend's next buffers (under its cap), where it knows.
+    fn memory_free(&self) -> Option<usize> {
+        None
+    }
     /// Upload `x` (n x d) once and return a session that runs k-means steps on it, computing
     /// distances at `precision` where the device offers a choice.
     fn kmeans_session<'a>(

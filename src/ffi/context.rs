@@ -133,3 +133,20 @@ pub unsafe extern "C" fn vlcc_context_set_memory_cap(
         Ok(())
     }
 }
+
+/// Caps the device memory each call made through this context takes on a GPU backend, in
+/// bytes (0 = no cap, the default): training, encoding, adding and searching check their
+/// device estimate (the `device` figure of `vlcc_estimate_memory` and
+/// `vlcc_index_estimate_memory`) before they start, and fail with VLCC_STATUS_OUT_OF_MEMORY
+/// where it does not fit, leaving every object as it was. On CUDA, the buffers sized from
+/// free memory (GEMM tiles) are sized under the cap. No effect on the CPU backend.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_set_device_memory_cap(
+    ctx: *const vlcc_context,
+    bytes: usize,
+) -> vlcc_status {
+    ffi_boundary! {
+        context_ref(ctx)?.set_device_memory_cap(bytes);
+        Ok(())
+    }
+}

@@ -119,7 +119,7 @@ impl Index {
         }
         self.check_search(queries, p, raw)?;
         let (d, k, cap) = (self.cb.dim(), p.k, self.candidates(p));
-        self.fit_search(queries.len() / d, k, cap)?;
+        self.fit_search(queries.len() / d, p.nprobe, k, cap)?;
         let l2 = self.cb.metric == Metric::L2;
         let q = prepare(queries, d, self.cb.metric);
         let nq = q.len() / d;

@@ -296,20 +296,24 @@ impl Index {
         self.cb.pq.bits == 4 && self.cb.pq.nsub <= fastscan::MAX_NSUB
     }
 
-    /// A search's memory under the context's cap: `OutOfMemory` where its own working memory
-    /// (`nq` queries, `k` results and `want` candidates each) does not fit; else the search
+    /// A search's memory under the context's caps: `OutOfMemory` where its device memory or
+    /// its own working memory (`nq` queries, `nprobe` lists, `k` results and `want`
+    /// candidates each) does not fit; else the search
     /// tables and then the fast-scan blocks are built where they fit beside it. What does not
     /// fit is done without: each probed list's terms are made as needed and its codes scanned
     /// one by one, with the same results, more slowly.
-    pub(crate) fn fit_search(&self, nq: usize, k: usize, want: usize) -> Result<()> {
+    pub(crate) fn fit_search(&self, nq: usize, nprobe: usize, k: usize, want: usize) -> Result<()> {
+        let s = Shape::of_codebook(&self.cb);
+        let kind = self.ctx.backend().kind();
+        let device = estimate::device_search_bytes(kind, &s, self.len(), nq, nprobe, want);
+        let what = || format!("searching {nq} queries for {k} results");
+        self.ctx.check_caps((0, device), what)?;
         let cap = self.ctx.memory_cap();
         if cap == 0 {
             return Ok(());
         }
-        let s = Shape::of_codebook(&self.cb);
         let work = estimate::search_bytes(&s, nq, k, want, self.ctx.threads());
-        self.ctx
-            .check_cap(work, || format!("searching {nq} queries for {k} results"))?;
+        self.ctx.check_cap(work, what)?;
         let mut room = cap - work;
         if self.tables.get().is_none() {
             let t = estimate::tables_bytes(&s, MAX_TERM_BYTES);
@@ -337,8 +341,7 @@ impl Index {
 
     /// The memory (host bytes, device bytes) adding `n` vectors to this index takes at its
     /// peak: what its lists grow by and the encoding's working memory (f32 input; f16 input
-    /// adds two blocks of converted rows). What the context's cap is checked against. The
-    /// device figure (0 on the CPU) is not yet checked against measured device peaks.
+    /// adds two blocks of converted rows). What the context's caps are checked against.
     pub fn estimate_add_memory(&self, n: usize) -> (usize, usize) {
         let host = self.add_host_bytes(n, false);
         let s = Shape::of_codebook(&self.cb);
@@ -371,7 +374,7 @@ impl Index {
         let kind = self.ctx.backend().kind();
         (
             host,
-            estimate::device_search_bytes(kind, &s, self.len(), nq, p.k),
+            estimate::device_search_bytes(kind, &s, self.len(), nq, p.nprobe, self.candidates(p)),
         )
     }
 
@@ -575,8 +578,8 @@ impl Index {
     /// `OutOfMemory` where adding `n` vectors (from f16 where `f16`) needs more than the
     /// context's cap: checked before anything is allocated.
     fn fit_add(&self, n: usize, f16: bool) -> Result<()> {
-        let need = self.add_host_bytes(n, f16);
-        self.ctx.check_cap(need, || format!("adding {n} vectors"))
+        let need = (self.add_host_bytes(n, f16), self.estimate_add_memory(n).1);
+        self.ctx.check_caps(need, || format!("adding {n} vectors"))
     }
 
     /// Appends encoded vectors (each one's anchor, code and refinement row) to their lists

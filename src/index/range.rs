@@ -57,7 +57,7 @@ impl Index {
             return Err(Error::InvalidArgument("radius is NaN".into()));
         }
         let (d, metric) = (self.cb.dim(), self.cb.metric);
-        self.fit_search(queries.len() / d, 0, 0)?;
+        self.fit_search(queries.len() / d, p.nprobe, 0, 0)?;
         let l2 = metric == Metric::L2;
         // Scores are smaller-is-better: minus the similarity under inner product.
         let bound = if l2 { radius } else { -radius };

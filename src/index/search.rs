@@ -113,7 +113,7 @@ impl Index {
         let nq = queries.len() / d;
         let k = p.k;
         let want = self.candidates(p);
-        self.fit_search(nq, k, want)?;
+        self.fit_search(nq, p.nprobe, k, want)?;
         let q = prepare(queries, d, self.cb.metric);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         let on_device = self.with_views(|cb, lists| {
@@ -183,7 +183,7 @@ impl Index {
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let (k, want) = (p.k, self.candidates(p));
-        self.fit_search(nq, k, want)?;
+        self.fit_search(nq, p.nprobe, k, want)?;
         let q = prepare(queries, d, self.cb.metric);
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.

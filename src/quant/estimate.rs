@@ -68,14 +68,39 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
     prepared + anchors.max(codebooks)
 }
 
-/// Bytes of device memory a GPU training holds at its peak: the resident sample (values,
-/// norms, assignment, distances) and the centroids with their sums. Not yet checked against
-/// measured device peaks.
-pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize) -> usize {
+const MIB: usize = 1 << 20;
+
+/// Bytes of device memory a CUDA training holds at its peak, with `free` bytes free on the
+/// device (under its cap) when it starts: the anchors' session over the sample (its values,
+/// their norms, assignment and distances, and the values split in three fp16 parts for the
+/// GEMMs), a block of anchor scores sized from what is then free (16 MiB to 1 GiB), and the
+/// centroids with their split and sums. Checked against measured device peaks
+/// (`tests/cuda.rs`).
+pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
+    let (values, split, ns, k) = training_device_parts(p, n, d);
+    let held = values + split;
+    let dots = (free.saturating_sub(held) / 8).clamp(16 * MIB, 1 << 30);
+    let chunk = (dots / (4 * k).max(1)).max(256).min(ns);
+    let centroids = k * d * 4 + k * (6 * d + 4) + 8 * k * 4;
+    held + chunk * k * 4 + centroids
+}
+
+/// The device memory a CUDA training needs free to keep its precision: the session splits the
+/// values for its GEMMs only where the split takes at most half the memory free after the
+/// values (else it runs slower fp32 GEMMs, whose rounding differs). Under a device cap,
+/// training asks for this room too, so that a capped training gives the uncapped codebook.
+pub fn training_device_room(p: &TrainParams, n: usize, d: usize) -> usize {
+    let (values, split, _, _) = training_device_parts(p, n, d);
+    values + 2 * split
+}
+
+/// A CUDA training's values (with norms, assignment and distances) and their split, in bytes,
+/// with the sample's rows and the anchors.
+fn training_device_parts(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usize, usize) {
     let k = p.anchor.anchors.min(n.max(1));
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
-    ns * (d + 3) * 4 + 3 * k * d * 4
+    (ns * d * 4 + ns * 5 * 4, ns * (6 * d + 4), ns, k)
 }
 
 /// The work an estimate is for.
@@ -118,6 +143,8 @@ pub struct Shape {
     /// Bytes of residual code per vector.
     pub code: usize,
     pub metric: Metric,
+    /// Whether residuals are rotated before the sub-quantizers.
+    pub rotated: bool,
 }
 
 impl Shape {
@@ -132,6 +159,7 @@ impl Shape {
             ksub: 1 << p.bits,
             code: (nsub * p.bits as usize).div_ceil(8),
             metric: p.metric,
+            rotated: p.rotation != crate::params::Rotation::None,
         }
     }
 
@@ -144,6 +172,7 @@ impl Shape {
             ksub: cb.pq.ksub(),
             code: cb.residual_code_size(),
             metric: cb.metric(),
+            rotated: !cb.rot.is_empty(),
         }
     }
 }
@@ -253,34 +282,65 @@ pub fn light_tables_bytes(s: &Shape) -> usize {
     (s.anchors + s.dp * s.ksub + s.nsub * s.ksub + s.dp) * 4
 }
 
-/// Device bytes adding `n` vectors takes on a GPU backend at its peak (0 on the CPU): a block of
-/// rows uploaded with its anchor scores, residuals, and assignment and codes. Not yet checked
-/// against measured device peaks.
+/// Values per staged block on CUDA (`STAGE` there).
+const DEVICE_STAGE: usize = 8 << 20;
+
+/// Device bytes the codebook takes on CUDA: anchors with their split and norms, the
+/// sub-quantizers' centroids and the rotation.
+fn device_codebook_bytes(s: &Shape) -> usize {
+    let rotation = if s.rotated { s.dp * s.dp * 4 } else { 0 };
+    s.anchors * (s.d * 4 + 6 * s.d + 4 + 4) + s.dp * s.ksub * 4 + rotation
+}
+
+/// Device bytes adding (or encoding) `n` vectors takes on CUDA at its peak (0 on the CPU): per
+/// staged block of rows, the three buffers the copies fill, their norms and distances, their
+/// fp16 split, the anchor scores (at most 256 MiB), the residuals and their rotation, and the
+/// anchor ids and indices; and the codebook, which stays on the device for later calls.
+/// Checked against measured device peaks (`tests/cuda.rs`).
 pub fn device_build_bytes(kind: crate::BackendKind, s: &Shape, n: usize) -> usize {
     if kind == crate::BackendKind::Cpu {
         return 0;
     }
-    let rows = n.min(super::ENCODE_BLOCK);
-    rows * (s.d + s.anchors.min(4096) + 2 * s.dp + 4 + s.nsub) * 4
+    let b = (DEVICE_STAGE / s.d.max(1)).clamp(1, n.max(1));
+    let chunk = ((256 * MIB) / (4 * s.anchors).max(1)).clamp(1, b);
+    let residuals = if s.rotated { 2 } else { 1 } * b * s.dp * 4;
+    let block = 3 * b * s.d * 4
+        + 2 * b * 4
+        + b * (6 * s.d + 4)
+        + chunk * s.anchors * 4
+        + residuals
+        + b * (4 + s.nsub);
+    block + device_codebook_bytes(s)
 }
 
-/// Device bytes a search on a GPU backend holds (0 on the CPU): the lists uploaded (ids and
-/// codes), the list terms under L2, and the queries with their candidates. Not yet checked
-/// against measured device peaks.
+/// Device bytes a search of `nq` queries (`nprobe` lists, `want` candidates each) takes on
+/// CUDA at its peak (0 on the CPU): the index's `n` vectors (ids and codes) with the lists'
+/// terms under L2, uploaded by its first search and kept until it changes (counted every
+/// time), and per batch of up to 4,096 queries, the queries, their anchor scores, probes,
+/// padded and rotated copies and tables, then their candidates. Checked against measured
+/// device peaks (`tests/cuda.rs`).
 pub fn device_search_bytes(
     kind: crate::BackendKind,
     s: &Shape,
     n: usize,
     nq: usize,
-    k: usize,
+    nprobe: usize,
+    want: usize,
 ) -> usize {
     if kind == crate::BackendKind::Cpu {
         return 0;
     }
-    let terms = if s.metric == Metric::L2 {
-        s.anchors * s.nsub * s.ksub * 4
+    let per_list = s.nsub * s.ksub * 4;
+    let terms = if s.metric == Metric::L2 && s.anchors * per_list <= 512 * MIB {
+        s.anchors * per_list
     } else {
         0
     };
-    n * (8 + s.code) + terms + s.anchors * s.d * 4 + nq * (s.d * 4 + s.anchors * 4 + k * 12)
+    let lists = n * (8 + s.code) + (s.anchors + 1) * 4 + terms;
+    let nb = nq.clamp(1, 4096);
+    let np = nprobe.min(s.anchors);
+    let tables = nb * (s.d + 2 * np + s.dp + s.nsub * s.ksub) * 4;
+    let probe = tables + nb * s.anchors * 4;
+    let scan = tables + nb * np * want * 8 + nb * want * 12;
+    lists + probe.max(scan)
 }

@@ -838,6 +838,12 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     expect(host > (uint64_t)N * D && device == 0, "an estimate on the CPU");
     expect_status(vlcc_compressor_estimate_memory(c, N, D, NULL, &device), VLCC_STATUS_NULL_POINTER);
     expect_status(vlcc_compressor_set_progress(c, NULL, NULL), VLCC_STATUS_OK);
+    /* The device cap: nothing to cap on the CPU backend. */
+    expect_status(vlcc_context_set_device_memory_cap(NULL, 1), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_context_set_device_memory_cap(ctx, 1), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_fingerprint(c, &fp), VLCC_STATUS_OK);
+    expect_status(vlcc_context_set_device_memory_cap(ctx, 0), VLCC_STATUS_OK);
     expect_status(vlcc_context_set_memory_cap(ctx, (size_t)(host / 2)), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OUT_OF_MEMORY);
     expect_status(vlcc_compressor_fingerprint(c, &fp_after), VLCC_STATUS_OK);

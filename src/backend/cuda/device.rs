@@ -200,6 +200,24 @@ pub(super) fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
     .map_err(|e| dev_err("memory pool", e))
 }
 
+/// Device memory in use from the pool (0 where the device has none).
+pub(super) fn pool_used(ctx: &CudaContext) -> usize {
+    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
+    let Some(pool) = device_pool(ctx) else {
+        return 0;
+    };
+    let mut v = 0u64;
+    // SAFETY: a live pool; the attribute is a u64.
+    unsafe {
+        result::mem_pool::get_attribute(
+            pool,
+            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+            (&mut v as *mut u64).cast(),
+        )
+    }
+    .map_or(0, |_| v as usize)
+}
+
 /// Free device memory, counting what the pool holds unused (it serves our next allocations
 /// first).
 pub(super) fn free_bytes(ctx: &CudaContext) -> usize {

@@ -119,7 +119,7 @@ impl<'a> CudaSession<'a> {
     /// than half the free device memory (assignment then runs plain fp32 GEMMs).
     pub(super) fn split_points(&self) -> Result<Option<Split>> {
         let dev = self.b.lock();
-        let free = free_bytes(dev.stream.context());
+        let free = self.b.free_bytes(dev.stream.context());
         if Split::bytes(self.n, self.d) > free / 2 {
             return Ok(None);
         }
@@ -134,7 +134,7 @@ impl<'a> CudaSession<'a> {
         let z32 = |n| CudaBackend::zeros::<u32>(s, n);
         let zf = |n| CudaBackend::zeros::<f32>(s, n);
         let bytes = if self.tf32 || self.split.is_some() {
-            (free_bytes(s.context()) / 8).clamp(DOTS_BYTES, TC_DOTS_BYTES)
+            (self.b.free_bytes(s.context()) / 8).clamp(DOTS_BYTES, TC_DOTS_BYTES)
         } else {
             DOTS_BYTES
         };

@@ -114,6 +114,8 @@ pub struct CudaBackend {
     h2d: AtomicU64,
     d2h: AtomicU64,
     opts: BackendOptions,
+    /// Bytes the buffers may take (0 = no cap; `Backend::set_memory_cap`).
+    memory_cap: std::sync::atomic::AtomicUsize,
 }
 
 /// Opens device `ordinal`: checks the libraries, creates the context, compiles the kernels.
@@ -215,6 +217,7 @@ pub fn open(ordinal: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
         opts: opts.clone(),
         h2d: 0.into(),
         d2h: 0.into(),
+        memory_cap: 0.into(),
     }))
 }
 
@@ -322,6 +325,15 @@ impl CudaBackend {
         s.clone_dtoh(d).map_err(|e| dev_err("download", e))
     }
 
+    /// Device bytes free for the next buffers: `device::free_bytes`, under the memory cap.
+    fn free_bytes(&self, ctx: &CudaContext) -> usize {
+        let free = free_bytes(ctx);
+        match self.memory_cap.load(Ordering::Relaxed) {
+            0 => free,
+            cap => free.min(cap.saturating_sub(pool_used(ctx))),
+        }
+    }
+
     fn zeros<T: DeviceRepr + ValidAsZeroBits>(
         s: &Arc<CudaStream>,
         n: usize,
@@ -348,6 +360,13 @@ impl Backend for CudaBackend {
     }
     fn options(&self) -> &BackendOptions {
         &self.opts
+    }
+    fn set_memory_cap(&self, bytes: usize) {
+        self.memory_cap.store(bytes, Ordering::Relaxed);
+    }
+    fn memory_free(&self) -> Option<usize> {
+        let dev = self.lock();
+        Some(self.free_bytes(dev.stream.context()))
     }
     fn caps(&self) -> Caps {
         Caps {
@@ -554,6 +573,40 @@ impl Trace {
             let _ = s.synchronize();
         });
     }
+}
+
+/// Device memory taken from device `ordinal`'s memory pool by stream-ordered allocations,
+/// which every buffer of this backend is: (now, the most since the last reset), in bytes;
+/// `reset` then starts the high-water mark again from now. How tests and examples measure a
+/// call's device peak. `None` where the device has no pool.
+pub fn pool_usage(ordinal: usize, reset: bool) -> Result<Option<(usize, usize)>> {
+    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
+    let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("create context", e))?;
+    let Some(pool) = device::device_pool(&ctx) else {
+        return Ok(None);
+    };
+    let get = |a| -> Result<u64> {
+        let mut v = 0u64;
+        // SAFETY: a live pool; both attributes read here are u64.
+        unsafe { result::mem_pool::get_attribute(pool, a, (&mut v as *mut u64).cast()) }
+            .map_err(|e| dev_err("memory pool", e))?;
+        Ok(v)
+    };
+    let now = get(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
+    let high = get(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?;
+    if reset {
+        let mut zero = 0u64;
+        // SAFETY: a live pool; the high-water mark is a u64 that may only be set to 0.
+        unsafe {
+            result::mem_pool::set_attribute(
+                pool,
+                A::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                (&mut zero as *mut u64).cast(),
+            )
+        }
+        .map_err(|e| dev_err("memory pool", e))?;
+    }
+    Ok(Some((now as usize, high as usize)))
 }
 
 /// Free and total bytes on device `ordinal` (for leak checks and reports).

@@ -68,6 +68,9 @@ pub(crate) struct RunOpts {
     /// tables where they do not fit (see `vlcc estimate`).
     #[arg(long, default_value_t = 0)]
     memory_cap: usize,
+    /// Cap on the device memory each call takes on a GPU backend, in bytes (0 = none).
+    #[arg(long, default_value_t = 0)]
+    device_memory_cap: usize,
 }
 
 impl RunOpts {
@@ -79,6 +82,7 @@ impl RunOpts {
             &backend_options_from_env(),
         )?;
         ctx.set_memory_cap(self.memory_cap);
+        ctx.set_device_memory_cap(self.device_memory_cap);
         Ok(Arc::new(ctx))
     }
 
