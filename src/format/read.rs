@@ -62,10 +62,18 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
         ));
     }
     if b[..8] != MAGIC {
-        return corrupt("not a vlc_compress file (bad magic)");
+        return corrupt(format!(
+            "not a vlc_compress file: it starts with {:02x?}, expected {:02x?}",
+            &b[..8],
+            MAGIC
+        ));
     }
     if VERIFY_CHECKSUMS && checksum(&b[..56]) != u64_at(b, 56) {
-        return corrupt("header checksum mismatch");
+        return corrupt(format!(
+            "header checksum {:016x} does not match its contents ({:016x})",
+            u64_at(b, 56),
+            checksum(&b[..56])
+        ));
     }
     let version = u32_at(b, 8);
     if version != VERSION {
@@ -85,7 +93,11 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
         ));
     }
     if u32_at(b, 20) != 0 || u64_at(b, 48) != 0 {
-        return corrupt("reserved header fields are not zero");
+        return corrupt(format!(
+            "reserved header fields are {} and {}, expected 0",
+            u32_at(b, 20),
+            u64_at(b, 48)
+        ));
     }
     if u64_at(b, 24) != b.len() as u64 {
         return corrupt(format!(
@@ -96,10 +108,18 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
     }
     let table = HEADER..HEADER + count * ENTRY;
     if table.end > b.len() {
-        return corrupt("section table runs past the end");
+        return corrupt(format!(
+            "the table of {count} sections ends at byte {}, past the file's {} bytes",
+            table.end,
+            b.len()
+        ));
     }
     if VERIFY_CHECKSUMS && checksum(&b[table.clone()]) != u64_at(b, 40) {
-        return corrupt("section table checksum mismatch");
+        return corrupt(format!(
+            "section table checksum {:016x} does not match its contents ({:016x})",
+            u64_at(b, 40),
+            checksum(&b[table.clone()])
+        ));
     }
     // Sections lie in table order, each at the first 64-byte boundary after the one before,
     // with zero padding between them and after the last (the only layout the writer makes):
@@ -276,7 +296,12 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
         e => e,
     })?;
     if cb.fingerprint != fingerprint || u64_at(b, 32) != fingerprint {
-        return corrupt("codebook fingerprint does not match its contents");
+        return corrupt(format!(
+            "codebook fingerprint {fingerprint:016x} (header {:016x}) does not match its \
+             contents ({:016x})",
+            u64_at(b, 32),
+            cb.fingerprint
+        ));
     }
     Ok((cb, Meta { ntotal, refine }))
 }
@@ -295,19 +320,38 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
     let nl = cb.anchors();
     let off = l.need(sec::LIST_OFFSETS, "list offsets")?;
     if off.len() != (nl + 1) * 8 {
-        return corrupt("list offsets section has the wrong size");
+        return corrupt(format!(
+            "list offsets section holds {} bytes, expected {} ({nl} lists + 1, 8 bytes each)",
+            off.len(),
+            (nl + 1) * 8
+        ));
     }
     let offsets: Vec<u64> = bytemuck::pod_collect_to_vec(&b[off]);
     if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) || offsets[nl] != meta.ntotal {
-        return corrupt("list offsets are not increasing from 0 to the vector count");
+        return corrupt(format!(
+            "list offsets run from {} to {}, not increasing from 0 to the vector count {}",
+            offsets[0], offsets[nl], meta.ntotal
+        ));
     }
     let n = usize::try_from(meta.ntotal)
-        .map_err(|_| Error::Corrupt("vector count too large".into()))?;
+        .map_err(|_| {
+            Error::Corrupt(format!(
+                "vector count {} exceeds this machine's {}",
+                meta.ntotal,
+                usize::MAX
+            ))
+        })?;
     let ids = l.need(sec::IDS, "ids")?;
     let codes = l.need(sec::CODES, "codes")?;
     let cs = cb.residual_code_size();
     if Some(ids.len()) != n.checked_mul(8) || Some(codes.len()) != n.checked_mul(cs) {
-        return corrupt("ids or codes section size does not match the vector count");
+        return corrupt(format!(
+            "ids and codes sections hold {} and {} bytes; {n} vectors need {} and {}",
+            ids.len(),
+            codes.len(),
+            n.saturating_mul(8),
+            n.saturating_mul(cs)
+        ));
     }
     // Refinement rows are there exactly when META declares them, one per vector.
     let rs = meta.refine.row_bytes(cb.dim());
@@ -414,7 +458,10 @@ pub(crate) fn load_index(path: &Path, mmap: bool, defer: bool) -> Result<IndexPa
     }
     let ll = lists(&map, &l, &cb, &meta)?;
     if bytemuck::try_cast_slice::<u8, u64>(&map[ll.ids.clone()]).is_err() {
-        return corrupt("ids section is not 8-byte aligned");
+        return corrupt(format!(
+            "ids section at byte {} is not 8-byte aligned",
+            ll.ids.start
+        ));
     }
     let mapped = MappedLists {
         map,

@@ -54,7 +54,11 @@ impl Index {
         let own = self.refined();
         let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
         if radius.is_nan() {
-            return Err(Error::InvalidArgument("radius is NaN".into()));
+            return Err(Error::InvalidArgument(
+                "radius is NaN: it must be a number (a squared distance under L2, else a \
+                 similarity)"
+                    .into(),
+            ));
         }
         let (d, metric) = (self.cb.dim(), self.cb.metric);
         self.fit_search(queries.len() / d, p.nprobe, 0, 0)?;

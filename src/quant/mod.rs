@@ -175,7 +175,9 @@ impl Codebook {
         p.validate()?;
         crate::error::whole_rows(x.len(), d, "values")?;
         if x.is_empty() {
-            return Err(Error::NotEnoughData("no training vectors".into()));
+            return Err(Error::NotEnoughData(
+                "0 training vectors: training needs at least 1".into(),
+            ));
         }
         check_finite(x, "training vectors")?;
         check_norms(x, d, "training vectors")?;
