@@ -178,6 +178,8 @@ fn training_stays_within_a_quarter_of_its_estimate() {
         (60_000, 128, 32, 256, Metric::L2, Rotation::Learned),
         (60_000, 128, 32, 256, Metric::Cosine, Rotation::Learned),
         (150_000, 48, 16, 512, Metric::L2, Rotation::Learned),
+        // Both steps train on samples: no normalised copy of the whole input.
+        (200_000, 96, 16, 256, Metric::Cosine, Rotation::Learned),
         (30_000, 384, 64, 256, Metric::L2, Rotation::None),
     ] {
         let x = common::clustered(n, d, 50, 3);

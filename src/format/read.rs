@@ -333,14 +333,13 @@ fn lists(b: &[u8], l: &Layout, cb: &Codebook, meta: &Meta) -> Result<ListLayout>
             offsets[0], offsets[nl], meta.ntotal
         ));
     }
-    let n = usize::try_from(meta.ntotal)
-        .map_err(|_| {
-            Error::Corrupt(format!(
-                "vector count {} exceeds this machine's {}",
-                meta.ntotal,
-                usize::MAX
-            ))
-        })?;
+    let n = usize::try_from(meta.ntotal).map_err(|_| {
+        Error::Corrupt(format!(
+            "vector count {} exceeds this machine's {}",
+            meta.ntotal,
+            usize::MAX
+        ))
+    })?;
     let ids = l.need(sec::IDS, "ids")?;
     let codes = l.need(sec::CODES, "codes")?;
     let cs = cb.residual_code_size();

@@ -11,11 +11,14 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
     let f = 4usize; // an f32 or u32
     let threads = threads.max(1);
     let k = p.anchor.anchors.min(n.max(1));
-    // Cosine trains on a normalised copy of the whole input, kept throughout.
-    let prepared = if p.metric == Metric::Cosine {
-        n * d * f
-    } else {
-        0
+    // Each step trains on a copy of its sample, or of the whole input under cosine (its rows
+    // made unit length); otherwise on the input itself.
+    let copied = |rows: usize| {
+        if rows < n || p.metric == Metric::Cosine {
+            rows * d * f
+        } else {
+            0
+        }
     };
 
     // Anchors: the sample (a copy when smaller than the input), its norms, assignment and
@@ -23,7 +26,7 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
     // block of scores, and the update's f64 partial sums (at most 8 chunks and 64 MB).
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
-    let sample = if ns < n { ns * d * f } else { 0 };
+    let sample = copied(ns);
     let chunks = (ns / 2048)
         .min(8)
         .min((64 << 20) / (k * d * 8).max(1))
@@ -44,7 +47,7 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
     } else {
         n
     };
-    let pq_sample = if npq < n { npq * d * f } else { 0 };
+    let pq_sample = copied(npq);
     let ksub = 1usize << p.bits;
     let rotated = if p.rotation == Rotation::None {
         0
@@ -65,7 +68,7 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
         + rotation
         + threads.min(nsub) * per_thread;
 
-    prepared + anchors.max(codebooks)
+    anchors.max(codebooks)
 }
 
 const MIB: usize = 1 << 20;

@@ -181,10 +181,12 @@ impl Codebook {
         }
         check_finite(x, "training vectors")?;
         check_norms(x, d, "training vectors")?;
-        let x = prepare(x, d, p.metric);
+        // Rows are prepared for the metric where a step takes them (cosine: made unit length),
+        // so that steps that train on samples need no prepared copy of the whole input.
         let n = x.len() / d;
         let t0 = Instant::now();
-        let anchors = train::anneal::train_anchors_watched(backend, &x, d, &p.anchor, watch)?;
+        let anchors =
+            train::anneal::train_anchors_watched(backend, x, d, &p.anchor, p.metric, watch)?;
         let anchor_seconds = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
@@ -193,13 +195,10 @@ impl Codebook {
         let dp = nsub * dsub;
         let rng = Rng::new(p.anchor.seed ^ 0x9a);
         let sample = if p.pq_train_points > 0 && n > p.pq_train_points {
-            Cow::Owned(train::anneal::gather(
-                &x,
-                d,
-                &rng.fork(1).sample_indices(n, p.pq_train_points),
-            ))
+            let idx = rng.fork(1).sample_indices(n, p.pq_train_points);
+            prepare(train::anneal::gather(x, d, &idx), d, p.metric)
         } else {
-            Cow::Borrowed(&x[..])
+            prepare(x, d, p.metric)
         };
         // Every sub-quantizer fit, the rotation's alternations' and the final one's.
         let passes = match p.rotation {

@@ -62,20 +62,23 @@ pub fn train_anchors(
     p: &AnchorParams,
     progress: &dyn Progress,
 ) -> Result<AnchorResult> {
-    train_anchors_watched(backend, x, d, p, &Watch::new(progress))
+    train_anchors_watched(backend, x, d, p, crate::Metric::L2, &Watch::new(progress))
 }
 
-/// [`train_anchors`] reporting to `watch`: each iteration's steps, polls within them, and
-/// the end, which may still cancel.
+/// [`train_anchors`] on `x` prepared for `metric` (rows made unit length for cosine: only the
+/// rows sampled, where it samples), reporting to `watch`: each iteration's steps, polls
+/// within them, and the end, which may still cancel.
 pub(crate) fn train_anchors_watched(
     backend: &dyn Backend,
     x: &[f32],
     d: usize,
     p: &AnchorParams,
+    metric: crate::Metric,
     watch: &Watch,
 ) -> Result<AnchorResult> {
     let tick = |it| watch.report(Phase::Anchors, it, p.max_iters);
-    let r = train_anchors_from(backend, x, d, p, None, &tick, &|| watch.poll())?;
+    let poll = || watch.poll();
+    let r = train_anchors_prepared(backend, x, d, p, None, &tick, &poll, metric)?;
     watch.report(Phase::Anchors, p.max_iters, p.max_iters)?;
     Ok(r)
 }
@@ -92,6 +95,23 @@ pub fn train_anchors_from(
     init: Option<&[f32]>,
     tick: &(dyn Fn(usize) -> Result<()> + Sync),
     poll: Poll,
+) -> Result<AnchorResult> {
+    train_anchors_prepared(backend, x, d, p, init, tick, poll, crate::Metric::L2)
+}
+
+/// `train_anchors_from` on `x` prepared for `metric`: the rows it trains on (a sample, or
+/// all) are prepared once taken, so that a sample of a cosine input costs no normalised copy
+/// of the whole input. Rows are prepared one by one, so the result is the same.
+#[allow(clippy::too_many_arguments)]
+fn train_anchors_prepared(
+    backend: &dyn Backend,
+    x: &[f32],
+    d: usize,
+    p: &AnchorParams,
+    init: Option<&[f32]>,
+    tick: &(dyn Fn(usize) -> Result<()> + Sync),
+    poll: Poll,
+    metric: crate::Metric,
 ) -> Result<AnchorResult> {
     p.validate()?;
     let n = crate::error::whole_rows(x.len(), d, "values")?;
@@ -110,9 +130,9 @@ pub fn train_anchors_from(
     // and changes little.
     let xs: Cow<[f32]> = if p.max_points_per_anchor > 0 && n > k * p.max_points_per_anchor {
         let idx = rng.fork(1).sample_indices(n, k * p.max_points_per_anchor);
-        Cow::Owned(gather(x, d, &idx))
+        crate::quant::prepare(gather(x, d, &idx), d, metric)
     } else {
-        Cow::Borrowed(x)
+        crate::quant::prepare(x, d, metric)
     };
     let ns = xs.len() / d;
     // A session that trains on every point checks them on their way to the device; a sample
