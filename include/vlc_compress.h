@@ -990,9 +990,9 @@ vlcc_status vlcc_index_memory_usage(const vlcc_index *ix, vlcc_index_memory *out
 /**
  * Stores in `*host` and `*device` the working memory, in bytes, that training `n` x `d`
  * vectors with this compressor's parameters on its context takes at its peak (the input
- * excluded): what the context's memory cap (`vlcc_context_set_memory_cap`) is checked
- * against before training starts. `device` is 0 on the CPU; on GPU contexts it is not yet
- * checked against measured peaks. Thread-safe.
+ * excluded): what the context's memory caps (`vlcc_context_set_memory_cap`,
+ * `vlcc_context_set_device_memory_cap`) are checked against before training starts. `device`
+ * is 0 on the CPU. Thread-safe.
  */
 vlcc_status vlcc_compressor_estimate_memory(const vlcc_compressor *c,
                                             size_t n,
@@ -1012,10 +1012,11 @@ vlcc_status vlcc_compressor_estimate_memory(const vlcc_compressor *c,
  *   result, and its queries 4 x d bytes each under cosine.
  *
  * The shape is the trained codebook's for BUILD and SEARCH where `params` is trained (with
- * that `d`), else its parameters'. These are what the context's memory cap
- * (`vlcc_context_set_memory_cap`) is checked against. Host figures are within 25% of the
- * measured peaks in the project's tests; device figures (0 on the CPU) are not yet checked
- * against measurements. An unknown `work` is INVALID_ARGUMENT. Thread-safe.
+ * that `d`), else its parameters'. These are what the context's memory caps
+ * (`vlcc_context_set_memory_cap`, `vlcc_context_set_device_memory_cap`) are checked against.
+ * Host figures are within 25% of the measured peaks in the project's tests, device figures
+ * (0 on the CPU) of the CUDA memory pool's measured peaks. An unknown `work` is
+ * INVALID_ARGUMENT. Thread-safe.
  */
 vlcc_status vlcc_estimate_memory(const vlcc_compressor *params,
                                  uint32_t work,
@@ -1027,10 +1028,11 @@ vlcc_status vlcc_estimate_memory(const vlcc_compressor *params,
 /**
  * Stores in `*host` and `*device` the memory, in bytes, that `work` on this index takes at
  * its peak: BUILD, adding `n` vectors (f32) in one call (its lists' growth, the encoding and
- * any refinement rows); SEARCH, searching `n` queries as `params` asks (k, rerank; NULL for
- * the defaults): the call's working memory and results, and the search tables and fast-scan
- * blocks it builds where the index has none yet. What the context's memory cap is checked
- * against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`).
+ * any refinement rows); SEARCH, searching `n` queries as `params` asks (k, nprobe, rerank;
+ * NULL for the defaults): the call's working memory and results, and the search tables and
+ * fast-scan blocks it builds where the index has none yet (on CUDA: the lists it uploads,
+ * counted every time, and its batches of queries). What the context's memory caps are
+ * checked against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`).
  * Thread-safe.
  */
 vlcc_status vlcc_index_estimate_memory(const vlcc_index *ix,

@@ -21,6 +21,19 @@ pub enum vlcc_work {
     Search = 2,
 }
 
+/// Checks both outputs, then writes the estimate's `(host, device)` bytes to them.
+unsafe fn write_estimate(
+    host: *mut u64,
+    device: *mut u64,
+    estimate: impl FnOnce() -> super::error::FfiResult<(usize, usize)>,
+) -> super::error::FfiResult {
+    need_out(host, "host")?;
+    need_out(device, "device")?;
+    let (h, dv) = estimate()?;
+    write_out(host, h as u64, "host")?;
+    write_out(device, dv as u64, "device")
+}
+
 fn work_of(work: u32) -> Option<Work> {
     match work {
         0 => Some(Work::Train),
@@ -74,9 +87,9 @@ pub unsafe extern "C" fn vlcc_index_memory_usage(
 
 /// Stores in `*host` and `*device` the working memory, in bytes, that training `n` x `d`
 /// vectors with this compressor's parameters on its context takes at its peak (the input
-/// excluded): what the context's memory cap (`vlcc_context_set_memory_cap`) is checked
-/// against before training starts. `device` is 0 on the CPU; on GPU contexts it is not yet
-/// checked against measured peaks. Thread-safe.
+/// excluded): what the context's memory caps (`vlcc_context_set_memory_cap`,
+/// `vlcc_context_set_device_memory_cap`) are checked against before training starts. `device`
+/// is 0 on the CPU. Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_estimate_memory(
     c: *const vlcc_compressor,
@@ -86,11 +99,7 @@ pub unsafe extern "C" fn vlcc_compressor_estimate_memory(
     device: *mut u64,
 ) -> vlcc_status {
     ffi_boundary! {
-        need_out(host, "host")?;
-        need_out(device, "device")?;
-        let (h, dv) = compressor_ref(c)?.estimate_training_memory(n, d);
-        write_out(host, h as u64, "host")?;
-        write_out(device, dv as u64, "device")
+        write_estimate(host, device, || Ok(compressor_ref(c)?.estimate_training_memory(n, d)))
     }
 }
 
@@ -105,10 +114,11 @@ pub unsafe extern "C" fn vlcc_compressor_estimate_memory(
 ///   result, and its queries 4 x d bytes each under cosine.
 ///
 /// The shape is the trained codebook's for BUILD and SEARCH where `params` is trained (with
-/// that `d`), else its parameters'. These are what the context's memory cap
-/// (`vlcc_context_set_memory_cap`) is checked against. Host figures are within 25% of the
-/// measured peaks in the project's tests; device figures (0 on the CPU) are not yet checked
-/// against measurements. An unknown `work` is INVALID_ARGUMENT. Thread-safe.
+/// that `d`), else its parameters'. These are what the context's memory caps
+/// (`vlcc_context_set_memory_cap`, `vlcc_context_set_device_memory_cap`) are checked against.
+/// Host figures are within 25% of the measured peaks in the project's tests, device figures
+/// (0 on the CPU) of the CUDA memory pool's measured peaks. An unknown `work` is
+/// INVALID_ARGUMENT. Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_estimate_memory(
     params: *const vlcc_compressor,
@@ -119,23 +129,22 @@ pub unsafe extern "C" fn vlcc_estimate_memory(
     device: *mut u64,
 ) -> vlcc_status {
     ffi_boundary! {
-        need_out(host, "host")?;
-        need_out(device, "device")?;
-        let Some(w) = work_of(work) else {
-            return fail(vlcc_status::InvalidArgument, format!("work = {work}: not a vlcc_work (0, 1 or 2)"));
-        };
-        let (h, dv) = compressor_ref(params)?.estimate_memory(w, n, d);
-        write_out(host, h as u64, "host")?;
-        write_out(device, dv as u64, "device")
+        write_estimate(host, device, || {
+            let Some(w) = work_of(work) else {
+                return fail(vlcc_status::InvalidArgument, format!("work = {work}: not a vlcc_work (0, 1 or 2)"));
+            };
+            Ok(compressor_ref(params)?.estimate_memory(w, n, d))
+        })
     }
 }
 
 /// Stores in `*host` and `*device` the memory, in bytes, that `work` on this index takes at
 /// its peak: BUILD, adding `n` vectors (f32) in one call (its lists' growth, the encoding and
-/// any refinement rows); SEARCH, searching `n` queries as `params` asks (k, rerank; NULL for
-/// the defaults): the call's working memory and results, and the search tables and fast-scan
-/// blocks it builds where the index has none yet. What the context's memory cap is checked
-/// against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`).
+/// any refinement rows); SEARCH, searching `n` queries as `params` asks (k, nprobe, rerank;
+/// NULL for the defaults): the call's working memory and results, and the search tables and
+/// fast-scan blocks it builds where the index has none yet (on CUDA: the lists it uploads,
+/// counted every time, and its batches of queries). What the context's memory caps are
+/// checked against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`).
 /// Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_estimate_memory(
@@ -147,26 +156,23 @@ pub unsafe extern "C" fn vlcc_index_estimate_memory(
     device: *mut u64,
 ) -> vlcc_status {
     ffi_boundary! {
-        need_out(host, "host")?;
-        need_out(device, "device")?;
-        let ix = index_ref(ix)?;
-        let (h, dv) = match work_of(work) {
-            Some(Work::Build) => ix.estimate_add_memory(n),
-            Some(Work::Search) => {
-                let p = if params.is_null() {
-                    crate::SearchParams::default()
-                } else {
-                    search_params_ref(params)?.p
-                };
-                ix.estimate_search_memory(n, &p)
+        write_estimate(host, device, || {
+            let ix = index_ref(ix)?;
+            match work_of(work) {
+                Some(Work::Build) => Ok(ix.estimate_add_memory(n)),
+                Some(Work::Search) => {
+                    let p = if params.is_null() {
+                        crate::SearchParams::default()
+                    } else {
+                        search_params_ref(params)?.p
+                    };
+                    Ok(ix.estimate_search_memory(n, &p))
+                }
+                _ => fail(
+                    vlcc_status::InvalidArgument,
+                    format!("work = {work}: an index estimates BUILD (1) or SEARCH (2)"),
+                ),
             }
-            _ => {
-                return fail(vlcc_status::InvalidArgument, format!(
-                    "work = {work}: an index estimates BUILD (1) or SEARCH (2)"
-                ));
-            }
-        };
-        write_out(host, h as u64, "host")?;
-        write_out(device, dv as u64, "device")
+        })
     }
 }
