@@ -226,6 +226,14 @@ impl Compressor {
     /// Codec mode: approximate vectors from `encode`'s bytes.
     pub fn decode(&self, codes: &[u8]) -> Result<Vec<f32>> {
         let cb = self.codebook()?;
+        let n = codes.len() / cb.codec_size().max(1);
+        let need = estimate::decode_bytes(
+            &Shape::of_codebook(cb),
+            n,
+            n * (4 + cb.residual_code_size()),
+        );
+        self.ctx
+            .check_cap(need, || format!("decoding {n} vectors"))?;
         self.ctx.run(|_| cb.decode(codes))
     }
 

@@ -378,3 +378,39 @@ fn a_loaded_codebook_reports_its_shape() {
         vlcc_context_free(ctx);
     }
 }
+
+/// Reading, decoding and reconstructing check the context's memory cap before they allocate;
+/// a memory-mapped load, which copies nothing, passes under any cap.
+#[test]
+fn reads_and_decodes_answer_to_the_memory_cap() {
+    let (ix, x) = small();
+    let ctx = common::ctx(2);
+    let cb = ix.codebook().clone();
+    let c = vlc_compress::Compressor::with_codebook(ctx.clone(), cb);
+    let codes = c.encode(x.data[..].into()).unwrap();
+    let bytes = ix.to_bytes();
+    let path = std::env::temp_dir().join(format!("vlcc-limits-cap-{}.vlcc", std::process::id()));
+    ix.save(&path).unwrap();
+    let ids: Vec<u64> = (0..100).collect();
+    ctx.set_memory_cap(4096);
+    let oom = |r: vlc_compress::Result<()>, what: &str| {
+        assert!(matches!(r, Err(Error::OutOfMemory(_))), "{what}: {r:?}")
+    };
+    oom(c.decode(&codes).map(drop), "decode");
+    oom(
+        Index::from_bytes(ctx.clone(), &bytes).map(drop),
+        "from_bytes",
+    );
+    oom(Index::load(ctx.clone(), &path, false).map(drop), "load");
+    let mapped = Index::load(ctx.clone(), &path, true).unwrap();
+    oom(mapped.reconstruct(&ids).map(drop), "reconstruct");
+    oom(mapped.get_codes(&ids).map(drop), "get_codes");
+    oom(mapped.reconstruct_all().map(drop), "reconstruct_all");
+    ctx.set_memory_cap(0);
+    assert_eq!(
+        mapped.reconstruct(&ids).unwrap(),
+        ix.reconstruct(&ids).unwrap()
+    );
+    assert_eq!(c.decode(&codes).unwrap().len(), x.data.len());
+    std::fs::remove_file(&path).unwrap();
+}

@@ -168,6 +168,12 @@ impl Index {
     /// map and are used in place (a change copies into memory only the lists it touches);
     /// otherwise they are read in. Damaged files give `Corrupt`.
     pub fn load(ctx: Arc<Context>, path: impl AsRef<std::path::Path>, mmap: bool) -> Result<Index> {
+        if !mmap {
+            // Read in, the lists take about the file's size.
+            let len = std::fs::metadata(path.as_ref()).map_or(0, |m| m.len() as usize);
+            let shown = path.as_ref().display().to_string();
+            ctx.check_cap(len, || format!("reading {shown} into memory"))?;
+        }
         let (cb, lists, refine) = crate::format::load_index(path.as_ref(), mmap, false)?;
         Index::from_parts(ctx, Arc::new(cb), lists, refine)
     }
@@ -190,6 +196,9 @@ impl Index {
 
     /// Parses an index from the bytes of its file (`to_bytes`), onto `ctx`.
     pub fn from_bytes(ctx: Arc<Context>, bytes: &[u8]) -> Result<Index> {
+        // The lists take about the bytes' size.
+        let len = bytes.len();
+        ctx.check_cap(len, || format!("reading an index of {len} bytes"))?;
         let (cb, lists, refine) = crate::format::read_index_bytes(bytes)?;
         Index::from_parts(ctx, Arc::new(cb), lists, refine)
     }
@@ -753,6 +762,7 @@ impl Index {
     /// The list and code of each of `ids`, in order; where several vectors share an id, the
     /// first added. An id not held is an `InvalidArgument` naming it.
     fn find(&self, ids: &[u64]) -> Result<(Vec<u32>, Vec<u8>)> {
+        self.fit_decode(ids.len())?;
         let map = self.id_map()?;
         let cs = self.cb.residual_code_size();
         let mut anchors = crate::error::try_vec(ids.len(), 0u32, "anchors of the ids")?;
@@ -774,6 +784,14 @@ impl Index {
         Ok((anchors, codes))
     }
 
+    /// `OutOfMemory` where decoding `n` of this index's vectors (with their ids) passes the
+    /// context's cap. The id map, built once, is not counted.
+    fn fit_decode(&self, n: usize) -> Result<()> {
+        let gathered = n * (8 + 4 + self.cb.residual_code_size());
+        let need = estimate::decode_bytes(&Shape::of_codebook(&self.cb), n, gathered);
+        self.ctx.check_cap(need, || format!("decoding {n} vectors"))
+    }
+
     /// Approximate vectors (n x d) of `ids`, decoded from their codes, in order; where several
     /// vectors share an id, the first added. An id not held is an `InvalidArgument`.
     pub fn reconstruct(&self, ids: &[u64]) -> Result<Vec<f32>> {
@@ -791,6 +809,7 @@ impl Index {
     /// Approximate vectors of every stored vector with its id, list by list.
     pub fn reconstruct_all(&self) -> Result<(Vec<u64>, Vec<f32>)> {
         let n = self.len();
+        self.fit_decode(n)?;
         let mut ids = Vec::with_capacity(n);
         let mut anchors = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.cb.residual_code_size());

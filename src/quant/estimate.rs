@@ -227,6 +227,14 @@ pub fn add_bytes(s: &Shape, n: usize, refine_row: usize, threads: usize, convert
     encode_bytes(s, n, threads, converted, refine.max(held))
 }
 
+/// Bytes decoding `n` codes allocates at its peak: each vector's anchor and code gathered
+/// (`gathered` bytes in all, a codec record's worth each), the sub-quantizers' output, its
+/// rotation back, and the vectors returned.
+pub fn decode_bytes(s: &Shape, n: usize, gathered: usize) -> usize {
+    let rotated = if s.rotated { 2 } else { 1 };
+    gathered + n * (rotated * s.dp + s.d) * 4
+}
+
 /// Bytes of the search tables an index builds at its first search: every list's terms under
 /// L2 (M x ksub floats a list) and the rotated anchors, each where within `cap` (512 MB), and
 /// the anchors' norms and the transposed sub-quantizer centroids.
