@@ -144,7 +144,11 @@ fn adding_and_searching_stay_under_caps() {
             matches!(r, Err(Error::OutOfMemory(_))),
             "add at {frac}: {r:?}"
         );
-        assert!(grew < add_need / 50, "a refused add grew by {grew} bytes");
+        // A few hundred KiB of noise: the new context's threads start and touch their stacks.
+        assert!(
+            grew < add_need / 8,
+            "a refused add grew by {grew} of {add_need} bytes"
+        );
         assert_eq!(ix.len(), 0);
 
         ctx.set_memory_cap(0);
