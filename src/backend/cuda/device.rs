@@ -200,38 +200,41 @@ pub(super) fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
     .map_err(|e| dev_err("memory pool", e))
 }
 
-/// Device memory in use from the pool (0 where the device has none).
-pub(super) fn pool_used(ctx: &CudaContext) -> usize {
-    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
-    let Some(pool) = device_pool(ctx) else {
-        return 0;
-    };
+/// A u64 attribute of a memory pool (`CU_MEMPOOL_ATTR_*_MEM_*`), or the driver's error.
+pub(super) fn pool_attribute(
+    pool: cudarc::driver::sys::CUmemoryPool,
+    attribute: cudarc::driver::sys::CUmemPool_attribute,
+) -> Result<u64> {
     let mut v = 0u64;
-    // SAFETY: a live pool; the attribute is a u64.
+    // SAFETY: a live pool; the attributes read through here are u64.
     unsafe {
-        result::mem_pool::get_attribute(
+        cudarc::driver::result::mem_pool::get_attribute(
             pool,
-            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+            attribute,
             (&mut v as *mut u64).cast(),
         )
     }
-    .map_or(0, |_| v as usize)
+    .map_err(|e| dev_err("memory pool", e))?;
+    Ok(v)
+}
+
+/// Device memory in use from the pool (0 where the device has none).
+pub(super) fn pool_used(ctx: &CudaContext) -> usize {
+    use cudarc::driver::sys::CUmemPool_attribute as A;
+    device_pool(ctx)
+        .and_then(|pool| pool_attribute(pool, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT).ok())
+        .map_or(0, |v| v as usize)
 }
 
 /// Free device memory, counting what the pool holds unused (it serves our next allocations
 /// first).
 pub(super) fn free_bytes(ctx: &CudaContext) -> usize {
-    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
+    use cudarc::driver::sys::CUmemPool_attribute as A;
     let free = ctx.mem_get_info().map_or(0, |(f, _)| f);
     let Some(pool) = device_pool(ctx) else {
         return free;
     };
-    let get = |a| {
-        let mut v = 0u64;
-        // SAFETY: a live pool; both attributes read here are u64.
-        unsafe { result::mem_pool::get_attribute(pool, a, (&mut v as *mut u64).cast()) }
-            .map_or(0, |_| v)
-    };
+    let get = |a| pool_attribute(pool, a).unwrap_or(0);
     let idle = get(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
         .saturating_sub(get(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT));
     free + idle as usize

@@ -585,13 +585,7 @@ pub fn pool_usage(ordinal: usize, reset: bool) -> Result<Option<(usize, usize)>>
     let Some(pool) = device::device_pool(&ctx) else {
         return Ok(None);
     };
-    let get = |a| -> Result<u64> {
-        let mut v = 0u64;
-        // SAFETY: a live pool; both attributes read here are u64.
-        unsafe { result::mem_pool::get_attribute(pool, a, (&mut v as *mut u64).cast()) }
-            .map_err(|e| dev_err("memory pool", e))?;
-        Ok(v)
-    };
+    let get = |a| device::pool_attribute(pool, a);
     let now = get(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
     let high = get(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?;
     if reset {
