@@ -352,20 +352,17 @@ impl Index {
     /// peak: what its lists grow by and the encoding's working memory (f32 input; f16 input
     /// adds two blocks of converted rows). What the context's caps are checked against.
     pub fn estimate_add_memory(&self, n: usize) -> (usize, usize) {
-        let host = self.add_host_bytes(n, false);
-        let s = Shape::of_codebook(&self.cb);
-        (
-            host,
-            estimate::device_build_bytes(self.ctx.backend().kind(), &s, n),
-        )
+        self.add_memory(n, false)
     }
 
-    /// Host bytes adding `n` vectors takes, from f16 where `f16`.
-    fn add_host_bytes(&self, n: usize, f16: bool) -> usize {
+    /// `estimate_add_memory` for input in f16 where `f16` (converted a block at a time).
+    fn add_memory(&self, n: usize, f16: bool) -> (usize, usize) {
         let s = Shape::of_codebook(&self.cb);
         let rs = self.refine.row_bytes(self.cb.dim());
         let converted = f16 || s.metric == crate::Metric::Cosine;
-        estimate::add_bytes(&s, n, rs, self.ctx.threads(), converted)
+        let host = estimate::add_bytes(&s, n, rs, self.ctx.threads(), converted);
+        let device = estimate::device_build_bytes(self.ctx.backend().kind(), &s, n);
+        (host, device)
     }
 
     /// The memory (host bytes, device bytes) searching `nq` queries with `p` takes at its peak:
@@ -587,8 +584,8 @@ impl Index {
     /// `OutOfMemory` where adding `n` vectors (from f16 where `f16`) needs more than the
     /// context's cap: checked before anything is allocated.
     fn fit_add(&self, n: usize, f16: bool) -> Result<()> {
-        let need = (self.add_host_bytes(n, f16), self.estimate_add_memory(n).1);
-        self.ctx.check_caps(need, || format!("adding {n} vectors"))
+        self.ctx
+            .check_caps(self.add_memory(n, f16), || format!("adding {n} vectors"))
     }
 
     /// Appends encoded vectors (each one's anchor, code and refinement row) to their lists
