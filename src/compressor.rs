@@ -160,11 +160,9 @@ impl Compressor {
 
     fn train_watched(&mut self, x: &[f32], d: usize, watch: &Watch) -> Result<&TrainReport> {
         if let Some(n) = x.len().checked_div(d) {
-            // Refused before anything is allocated: training cannot yet work in less.
-            let (host, mut device) = self.estimate_training_memory(n, d);
-            if device > 0 {
-                device = device.max(estimate::training_device_room(&self.params, n, d));
-            }
+            // Refused before anything is allocated. On a device, training streams its points
+            // where they do not fit; on the host it cannot yet work in less.
+            let (host, device) = self.estimate_training_memory(n, d);
             self.ctx
                 .check_caps((host, device), || format!("training {n} x {d} vectors"))?;
         }

@@ -210,30 +210,17 @@ __device__ T block_sum(T v, T* sh) {
 #define IN_FLIGHT 4
 #define MAX_WARPS 8
 
-// One block (up to 8 warps) per centroid j, over its members order[start[j] .. start[j+1]]
-// (their distances in mdist, same positions):
-// 1. the trim cutoff: the keep-th smallest distance, keep = count - floor(count * trim), found
-//    by a radix select over the bits of non-negative floats (their order is that of the bits);
-// 2. spread = mean kept distance;
-// 3. the centroid = mean of the kept points (left as is when it has no points). Each warp
-//    takes 32 members at a time (one per lane: their ids and distances in one load each),
-//    then reads the kept members' rows IN_FLIGHT at a time, lanes across dimensions: a
-//    member costs no round trip of its own.
-extern "C" __global__ void update_means(const float* __restrict__ x, int d,
-                                        const unsigned* __restrict__ order,
-                                        const float* __restrict__ mdist,
-                                        const unsigned* __restrict__ start, float trim,
-                                        float* __restrict__ c, float* __restrict__ spread) {
+// The trim cutoff of one centroid's group, its members' distances mdist[b .. e) (e > b): the
+// bits of the keep-th smallest distance, keep = count - floor(count * trim), found by a radix
+// select over the bits of non-negative floats (their order is that of the bits); all bits set
+// when none is dropped. Also the number kept (every thread gets both) and their mean
+// distance, written to *spread by thread 0. One block (up to 8 warps) per group.
+__device__ unsigned group_cut(const float* __restrict__ mdist, unsigned b, unsigned e,
+                              float trim, unsigned* kept_out, float* __restrict__ spread) {
     __shared__ unsigned su[MAX_WARPS];
     __shared__ double sd[MAX_WARPS];
-    __shared__ double acc_sh[MAX_WARPS][32 * DIMS_PER_LANE];
-    const int j = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nw = blockDim.x >> 5;
-    const unsigned b = start[j], e = start[j + 1], count = e - b;
-    if (count == 0) {
-        if (threadIdx.x == 0) spread[j] = 0.f;
-        return;
-    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const unsigned count = e - b;
     const unsigned drop = (unsigned)floorf((float)count * trim);
     unsigned cut = 0xffffffffu;
     if (drop > 0) {
@@ -288,7 +275,33 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
     }
     kept = block_sum(kept, su);
     s = block_sum(s, sd);
-    if (threadIdx.x == 0) spread[j] = (float)(s / kept);
+    if (threadIdx.x == 0) *spread = (float)(s / kept);
+    *kept_out = kept;
+    return cut;
+}
+
+// One block (up to 8 warps) per centroid j, over its members order[start[j] .. start[j+1]]
+// (their distances in mdist, same positions):
+// 1. the trim cutoff and spread (`group_cut`);
+// 2. the centroid = mean of the kept points (left as is when it has no points). Each warp
+//    takes 32 members at a time (one per lane: their ids and distances in one load each),
+//    then reads the kept members' rows IN_FLIGHT at a time, lanes across dimensions: a
+//    member costs no round trip of its own.
+extern "C" __global__ void update_means(const float* __restrict__ x, int d,
+                                        const unsigned* __restrict__ order,
+                                        const float* __restrict__ mdist,
+                                        const unsigned* __restrict__ start, float trim,
+                                        float* __restrict__ c, float* __restrict__ spread) {
+    __shared__ double acc_sh[MAX_WARPS][32 * DIMS_PER_LANE];
+    const int j = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nw = blockDim.x >> 5;
+    const unsigned b = start[j], e = start[j + 1];
+    if (e == b) {
+        if (threadIdx.x == 0) spread[j] = 0.f;
+        return;
+    }
+    unsigned kept;
+    const unsigned cut = group_cut(mdist, b, e, trim, &kept, spread + j);
     const double inv = 1.0 / kept;
     for (int t0 = 0; t0 < d; t0 += 32 * DIMS_PER_LANE) {
         // Double sums: member order (set by the atomic scatter) then changes nothing once
@@ -331,5 +344,55 @@ extern "C" __global__ void update_means(const float* __restrict__ x, int d,
             c[(size_t)j * d + t0 + t] = (float)(tot * inv);
         }
         __syncthreads();
+    }
+}
+
+// The trim step of `update_means` alone, for points that are not all on the device: each
+// centroid's cutoff and kept count into cut[j] and kept[j] (kept 0 for an empty group), its
+// spread as there. Launched as `update_means` is, so the spread sums the same way.
+extern "C" __global__ void trim_cuts(const float* __restrict__ mdist,
+                                     const unsigned* __restrict__ start, float trim,
+                                     unsigned* __restrict__ cut, unsigned* __restrict__ kept,
+                                     float* __restrict__ spread) {
+    const int j = blockIdx.x;
+    const unsigned b = start[j], e = start[j + 1];
+    if (e == b) {
+        if (threadIdx.x == 0) { spread[j] = 0.f; kept[j] = 0u; }
+        return;
+    }
+    unsigned kp;
+    const unsigned c = group_cut(mdist, b, e, trim, &kp, spread + j);
+    if (threadIdx.x == 0) { cut[j] = c; kept[j] = kp; }
+}
+
+// Adds each kept point of a block of `rows` rows (x: rows x d; their assignment and distance
+// in assign and dist) into its centroid's sums (k x d doubles): one warp per row. Double
+// sums of floats, as `update_means` takes them: their order changes nothing once rounded.
+extern "C" __global__ void add_kept(const float* __restrict__ x, int rows, int d,
+                                    const unsigned* __restrict__ assign,
+                                    const float* __restrict__ dist,
+                                    const unsigned* __restrict__ cut,
+                                    double* __restrict__ sums) {
+    const int lane = threadIdx.x & 31;
+    for (int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += gridDim.x * (blockDim.x >> 5)) {
+        const unsigned j = assign[r];
+        if (__float_as_uint(dist[r]) > cut[j]) continue;
+        const float* v = x + (size_t)r * d;
+        double* o = sums + (size_t)j * d;
+        for (int t = lane; t < d; t += 32) atomicAdd(&o[t], (double)v[t]);
+    }
+}
+
+// c = sums / kept for every centroid with kept points (others stay), rounded as
+// `update_means` rounds.
+extern "C" __global__ void finish_means(const double* __restrict__ sums,
+                                        const unsigned* __restrict__ kept, int k, int d,
+                                        float* __restrict__ c) {
+    const size_t all = (size_t)k * d;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < all;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const unsigned n = kept[i / d];
+        if (n > 0) c[i] = (float)(sums[i] * (1.0 / n));
     }
 }

@@ -74,36 +74,25 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
 const MIB: usize = 1 << 20;
 
 /// Bytes of device memory a CUDA training holds at its peak, with `free` bytes free on the
-/// device (under its cap) when it starts: the anchors' session over the sample (its values,
-/// their norms, assignment and distances, and the values split in three fp16 parts for the
-/// GEMMs), a block of anchor scores sized from what is then free (16 MiB to 1 GiB), and the
-/// centroids with their split and sums. Checked against measured device peaks
-/// (`tests/cuda.rs`).
+/// device (under its cap) when it starts: the anchors' session over the sample (its points
+/// as `cuda::session_rows` holds them: all of them, or a block at a time), a block of anchor
+/// scores sized from what is then free (16 MiB to 1 GiB), and the centroids with their split,
+/// and their sums where the points are streamed. Where not even a streamed session fits,
+/// what its smallest block would need (more than `free`). Checked against measured device
+/// peaks (`tests/cuda.rs`).
 pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
-    let (values, split, ns, k) = training_device_parts(p, n, d);
-    let held = values + split;
-    let dots = (free.saturating_sub(held) / 8).clamp(16 * MIB, 1 << 30);
-    let chunk = (dots / (4 * k).max(1)).max(256).min(ns);
-    let centroids = k * d * 4 + k * (6 * d + 4) + 8 * k * 4;
-    held + chunk * k * 4 + centroids
-}
-
-/// The device memory a CUDA training needs free to keep its precision: the session splits the
-/// values for its GEMMs only where the split takes at most half the memory free after the
-/// values (else it runs slower fp32 GEMMs, whose rounding differs). Under a device cap,
-/// training asks for this room too, so that a capped training gives the uncapped codebook.
-pub fn training_device_room(p: &TrainParams, n: usize, d: usize) -> usize {
-    let (values, split, _, _) = training_device_parts(p, n, d);
-    values + 2 * split
-}
-
-/// A CUDA training's values (with norms, assignment and distances) and their split, in bytes,
-/// with the sample's rows and the anchors.
-fn training_device_parts(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usize, usize) {
+    use crate::backend::cuda::{session_point_bytes, session_rows};
     let k = p.anchor.anchors.min(n.max(1));
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
-    (ns * d * 4 + ns * 5 * 4, ns * (6 * d + 4), ns, k)
+    let exact = p.anchor.precision == crate::Precision::Exact;
+    let rows = session_rows(ns, d, exact, free).unwrap_or(0);
+    let held = session_point_bytes(ns, d, exact, rows);
+    let dots = (free.saturating_sub(held) / 8).clamp(16 * MIB, 1 << 30);
+    let chunk = (dots / (4 * k).max(1)).max(256).min(rows.max(1));
+    let split = if exact { 6 * d + 4 } else { 0 };
+    let sums = if rows < ns { k * (8 * d + 8) } else { 0 };
+    held + chunk * k * 4 + k * (4 * d + split + 32) + sums
 }
 
 /// The work an estimate is for.

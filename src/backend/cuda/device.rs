@@ -10,6 +10,10 @@ pub(super) struct Kernels {
     pub(super) count_energy: CudaFunction,
     pub(super) scatter: CudaFunction,
     pub(super) update_means: CudaFunction,
+    /// `update_means` in three steps, for points streamed a block at a time.
+    pub(super) trim_cuts: CudaFunction,
+    pub(super) add_kept: CudaFunction,
+    pub(super) finish_means: CudaFunction,
     /// PQ assignment for sub-vectors of up to 8, 16 and 32 dimensions (widths without a
     /// kernel of their own in `pq_exact`).
     pub(super) pq_assign: [CudaFunction; 3],
