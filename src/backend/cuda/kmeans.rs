@@ -277,11 +277,7 @@ impl<'a> CudaSession<'a> {
                     .arg(&mut *cut)
                     .arg(&mut *kept)
                     .arg(&mut cb.spread)
-                    .launch(LaunchConfig {
-                        grid_dim: (k as u32, 1, 1),
-                        block_dim: (threads, 1, 1),
-                        shared_mem_bytes: 0,
-                    })
+                    .launch(per_centroid(k, threads))
             },
             "trim",
         )?;
@@ -351,6 +347,15 @@ impl<'a> CudaSession<'a> {
             spread: zf(k)?,
             sums,
         })
+    }
+}
+
+/// One block of `threads` per centroid (the update's kernels).
+fn per_centroid(k: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (k as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 
@@ -562,11 +567,7 @@ impl KmeansSession for CudaSession<'_> {
                         .arg(&trim)
                         .arg(&mut cb.c)
                         .arg(&mut cb.spread)
-                        .launch(LaunchConfig {
-                            grid_dim: (k as u32, 1, 1),
-                            block_dim: (threads, 1, 1),
-                            shared_mem_bytes: 0,
-                        })
+                        .launch(per_centroid(k, threads))
                 },
                 "means",
             )?;
