@@ -404,3 +404,116 @@ fn cancelled_calls_leave_their_objects_as_they_were() {
     let Some(g) = gpu() else { return };
     common::cancel_leaves_objects_as_they_were(&g);
 }
+
+/// The device memory cap holds on WGPU: every buffer is checked, before it is made, against
+/// what the allocator then holds. Training and adding (then searching) under caps at 300%,
+/// 50%, 25% and 5% of what each took uncapped give a codebook, the uncapped search results or
+/// `OutOfMemory`,
+/// never more device memory than the cap; a refused call leaves its object as it was. The
+/// calls' own checks use the CUDA figures, above WGPU's peaks (printed), so the 300% cap is
+/// the one they pass.
+#[test]
+fn device_caps_hold() {
+    let Some(g) = gpu() else { return };
+    let b = g.backend();
+    if b.memory_usage(true).is_none() {
+        eprintln!("skipped: this adapter's allocator does not report its memory");
+        return;
+    }
+    let (n, d) = (20_000, 32);
+    let x = common::clustered(n, d, 50, 4);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let p = common::small_params(64, 8);
+    let sp = vlc_compress::SearchParams {
+        k: 10,
+        nprobe: 8,
+        rerank: 0,
+    };
+    let q = &x[..500 * d];
+    // (device bytes held before, the most held during `f`), with `f`'s result.
+    let peak = |f: &mut dyn FnMut() -> Result<(), Error>| {
+        let (before, _) = b.memory_usage(true).unwrap();
+        let r = f();
+        let (_, high) = b.memory_usage(false).unwrap();
+        (before, high, r)
+    };
+    let mut c = vlc_compress::Compressor::new(g.clone(), p.clone());
+    let want = c.estimate_memory(vlc_compress::Work::Train, n, d).1;
+    let (before, high, r) = peak(&mut || c.train(&x, d).map(|_| ()));
+    r.unwrap();
+    let codec = c.codebook().unwrap().codec_size();
+    let train = high - before;
+    let mut ix = c.new_index().unwrap();
+    let want_add = ix.estimate_add_memory(n).1;
+    let (before, high, r) = peak(&mut || ix.add(&x[..], &ids));
+    r.unwrap();
+    let add = high - before;
+    let want_search = ix.estimate_search_memory(500, &sp).1;
+    let found = ix.search(q, &sp, None).unwrap();
+    eprintln!(
+        "peaks: train {train} B (estimate {want}), add {add} B (estimate {want_add}); \
+         search estimate {want_search}"
+    );
+    let mut outcomes = Vec::new();
+    for frac in [3.0, 0.5, 0.25, 0.05] {
+        // Training: a fresh compressor under a cap of `frac` of its uncapped peak.
+        let (now, _) = b.memory_usage(true).unwrap();
+        let cap = now + (train as f64 * frac) as usize;
+        g.set_device_memory_cap(cap);
+        let mut c2 = vlc_compress::Compressor::new(g.clone(), p.clone());
+        let (_, high, r) = peak(&mut || c2.train(&x, d).map(|_| ()));
+        assert!(
+            high <= cap,
+            "{frac}: training took {high} B under a cap of {cap}"
+        );
+        match r {
+            // WGPU's sums of each anchor's members run in the order an atomic scatter gives
+            // them, so two trainings agree to rounding, not bit for bit: same shape.
+            Ok(()) => assert_eq!(c2.codebook().unwrap().codec_size(), codec, "{frac}"),
+            Err(Error::OutOfMemory(_)) => assert!(c2.codebook().is_err()),
+            Err(e) => panic!("{frac}: {e}"),
+        }
+        outcomes.push(format!("train {frac}: {}", r_name(&r)));
+        g.set_device_memory_cap(0);
+        // Adding: into an empty index on the same codebook.
+        let mut ix2 = c.new_index().unwrap();
+        let (now, _) = b.memory_usage(true).unwrap();
+        let cap = now + (add as f64 * frac) as usize;
+        g.set_device_memory_cap(cap);
+        let (_, high, r) = peak(&mut || ix2.add(&x[..], &ids));
+        assert!(
+            high <= cap,
+            "{frac}: adding took {high} B under a cap of {cap}"
+        );
+        match &r {
+            Ok(()) => {
+                let got = ix2.search(q, &sp, None);
+                g.set_device_memory_cap(0);
+                let got = got.or_else(|_| ix2.search(q, &sp, None)).unwrap();
+                assert_eq!(got.ids, found.ids, "{frac}");
+            }
+            Err(Error::OutOfMemory(_)) => assert_eq!(ix2.len(), 0),
+            Err(e) => panic!("{frac}: {e}"),
+        }
+        outcomes.push(format!("add {frac}: {}", r_name(&r)));
+        g.set_device_memory_cap(0);
+    }
+    eprintln!("{outcomes:?}");
+    assert!(outcomes[0].ends_with("done") && outcomes[1].ends_with("done"));
+    // The backend itself, asked directly for more than the cap leaves: refused at the buffer
+    // that would pass it.
+    let (now, _) = b.memory_usage(true).unwrap();
+    g.set_device_memory_cap(now + n * d * 2);
+    let r = b.kmeans_session(&x, d, Precision::Exact).map(|_| ());
+    let (_, high) = b.memory_usage(false).unwrap();
+    g.set_device_memory_cap(0);
+    assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
+    assert!(high <= now + n * d * 2, "{high}");
+}
+
+fn r_name(r: &Result<(), Error>) -> String {
+    match r {
+        Ok(()) => "done".into(),
+        Err(e) => format!("refused ({e})"),
+    }
+}

@@ -157,6 +157,13 @@ pub trait Backend: Send + Sync {
     fn memory_free(&self) -> Option<usize> {
         None
     }
+    /// Device bytes this backend's buffers take now and the most they took since the last
+    /// call with `reset` (which starts that count again from now), where the device reports
+    /// them: how tests and examples measure a call's device peak. CUDA answers
+    /// `cuda::pool_usage` for its device; the CPU `None`.
+    fn memory_usage(&self, _reset: bool) -> Option<(usize, usize)> {
+        None
+    }
     /// Upload `x` (n x d) once and return a session that runs k-means steps on it, computing
     /// distances at `precision` where the device offers a choice.
     fn kmeans_session<'a>(

@@ -78,15 +78,17 @@ const MIB: usize = 1 << 20;
 /// as `cuda::session_rows` holds them: all of them, or a block at a time), a block of anchor
 /// scores sized from what is then free (16 MiB to 1 GiB), and the centroids with their split,
 /// and their sums where the points are streamed. Where not even a streamed session fits,
-/// what its smallest block would need (more than `free`). Checked against measured device
+/// the least it opens with (more than `free`). Checked against measured device
 /// peaks (`tests/cuda.rs`).
 pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
-    use crate::backend::cuda::{session_point_bytes, session_rows};
+    use crate::backend::cuda::{session_least_bytes, session_point_bytes, session_rows};
     let k = p.anchor.anchors.min(n.max(1));
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
     let exact = p.anchor.precision == crate::Precision::Exact;
-    let rows = session_rows(ns, d, exact, free).unwrap_or(0);
+    let Some(rows) = session_rows(ns, d, exact, free) else {
+        return session_least_bytes(ns, d, exact);
+    };
     let held = session_point_bytes(ns, d, exact, rows);
     let dots = (free.saturating_sub(held) / 8).clamp(16 * MIB, 1 << 30);
     let chunk = (dots / (4 * k).max(1)).max(256).min(rows.max(1));

@@ -34,14 +34,14 @@ pub(crate) fn session_rows(n: usize, d: usize, exact: bool, free: usize) -> Opti
 
 /// Device bytes a k-means session's points take with `rows` of the `n` held at once (as
 /// `session_rows` says): those rows' values, norms and split, and every point's assignment
-/// buffers. `rows` below 1,024 (and n) is what a refused session would have needed.
+/// buffers.
 pub(crate) fn session_point_bytes(n: usize, d: usize, exact: bool, rows: usize) -> usize {
-    let rows = if rows < n {
-        rows.max(MIN_BLOCK_ROWS.min(n))
-    } else {
-        n
-    };
-    16 * n + rows * row_bytes(d, exact)
+    16 * n + rows.min(n) * row_bytes(d, exact)
+}
+
+/// The fewest free bytes with which `session_rows` opens a session on `n` x `d` points.
+pub(crate) fn session_least_bytes(n: usize, d: usize, exact: bool) -> usize {
+    16 * n + DOTS_BYTES + 2 * MIN_BLOCK_ROWS.min(n) * row_bytes(d, exact)
 }
 
 /// The points the GEMMs read: all `n` of them (resident), or `block` rows at a time copied up
@@ -194,7 +194,7 @@ impl<'a> CudaSession<'a> {
         let mut trace = Trace::new(b);
         let free = b.free_bytes(dev.stream.context());
         let block = session_rows(n, d, !tf32, free).ok_or_else(|| {
-            let least = 16 * n + DOTS_BYTES + 2 * MIN_BLOCK_ROWS.min(n) * row_bytes(d, !tf32);
+            let least = session_least_bytes(n, d, !tf32);
             Error::OutOfMemory(format!(
                 "k-means on {n} x {d} points needs at least {least} bytes of device memory \
                  ({free} free under the context's cap)"

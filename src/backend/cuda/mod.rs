@@ -30,7 +30,7 @@ use device::*;
 use encode::*;
 use gemm::*;
 use kmeans::*;
-pub(crate) use kmeans::{session_point_bytes, session_rows};
+pub(crate) use kmeans::{session_least_bytes, session_point_bytes, session_rows};
 use search::*;
 
 /// Every kernel source, by file name: compiled together at context creation and by the tests.
@@ -386,6 +386,10 @@ impl Backend for CudaBackend {
         let dev = self.lock();
         Some(self.free_bytes(dev.stream.context()))
     }
+    fn memory_usage(&self, reset: bool) -> Option<(usize, usize)> {
+        let dev = self.lock();
+        pool_usage_of(dev.stream.context(), reset).ok().flatten()
+    }
     fn caps(&self) -> Caps {
         Caps {
             concurrent_calls: false,
@@ -602,9 +606,14 @@ impl Trace {
 /// `reset` then starts the high-water mark again from now. How tests and examples measure a
 /// call's device peak. `None` where the device has no pool.
 pub fn pool_usage(ordinal: usize, reset: bool) -> Result<Option<(usize, usize)>> {
-    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
     let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("create context", e))?;
-    let Some(pool) = device::device_pool(&ctx) else {
+    pool_usage_of(&ctx, reset)
+}
+
+/// `pool_usage` for the device of `ctx`.
+fn pool_usage_of(ctx: &CudaContext, reset: bool) -> Result<Option<(usize, usize)>> {
+    use cudarc::driver::{result, sys::CUmemPool_attribute as A};
+    let Some(pool) = device::device_pool(ctx) else {
         return Ok(None);
     };
     let get = |a| device::pool_attribute(pool, a);

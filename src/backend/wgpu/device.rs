@@ -396,7 +396,8 @@ impl WgpuBackend {
         usage: wgpu::BufferUsages,
         mapped: bool,
     ) -> Result<wgpu::Buffer> {
-        scoped(&self.device, || {
+        self.room_for(size, what)?;
+        let b = scoped(&self.device, || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(what),
                 size: size as u64,
@@ -404,7 +405,36 @@ impl WgpuBackend {
                 mapped_at_creation: mapped,
             })
         })
-        .map_err(|e| self.explain(e))
+        .map_err(|e| self.explain(e))?;
+        if let Some(now) = self.allocated() {
+            self.high_water.fetch_max(now, Ordering::Relaxed);
+        }
+        Ok(b)
+    }
+
+    /// Device bytes the allocator holds for this device now, where it reports them (Vulkan
+    /// does): buffers dropped since the last poll are freed first, so they do not count.
+    pub(super) fn allocated(&self) -> Option<usize> {
+        let _ = self.device.poll(wgpu::PollType::Poll);
+        let r = self.device.generate_allocator_report()?;
+        Some(r.total_allocated_bytes as usize)
+    }
+
+    /// `OutOfMemory` where a buffer of `size` bytes would take the device memory the
+    /// allocator holds past the context's cap. Adapters whose allocator does not report
+    /// have only the estimates' checks before each call.
+    fn room_for(&self, size: usize, what: &str) -> Result<()> {
+        let cap = self.memory_cap.load(Ordering::Relaxed);
+        if cap == 0 {
+            return Ok(());
+        }
+        match self.allocated() {
+            Some(now) if now.saturating_add(size) > cap => Err(Error::OutOfMemory(format!(
+                "WGPU: {what} needs {size} bytes of device memory with {now} of the \
+                 {cap}-byte cap in use"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// A zeroed storage buffer of `bytes` (at least 4).

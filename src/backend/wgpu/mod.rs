@@ -25,7 +25,7 @@ use super::{
 use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use kmeans::WgpuSession;
@@ -105,6 +105,11 @@ pub struct WgpuBackend {
     uniforms: Mutex<HashMap<[u32; 12], wgpu::Buffer>>,
     h2d: AtomicU64,
     d2h: AtomicU64,
+    /// The device memory cap (0: none), checked at each buffer's creation.
+    memory_cap: AtomicUsize,
+    /// The most device memory the allocator held after a buffer's creation since the last
+    /// `memory_usage` reset.
+    high_water: AtomicUsize,
     lists: Mutex<super::Resident<search::DeviceLists>>,
     codebook: Mutex<super::Resident<encode::DeviceCodebook>>,
     /// Host-memory staging for large uploads (Vulkan adapters; `None` elsewhere).
@@ -244,6 +249,8 @@ pub fn open(device: usize, opts: &BackendOptions) -> Result<WgpuBackend> {
         uniforms: Mutex::new(Default::default()),
         h2d: AtomicU64::new(0),
         d2h: AtomicU64::new(0),
+        memory_cap: AtomicUsize::new(0),
+        high_water: AtomicUsize::new(0),
         lists: Mutex::new(super::Resident::new()),
         codebook: Mutex::new(super::Resident::new()),
         // Mapped uploads are what adapters without host-memory staging do (tests run that
@@ -367,6 +374,23 @@ impl Backend for WgpuBackend {
         allow: Option<&[u32]>,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         search::search_lists(self, cb, lists, q, nprobe, want, allow)
+    }
+    fn set_memory_cap(&self, bytes: usize) {
+        self.memory_cap.store(bytes, Ordering::Relaxed);
+    }
+    fn memory_free(&self) -> Option<usize> {
+        match self.memory_cap.load(Ordering::Relaxed) {
+            0 => None,
+            cap => Some(cap.saturating_sub(self.allocated().unwrap_or(0))),
+        }
+    }
+    fn memory_usage(&self, reset: bool) -> Option<(usize, usize)> {
+        let now = self.allocated()?;
+        let high = match reset {
+            true => self.high_water.swap(now, Ordering::Relaxed),
+            false => self.high_water.load(Ordering::Relaxed),
+        };
+        Some((now, high.max(now)))
     }
     fn transfers(&self) -> Transfers {
         Transfers {
