@@ -1,5 +1,6 @@
 //! k-means on the WGPU device: the training set is uploaded once (in blocks of rows that each
-//! fit one storage binding) and every iteration runs there. Per iteration the bias goes up
+//! fit one storage binding) and every iteration runs there. Under a device memory cap that the
+//! points do not fit, one block's buffer is refilled from the host at every pass instead. Per iteration the bias goes up
 //! and the counts and energy partials come down (the spreads too, when maintenance asks):
 //! O(k) values. The group offsets of the update are made on the device from its counts.
 //!
@@ -8,11 +9,39 @@
 
 use super::mma::Halves;
 use super::{fold, u32_of, Assign, Binds, Params, Rec, Trace, WgpuBackend};
-use crate::backend::{AssignStats, KmeansSession};
+use crate::backend::{AssignStats, Backend, KmeansSession};
 use crate::error::{Error, Result};
 
 /// Most workgroups of the energy reduction (fewer for small n).
 const ENERGY_GROUPS: usize = 256;
+
+/// Fewest rows of points a streamed session holds at once: below that, it is refused.
+const MIN_BLOCK_ROWS: usize = 1024;
+
+/// Rows of the `n` x `d` points a session holds at once: `None` (all of them) without a device
+/// memory cap or where they fit in half of what it leaves; else the rows (at most `per`) that
+/// take a quarter of what the per-point buffers leave, their staging copy another.
+fn streamed_rows(b: &WgpuBackend, n: usize, d: usize, per: usize) -> Result<Option<usize>> {
+    let Some(free) = b.memory_free() else {
+        return Ok(None);
+    };
+    let halves = match b.mma() {
+        Some(_) => d.next_multiple_of(16) * 2 + 16,
+        None => 0,
+    };
+    let row = 4 * d + halves;
+    if n * (row + 16) <= free / 2 {
+        return Ok(None);
+    }
+    let rows = (free.saturating_sub(16 * n) / 4 / row).min(per);
+    if rows < MIN_BLOCK_ROWS.min(n) {
+        return Err(Error::OutOfMemory(format!(
+            "WGPU: k-means on {n} x {d} points needs more than the {free} bytes of device memory \
+             its cap leaves"
+        )));
+    }
+    Ok(Some(b.block_rows(d, d, rows)))
+}
 
 /// Buffers sized by the number of centroids.
 struct Centroids {
@@ -53,8 +82,14 @@ pub struct WgpuSession<'a> {
     b: &'a WgpuBackend,
     n: usize,
     d: usize,
-    /// (first row, rows, points) per block.
+    /// (first row, rows, points) per block; streamed sessions have one, refilled per block.
     blocks: Vec<(usize, usize, wgpu::Buffer)>,
+    /// (first row, rows) of every block.
+    plan: Vec<(usize, usize)>,
+    /// A streamed session's points (n x d) on the host, checked finite when it opened, and
+    /// the first row of the block its buffer holds now.
+    host: Option<&'a [f32]>,
+    loaded: std::cell::Cell<Option<usize>>,
     /// With cooperative matrices: each block's halves, and room for the rows they leave.
     halves: Vec<Halves>,
     listed: Option<wgpu::Buffer>,
@@ -75,30 +110,44 @@ pub struct WgpuSession<'a> {
 }
 
 impl<'a> WgpuSession<'a> {
-    pub(super) fn new(b: &'a WgpuBackend, x: &[f32], d: usize) -> Result<WgpuSession<'a>> {
+    pub(super) fn new(b: &'a WgpuBackend, x: &'a [f32], d: usize) -> Result<WgpuSession<'a>> {
         let n = crate::error::whole_rows(x.len(), d, "values")?;
         u32_of(n, "points")?;
         // Blocks of rows within one binding and one dispatch of the assignment (with
         // cooperative matrices, whole workgroups of rows).
-        let per = b.block_rows(d, d, super::MAX_GROUPS as usize * super::TILE);
-        let mut blocks = Vec::new();
-        for (i, chunk) in x.chunks(per * d).enumerate() {
-            blocks.push((
-                i * per,
-                chunk.len() / d,
-                b.upload_finite(chunk, "training points")?
-                    .ok_or_else(|| crate::error::non_finite_in(x, "training vectors"))?,
-            ));
+        let mut per = b.block_rows(d, d, super::MAX_GROUPS as usize * super::TILE);
+        let streamed = streamed_rows(b, n, d, per)?;
+        if let Some(rows) = streamed {
+            per = rows;
         }
+        let plan: Vec<_> = (0..n)
+            .step_by(per.max(1))
+            .map(|r| (r, per.min(n - r)))
+            .collect();
         let xn = b.zeros(n * 4, "point norms")?;
-        let mut enc = b.encoder();
+        let mut blocks = Vec::new();
         let mut halves = Vec::new();
-        for (row0, rows, buf) in &blocks {
-            b.row_norms(&mut enc, None, buf, *rows, d, *row0, &xn);
+        let mut enc = b.encoder();
+        if streamed.is_some() {
+            // Checked whole first, so that an error names its position in `x`.
+            crate::error::check_finite(x, "training vectors")?;
+            blocks.push((0, per, b.zeros(per * d * 4, "training points")?));
             if let Some(m) = b.mma() {
-                let h = Halves::new(b, m, *rows, d, "training points (fp16)")?;
-                b.halves(&mut enc, None, m, buf, *rows, d, &h);
-                halves.push(h);
+                halves.push(Halves::new(b, m, per, d, "training points (fp16)")?);
+            }
+        } else {
+            for (i, chunk) in x.chunks(per * d).enumerate() {
+                let rows = chunk.len() / d;
+                let buf = b
+                    .upload_finite(chunk, "training points")?
+                    .ok_or_else(|| crate::error::non_finite_in(x, "training vectors"))?;
+                b.row_norms(&mut enc, None, &buf, rows, d, i * per, &xn);
+                if let Some(m) = b.mma() {
+                    let h = Halves::new(b, m, rows, d, "training points (fp16)")?;
+                    b.halves(&mut enc, None, m, &buf, rows, d, &h);
+                    halves.push(h);
+                }
+                blocks.push((i * per, rows, buf));
             }
         }
         b.finish(enc)?;
@@ -111,6 +160,9 @@ impl<'a> WgpuSession<'a> {
             n,
             d,
             blocks,
+            plan,
+            host: streamed.map(|_| x),
+            loaded: std::cell::Cell::new(None),
             halves,
             listed,
             xn,
@@ -125,6 +177,32 @@ impl<'a> WgpuSession<'a> {
             keep: Binds::default(),
             trace: std::cell::RefCell::new(Trace::new(b)),
         })
+    }
+
+    /// Makes block `i` of the plan readable by what `enc` records next: a streamed session
+    /// submits what `enc` holds (which may read the buffer), then copies the block's rows up
+    /// and records their norms and halves. Resident blocks are always there.
+    fn load(&self, enc: &mut Rec, i: usize) {
+        let (b, d) = (self.b, self.d);
+        let (row0, rows) = self.plan[i];
+        let Some(host) = self.host else { return };
+        if self.loaded.get() == Some(row0) {
+            return;
+        }
+        b.submit(std::mem::replace(enc, b.encoder()));
+        let buf = &self.blocks[0].2;
+        b.write(buf, &host[row0 * d..(row0 + rows) * d]);
+        b.row_norms(enc, Some(&self.keep), buf, rows, d, row0, &self.xn);
+        if let (Some(m), Some(h)) = (b.mma(), self.halves.first()) {
+            b.halves(enc, Some(&self.keep), m, buf, rows, d, h);
+        }
+        self.loaded.set(Some(row0));
+    }
+
+    /// The buffer and halves that hold block `i` (after `load`).
+    fn block(&self, i: usize) -> (&wgpu::Buffer, Option<&Halves>) {
+        let j = if self.host.is_some() { 0 } else { i };
+        (&self.blocks[j].2, self.halves.get(j))
     }
 
     fn centroids_ref(&self) -> Result<&Centroids> {
@@ -204,15 +282,17 @@ impl KmeansSession for WgpuSession<'_> {
         let p = Params::new(&[0, 0, k as u32, 0, 0, 0, bias.is_some() as u32, g.0]);
         let bufs = [(2, &c.off), (5, &c.counts), (15, &c.bias), (16, &c.cn)];
         b.dispatch_kept(&mut enc, keep, &b.k.offsets, p, &bufs, g);
-        for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
-            let halves = match (self.halves.get(i), &c.halves, &self.listed) {
+        for (i, &(row0, rows)) in self.plan.iter().enumerate() {
+            self.load(&mut enc, i);
+            let (buf, xh) = self.block(i);
+            let halves = match (xh, &c.halves, &self.listed) {
                 (Some(xh), Some(ch), Some(l)) => Some((xh, ch, l)),
                 _ => None,
             };
             let a = Assign {
                 x: buf,
-                rows: *rows,
-                row0: *row0,
+                rows,
+                row0,
                 d,
                 c: &c.c,
                 n: k,
@@ -302,14 +382,17 @@ impl KmeansSession for WgpuSession<'_> {
             (gx, gy, 1),
         );
         self.trace.borrow_mut().mark(b, &mut enc, "trim cutoff");
-        for (i, (row0, rows, buf)) in self.blocks.iter().enumerate() {
+        // Last block first: a streamed session holds it from the assignment.
+        for (j, i) in (0..self.plan.len()).rev().enumerate() {
+            self.load(&mut enc, i);
+            let (row0, rows) = self.plan[i];
             let p = Params::new(&[
                 n as u32,
                 d as u32,
                 k as u32,
-                *row0 as u32,
-                *rows as u32,
-                (i == 0) as u32,
+                row0 as u32,
+                rows as u32,
+                (j == 0) as u32,
                 0,
                 gx,
             ]);
@@ -319,7 +402,7 @@ impl KmeansSession for WgpuSession<'_> {
                 &b.k.update_sums,
                 p,
                 &[
-                    (1, buf),
+                    (1, self.block(i).0),
                     (4, &self.dist),
                     (8, &self.order),
                     (9, &c.start),
