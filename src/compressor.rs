@@ -81,8 +81,8 @@ impl Compressor {
     ///   a batch of 4,096 queries at the default k and nprobe.
     ///
     /// The shape is the trained codebook's where there is one (`Build` and `Search`), else the
-    /// parameters'. Device figures are 0 on the CPU; on CUDA they model its buffers (those of
-    /// WGPU are not checked).
+    /// parameters'. Device figures are 0 on the CPU; on CUDA and WGPU they model the
+    /// backend's buffers (WGPU's search takes CUDA's figure).
     pub fn estimate_memory(&self, work: Work, n: usize, d: usize) -> (usize, usize) {
         let threads = self.ctx.threads();
         let kind = self.ctx.backend().kind();
@@ -97,6 +97,10 @@ impl Compressor {
                 let host = estimate::training_bytes(&self.params, n, d, threads);
                 let device = match kind {
                     crate::BackendKind::Cpu => 0,
+                    crate::BackendKind::Wgpu => {
+                        let free = self.ctx.backend().memory_free();
+                        estimate::wgpu_training_bytes(&self.params, n, d, free)
+                    }
                     _ => {
                         let free = self.ctx.backend().memory_free();
                         let free = free.unwrap_or(usize::MAX / 2);
@@ -107,7 +111,7 @@ impl Compressor {
             }
             Work::Build => (
                 estimate::add_bytes(&shape, n, 0, threads, cosine),
-                estimate::device_build_bytes(kind, &shape, n),
+                estimate::device_build_bytes(self.ctx.backend(), &shape, n),
             ),
             Work::Search => {
                 let block = threads * 128;
@@ -129,7 +133,7 @@ impl Compressor {
         let converted = converted || s.metric == crate::Metric::Cosine;
         let records = n.saturating_mul(cb.codec_size());
         let host = estimate::encode_bytes(&s, n, self.ctx.threads(), converted, records);
-        let device = estimate::device_build_bytes(self.ctx.backend().kind(), &s, n);
+        let device = estimate::device_build_bytes(self.ctx.backend(), &s, n);
         self.ctx
             .check_caps((host, device), || format!("encoding {n} vectors"))
     }

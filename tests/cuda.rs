@@ -646,6 +646,8 @@ fn device_memory_stays_within_a_quarter_of_its_estimates() {
         (300_000, 128, 32, 8, 1024, Metric::L2),
         (300_000, 96, 16, 4, 2048, Metric::L2),
         (200_000, 384, 32, 8, 1024, Metric::Cosine),
+        // Few anchors: the PQ sample's nearest-anchor pass, not the anchors', sets the peak.
+        (300_000, 128, 16, 8, 256, Metric::L2),
     ] {
         let x = common::clustered(n, d, 500, 3);
         let mut p = common::small_params(anchors, bytes);

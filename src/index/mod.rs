@@ -361,7 +361,7 @@ impl Index {
         let rs = self.refine.row_bytes(self.cb.dim());
         let converted = f16 || s.metric == crate::Metric::Cosine;
         let host = estimate::add_bytes(&s, n, rs, self.ctx.threads(), converted);
-        let device = estimate::device_build_bytes(self.ctx.backend().kind(), &s, n);
+        let device = estimate::device_build_bytes(self.ctx.backend(), &s, n);
         (host, device)
     }
 

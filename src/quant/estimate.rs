@@ -73,28 +73,75 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
 
 const MIB: usize = 1 << 20;
 
-/// Bytes of device memory a CUDA training holds at its peak, with `free` bytes free on the
-/// device (under its cap) when it starts: the anchors' session over the sample (its points
-/// as `cuda::session_rows` holds them: all of them, or a block at a time), a block of anchor
-/// scores sized from what is then free (16 MiB to 1 GiB), and the centroids with their split,
-/// and their sums where the points are streamed. Where not even a streamed session fits,
-/// the least it opens with (more than `free`). Checked against measured device
-/// peaks (`tests/cuda.rs`).
-pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
-    use crate::backend::cuda::{session_least_bytes, session_point_bytes, session_rows};
+/// The k-means sessions a device training opens, one after another, as (points, dimension,
+/// centroids, exact): the anchors' over their sample; the nearest anchor of each PQ training
+/// point (whole, when nobody listens); each sub-quantizer's over those points' residuals.
+fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [(usize, usize, usize, bool); 3] {
     let k = p.anchor.anchors.min(n.max(1));
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
-    let exact = p.anchor.precision == crate::Precision::Exact;
-    let Some(rows) = session_rows(ns, d, exact, free) else {
-        return session_least_bytes(ns, d, exact);
+    let npq = if p.pq_train_points > 0 {
+        n.min(p.pq_train_points)
+    } else {
+        n
     };
-    let held = session_point_bytes(ns, d, exact, rows);
-    let dots = (free.saturating_sub(held) / 8).clamp(16 * MIB, 1 << 30);
-    let chunk = (dots / (4 * k).max(1)).max(256).min(rows.max(1));
-    let split = if exact { 6 * d + 4 } else { 0 };
-    let sums = if rows < ns { k * (8 * d + 8) } else { 0 };
-    held + chunk * k * 4 + k * (4 * d + split + 32) + sums
+    let nsub = p.subquantizers().max(1);
+    let ksub = (1usize << p.bits).min(npq.max(1));
+    let exact = p.anchor.precision == crate::Precision::Exact;
+    [
+        (ns, d, k, exact),
+        (npq, d, k, true),
+        (npq, d.div_ceil(nsub), ksub, true),
+    ]
+}
+
+/// The PQ assignment a device training runs at once, as (points, sub-spaces, padded
+/// dimension, centroids per sub-space): the learned rotation's fit sample, encoded whole at
+/// each of its alternations (where it has any), and the quantizer's error pass, in blocks.
+fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usize, usize) {
+    let npq = if p.pq_train_points > 0 {
+        n.min(p.pq_train_points)
+    } else {
+        n
+    };
+    let nsub = p.subquantizers().max(1);
+    let dp = nsub * d.div_ceil(nsub);
+    let error_pass = npq.min(crate::quant::small_block_rows(dp));
+    let rows = match (p.rotation, p.opq_iters, p.opq_train_points) {
+        (Rotation::Learned, 1.., 0) => npq,
+        (Rotation::Learned, 1.., m) => npq.min(m).max(error_pass),
+        _ => error_pass,
+    };
+    (rows, nsub, dp, 1 << p.bits)
+}
+
+/// Bytes of device memory a CUDA training holds at its peak, with `free` bytes free on the
+/// device (under its cap) when it starts: that of the largest of its k-means sessions
+/// (`training_sessions`) and its PQ assignment (`training_pq_assign`, in blocks of half what
+/// is free), each session with its points as `cuda::session_rows` holds them (all of
+/// them, or a block at a time), a block of scores sized from what is then free (16 MiB to
+/// 1 GiB), and the centroids with their split, and their sums where the points are streamed.
+/// Where not even a streamed session fits, the least it opens with (more than `free`).
+/// Checked against measured device peaks (`tests/cuda.rs`).
+pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
+    use crate::backend::cuda::{session_least_bytes, session_point_bytes, session_rows};
+    let one = |(ns, d, k, exact): (usize, usize, usize, bool)| {
+        let Some(rows) = session_rows(ns, d, exact, free) else {
+            return session_least_bytes(ns, d, exact);
+        };
+        let held = session_point_bytes(ns, d, exact, rows);
+        let dots = (free.saturating_sub(held) / 8).clamp(16 * MIB, 1 << 30);
+        let chunk = (dots / (4 * k).max(1)).max(256).min(rows.max(1));
+        let split = if exact { 6 * d + 4 } else { 0 };
+        let sums = if rows < ns { k * (8 * d + 8) } else { 0 };
+        held + chunk * k * 4 + k * (4 * d + split + 32) + sums
+    };
+    let (rows, nsub, dp, ksub) = training_pq_assign(p, n, d);
+    let row = dp * 4 + nsub;
+    let rows = rows.min((free / 2 / row).max(1024));
+    let pq = rows * row + dp * ksub * 4;
+    let sessions = training_sessions(p, n, d).into_iter().map(one);
+    sessions.max().unwrap_or(0).max(pq)
 }
 
 /// The work an estimate is for.
@@ -299,9 +346,11 @@ fn device_codebook_bytes(s: &Shape) -> usize {
 /// fp16 split, the anchor scores (at most 256 MiB), the residuals and their rotation, and the
 /// anchor ids and indices; and the codebook, which stays on the device for later calls.
 /// Checked against measured device peaks (`tests/cuda.rs`).
-pub fn device_build_bytes(kind: crate::BackendKind, s: &Shape, n: usize) -> usize {
-    if kind == crate::BackendKind::Cpu {
-        return 0;
+pub fn device_build_bytes(b: &dyn crate::Backend, s: &Shape, n: usize) -> usize {
+    match b.kind() {
+        crate::BackendKind::Cpu => return 0,
+        crate::BackendKind::Wgpu => return wgpu_build_bytes(s, n, b.memory_free()),
+        _ => {}
     }
     let b = (DEVICE_STAGE / s.d.max(1)).clamp(1, n.max(1));
     let chunk = ((256 * MIB) / (4 * s.anchors).max(1)).clamp(1, b);
@@ -313,6 +362,57 @@ pub fn device_build_bytes(kind: crate::BackendKind, s: &Shape, n: usize) -> usiz
         + residuals
         + b * (4 + s.nsub);
     block + device_codebook_bytes(s)
+}
+
+/// Rows per encoding block on WGPU (`ENCODE_BLOCK` there).
+const WGPU_ENCODE_BLOCK: usize = 65_536;
+
+/// `device_build_bytes` on WGPU: per block of rows, the rows, their norms, anchor ids and
+/// distances, residuals (and rotated residuals), PQ indices, codes and what comes back; two
+/// blocks at once (one comes back while the next runs), under a cap (`free` left) each in a
+/// quarter of what it leaves; and the codebook. Adapters with cooperative matrices add the
+/// blocks' fp16 halves, which this leaves out. Checked against the allocator's peaks
+/// (`tests/wgpu.rs`).
+fn wgpu_build_bytes(s: &Shape, n: usize, free: Option<usize>) -> usize {
+    let rotated = if s.rotated { 2 } else { 1 };
+    let block = |rows: usize| rows * (4 * s.d + 12 + rotated * 4 * s.dp + 5 * s.nsub + 4 + s.nsub);
+    let row = 4 * s.d + 16 + rotated * 4 * s.dp + 6 * s.nsub;
+    let per = free.map_or(WGPU_ENCODE_BLOCK, |f| {
+        (f / 4 / row).clamp(256, WGPU_ENCODE_BLOCK)
+    });
+    let first = n.clamp(1, per);
+    let second = n.saturating_sub(first).min(per);
+    let rotation = if s.rotated { s.dp * s.dp * 4 } else { 0 };
+    block(first) + block(second) + s.anchors * (s.d + 1) * 4 + s.dp * s.ksub * 4 + rotation
+}
+
+/// `training_device_bytes` on WGPU, with `free` bytes left under its device cap (`None`: no
+/// cap): that of the largest of its k-means sessions (`training_sessions`) and its PQ
+/// assignment (`training_pq_assign`), each session with its
+/// points, their norms, assignment, distances and group order held whole, or under a cap
+/// they do not fit one block at a time with its staging copy (a quarter of what the
+/// per-point buffers leave, each); and the centroids with their sums and per-centroid
+/// buffers. Adapters with cooperative matrices add the points' fp16 halves, which this
+/// leaves out. Checked against the allocator's peaks (`tests/wgpu.rs`).
+pub fn wgpu_training_bytes(p: &TrainParams, n: usize, d: usize, free: Option<usize>) -> usize {
+    let one = |(ns, d, k, _): (usize, usize, usize, bool)| {
+        let centroids = k * (8 * d + 48) + 2048;
+        match free {
+            Some(free) if ns * (4 * d + 16) > free / 2 => {
+                let rows = (free.saturating_sub(16 * ns) / 4 / (4 * d)).clamp(1024.min(ns), ns);
+                16 * ns + 2 * rows * 4 * d + centroids
+            }
+            _ => ns * (4 * d + 16) + centroids,
+        }
+    };
+    // PQ assignment: the rows (under a cap, in half of what it leaves), their indices, codes
+    // and what comes back, and the books.
+    let (rows, nsub, dp, ksub) = training_pq_assign(p, n, d);
+    let row = dp * 4 + 6 * nsub;
+    let rows = free.map_or(rows, |f| rows.min((f / 2 / row).max(1024)));
+    let pq = rows * row + dp * ksub * 4;
+    let sessions = training_sessions(p, n, d).into_iter().map(one);
+    sessions.max().unwrap_or(0).max(pq)
 }
 
 /// Device bytes a search of `nq` queries (`nprobe` lists, `want` candidates each) takes on

@@ -71,7 +71,7 @@ pub(crate) const ENCODE_BLOCK: usize = 65_536;
 const WATCHED_BLOCK_VALUES: usize = 1 << 20;
 
 /// Rows of `d` values in a block of about `WATCHED_BLOCK_VALUES`.
-fn small_block_rows(d: usize) -> usize {
+pub(crate) fn small_block_rows(d: usize) -> usize {
     (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
 }
 

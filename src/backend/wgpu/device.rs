@@ -420,6 +420,15 @@ impl WgpuBackend {
         Some(r.total_allocated_bytes as usize)
     }
 
+    /// Rows of `row` bytes that take `1 / share` of the device memory the cap leaves (at
+    /// least `least`); no bound without a cap.
+    pub(super) fn rows_in_cap(&self, row: usize, share: usize, least: usize) -> usize {
+        match crate::backend::Backend::memory_free(self) {
+            Some(free) => (free / share / row.max(1)).max(least),
+            None => usize::MAX,
+        }
+    }
+
     /// `OutOfMemory` where a buffer of `size` bytes would take the device memory the
     /// allocator holds past the context's cap. Adapters whose allocator does not report
     /// have only the estimates' checks before each call.

@@ -114,7 +114,12 @@ pub(super) fn encode_residuals(
     let m = cb.m();
     // Blocks of rows: within one binding and one dispatch, and small enough that uploading
     // the next block overlaps the device's work on this one.
-    let cap = (MAX_GROUPS as usize * b.wg as usize).min(ENCODE_BLOCK);
+    // Under a device memory cap, two blocks in flight take half of what it leaves.
+    let copies = if dc.rot.is_some() { 2 } else { 1 };
+    let row = 4 * d + 16 + copies * 4 * dp + 6 * nsub;
+    let cap = (MAX_GROUPS as usize * b.wg as usize)
+        .min(ENCODE_BLOCK)
+        .min(b.rows_in_cap(row, 4, 256));
     let per = b.block_rows(d, dp.max(nsub), cap);
     // With cooperative matrices: the blocks' halves and the rows they leave, made once (a
     // shorter last block leaves stale padding rows, which the kernel computes and ignores).

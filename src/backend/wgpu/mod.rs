@@ -347,7 +347,8 @@ impl Backend for WgpuBackend {
         let mut out = Vec::with_capacity(n * nsub);
         let per = self
             .rows_per_block(dp * 2)
-            .min(MAX_GROUPS as usize * self.wg as usize);
+            .min(MAX_GROUPS as usize * self.wg as usize)
+            .min(self.rows_in_cap(dp * 4 + 6 * nsub, 2, 1024));
         for block in y.chunks(per * dp) {
             let rows = block.len() / dp;
             let yd = self.upload(block, "PQ input")?;
