@@ -727,8 +727,11 @@ vlcc_status vlcc_context_set_memory_cap(const vlcc_context *ctx, size_t bytes);
  * bytes (0 = no cap, the default): training, encoding, adding and searching check their
  * device estimate (the `device` figure of `vlcc_estimate_memory` and
  * `vlcc_index_estimate_memory`) before they start, and fail with VLCC_STATUS_OUT_OF_MEMORY
- * where it does not fit, leaving every object as it was. On CUDA, the buffers sized from
- * free memory (GEMM tiles) are sized under the cap. No effect on the CPU backend.
+ * where it does not fit, leaving every object as it was. Under the cap, the buffers sized
+ * from free memory (GEMM tiles, blocks of rows) are sized to fit, and training whose points
+ * do not fit streams them from the host a block at a time (slower; on CUDA the same
+ * codebook). On WGPU every buffer is also checked against the cap as it is made. No effect
+ * on the CPU backend.
  */
 vlcc_status vlcc_context_set_device_memory_cap(const vlcc_context *ctx, size_t bytes);
 

@@ -264,7 +264,8 @@ func (c *Context) SetMemoryCap(bytes int) error {
 
 // SetDeviceMemoryCap caps the device memory one call takes on a GPU backend, in bytes (0 = no
 // cap): calls check their device estimate first and fail with ErrOutOfMemory where it does
-// not fit. No effect on the CPU backend.
+// not fit; training whose points do not fit streams them a block at a time. No effect on the
+// CPU backend.
 func (c *Context) SetDeviceMemoryCap(bytes int) error {
 	if bytes < 0 {
 		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("device memory cap %d: must be >= 0", bytes)}
