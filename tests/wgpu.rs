@@ -560,7 +560,10 @@ fn device_caps_hold() {
     }
     eprintln!("{outcomes:?}");
     // Down to a quarter, training streams its points and adding goes in smaller blocks.
-    assert!(outcomes[..6].iter().all(|o| o.ends_with("done")), "{outcomes:?}");
+    assert!(
+        outcomes[..6].iter().all(|o| o.ends_with("done")),
+        "{outcomes:?}"
+    );
     // The backend itself, asked directly for more than the cap leaves: a session that does
     // not fit even streamed is refused as it opens; one that opens (streamed) but whose
     // centroids do not fit is refused at the buffer that would pass the cap.

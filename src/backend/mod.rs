@@ -160,7 +160,8 @@ pub trait Backend: Send + Sync {
     /// Device bytes this backend's buffers take now and the most they took since the last
     /// call with `reset` (which starts that count again from now), where the device reports
     /// them: how tests and examples measure a call's device peak. CUDA answers
-    /// `cuda::pool_usage` for its device; the CPU `None`.
+    /// `cuda::pool_usage` for its device; WGPU keeps its high-water mark from the first
+    /// call on; the CPU answers `None`.
     fn memory_usage(&self, _reset: bool) -> Option<(usize, usize)> {
         None
     }

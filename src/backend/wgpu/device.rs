@@ -406,8 +406,11 @@ impl WgpuBackend {
             })
         })
         .map_err(|e| self.explain(e))?;
-        if let Some(now) = self.allocated() {
-            self.high_water.fetch_max(now, Ordering::Relaxed);
+        // The allocator's report lists every allocation: read only where someone asked.
+        if self.watch_memory.load(Ordering::Relaxed) {
+            if let Some(now) = self.allocated() {
+                self.high_water.fetch_max(now, Ordering::Relaxed);
+            }
         }
         Ok(b)
     }

@@ -108,8 +108,9 @@ pub struct WgpuBackend {
     /// The device memory cap (0: none), checked at each buffer's creation.
     memory_cap: AtomicUsize,
     /// The most device memory the allocator held after a buffer's creation since the last
-    /// `memory_usage` reset.
+    /// `memory_usage` reset, kept once `memory_usage` has been asked (`watch_memory`).
     high_water: AtomicUsize,
+    watch_memory: std::sync::atomic::AtomicBool,
     lists: Mutex<super::Resident<search::DeviceLists>>,
     codebook: Mutex<super::Resident<encode::DeviceCodebook>>,
     /// Host-memory staging for large uploads (Vulkan adapters; `None` elsewhere).
@@ -251,6 +252,7 @@ pub fn open(device: usize, opts: &BackendOptions) -> Result<WgpuBackend> {
         d2h: AtomicU64::new(0),
         memory_cap: AtomicUsize::new(0),
         high_water: AtomicUsize::new(0),
+        watch_memory: std::sync::atomic::AtomicBool::new(false),
         lists: Mutex::new(super::Resident::new()),
         codebook: Mutex::new(super::Resident::new()),
         // Mapped uploads are what adapters without host-memory staging do (tests run that
@@ -386,6 +388,7 @@ impl Backend for WgpuBackend {
         }
     }
     fn memory_usage(&self, reset: bool) -> Option<(usize, usize)> {
+        self.watch_memory.store(true, Ordering::Relaxed);
         let now = self.allocated()?;
         let high = match reset {
             true => self.high_water.swap(now, Ordering::Relaxed),
