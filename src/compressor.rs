@@ -98,8 +98,9 @@ impl Compressor {
                 let device = match kind {
                     crate::BackendKind::Cpu => 0,
                     crate::BackendKind::Wgpu => {
-                        let free = self.ctx.backend().memory_free();
-                        estimate::wgpu_training_bytes(&self.params, n, d, free)
+                        let b = self.ctx.backend();
+                        let (free, halves) = (b.memory_free(), b.caps().fp16_rows);
+                        estimate::wgpu_training_bytes(&self.params, n, d, free, halves)
                     }
                     _ => {
                         let free = self.ctx.backend().memory_free();

@@ -110,6 +110,9 @@ pub struct Caps {
     pub scan_bits: &'static [u32],
     /// Most entries (sub-quantizers x codewords, f32 each) a device scan's table holds.
     pub max_scan_table: usize,
+    /// Keeps fp16 halves beside the rows it assigns (WGPU's cooperative matrices): the
+    /// device memory estimates count them.
+    pub fp16_rows: bool,
 }
 
 impl Caps {
@@ -121,6 +124,7 @@ impl Caps {
         max_candidates: 0,
         scan_bits: &[],
         max_scan_table: 0,
+        fp16_rows: false,
     };
 
     /// Whether a device scan takes these lists under this codebook with `want` candidates

@@ -349,7 +349,9 @@ fn device_codebook_bytes(s: &Shape) -> usize {
 pub fn device_build_bytes(b: &dyn crate::Backend, s: &Shape, n: usize) -> usize {
     match b.kind() {
         crate::BackendKind::Cpu => return 0,
-        crate::BackendKind::Wgpu => return wgpu_build_bytes(s, n, b.memory_free()),
+        crate::BackendKind::Wgpu => {
+            return wgpu_build_bytes(s, n, b.memory_free(), b.caps().fp16_rows)
+        }
         _ => {}
     }
     let b = (DEVICE_STAGE / s.d.max(1)).clamp(1, n.max(1));
@@ -370,10 +372,10 @@ const WGPU_ENCODE_BLOCK: usize = 65_536;
 /// `device_build_bytes` on WGPU: per block of rows, the rows, their norms, anchor ids and
 /// distances, residuals (and rotated residuals), PQ indices, codes and what comes back; two
 /// blocks at once (one comes back while the next runs), under a cap (`free` left) each in a
-/// quarter of what it leaves; and the codebook. Adapters with cooperative matrices add the
-/// blocks' fp16 halves, which this leaves out. Checked against the allocator's peaks
+/// quarter of what it leaves; and the codebook. With cooperative matrices (`halves`), the
+/// fp16 halves of a block and of the anchors. Checked against the allocator's peaks
 /// (`tests/wgpu.rs`).
-fn wgpu_build_bytes(s: &Shape, n: usize, free: Option<usize>) -> usize {
+fn wgpu_build_bytes(s: &Shape, n: usize, free: Option<usize>, halves: bool) -> usize {
     let rotated = if s.rotated { 2 } else { 1 };
     let block = |rows: usize| rows * (4 * s.d + 12 + rotated * 4 * s.dp + 5 * s.nsub + 4 + s.nsub);
     let row = 4 * s.d + 16 + rotated * 4 * s.dp + 6 * s.nsub;
@@ -383,7 +385,18 @@ fn wgpu_build_bytes(s: &Shape, n: usize, free: Option<usize>) -> usize {
     let first = n.clamp(1, per);
     let second = n.saturating_sub(first).min(per);
     let rotation = if s.rotated { s.dp * s.dp * 4 } else { 0 };
-    block(first) + block(second) + s.anchors * (s.d + 1) * 4 + s.dp * s.ksub * 4 + rotation
+    let fp16 = if halves {
+        wgpu_halves_bytes(first, s.d) + (first + 1) * 4 + wgpu_halves_bytes(s.anchors, s.d)
+    } else {
+        0
+    };
+    block(first) + block(second) + s.anchors * (s.d + 1) * 4 + s.dp * s.ksub * 4 + rotation + fp16
+}
+
+/// WGPU's fp16 halves of `rows` rows of `d` values (`mma::Halves`): rows padded to 64,
+/// values to 16, two bytes each, and 16 bytes a row.
+fn wgpu_halves_bytes(rows: usize, d: usize) -> usize {
+    rows.next_multiple_of(64) * d.next_multiple_of(16) * 2 + rows * 16
 }
 
 /// `training_device_bytes` on WGPU, with `free` bytes left under its device cap (`None`: no
@@ -392,17 +405,36 @@ fn wgpu_build_bytes(s: &Shape, n: usize, free: Option<usize>) -> usize {
 /// points, their norms, assignment, distances and group order held whole, or under a cap
 /// they do not fit one block at a time with its staging copy (a quarter of what the
 /// per-point buffers leave, each); and the centroids with their sums and per-centroid
-/// buffers. Adapters with cooperative matrices add the points' fp16 halves, which this
-/// leaves out. Checked against the allocator's peaks (`tests/wgpu.rs`).
-pub fn wgpu_training_bytes(p: &TrainParams, n: usize, d: usize, free: Option<usize>) -> usize {
+/// buffers; with cooperative matrices (`halves`), the fp16 halves of the points and the
+/// centroids. Checked against the allocator's peaks (`tests/wgpu.rs`).
+pub fn wgpu_training_bytes(
+    p: &TrainParams,
+    n: usize,
+    d: usize,
+    free: Option<usize>,
+    halves: bool,
+) -> usize {
     let one = |(ns, d, k, _): (usize, usize, usize, bool)| {
-        let centroids = k * (8 * d + 48) + 2048;
-        match free {
-            Some(free) if ns * (4 * d + 16) > free / 2 => {
-                let rows = (free.saturating_sub(16 * ns) / 4 / (4 * d)).clamp(1024.min(ns), ns);
-                16 * ns + 2 * rows * 4 * d + centroids
+        let fp16 = |rows: usize| {
+            if halves {
+                wgpu_halves_bytes(rows, d)
+            } else {
+                0
             }
-            _ => ns * (4 * d + 16) + centroids,
+        };
+        let centroids = k * (8 * d + 48) + 2048 + fp16(k);
+        let row = 4 * d
+            + if halves {
+                d.next_multiple_of(16) * 2 + 16
+            } else {
+                0
+            };
+        match free {
+            Some(free) if ns * (row + 16) > free / 2 => {
+                let rows = (free.saturating_sub(16 * ns) / 4 / row).clamp(1024.min(ns), ns);
+                16 * ns + rows * 4 * d + fp16(rows) + rows * 4 * d + centroids
+            }
+            _ => ns * (4 * d + 16) + fp16(ns) + (ns + 1) * 4 * halves as usize + centroids,
         }
     };
     // PQ assignment: the rows (under a cap, in half of what it leaves), their indices, codes

@@ -399,6 +399,8 @@ impl Backend for CudaBackend {
             scan_bits: &[8, 4],
             // Tables beyond shared memory are read from global memory: any size.
             max_scan_table: usize::MAX,
+            // Its fp16 splits are in its own estimates.
+            fp16_rows: false,
         }
     }
     fn kmeans_session<'a>(

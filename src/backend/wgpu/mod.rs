@@ -310,6 +310,7 @@ impl Backend for WgpuBackend {
             // A query's table (M x ksub floats) in workgroup memory where it fits beside the
             // scan's own buffers, else read from storage: any size.
             max_scan_table: usize::MAX,
+            fp16_rows: self.mma().is_some(),
         }
     }
     fn describe(&self) -> String {
