@@ -26,7 +26,7 @@ fn peak_of<R>(f: impl FnOnce() -> R) -> (usize, R) {
     // SAFETY: these only change how glibc keeps free memory (a fixed mmap threshold stops it
     // serving the next call's buffers from memory already resident, unseen by the mark).
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 16 * 1024);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
         libc::malloc_trim(0);
     }
