@@ -95,19 +95,8 @@ impl Compressor {
         match work {
             Work::Train => {
                 let host = estimate::training_bytes(&self.params, n, d, threads);
-                let device = match kind {
-                    crate::BackendKind::Cpu => 0,
-                    crate::BackendKind::Wgpu => {
-                        let b = self.ctx.backend();
-                        let (free, halves) = (b.memory_free(), b.caps().fp16_rows);
-                        estimate::wgpu_training_bytes(&self.params, n, d, free, halves)
-                    }
-                    _ => {
-                        let free = self.ctx.backend().memory_free();
-                        let free = free.unwrap_or(usize::MAX / 2);
-                        estimate::training_device_bytes(&self.params, n, d, free)
-                    }
-                };
+                let b = self.ctx.backend();
+                let device = estimate::training_device_bytes(b, &self.params, n, d);
                 (host, device)
             }
             Work::Build => (

@@ -115,15 +115,26 @@ fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usi
     (rows, nsub, dp, 1 << p.bits)
 }
 
-/// Bytes of device memory a CUDA training holds at its peak, with `free` bytes free on the
-/// device (under its cap) when it starts: that of the largest of its k-means sessions
+/// Bytes of device memory a training holds at its peak on `b`'s device (0 on the CPU), with
+/// what `b` then has free under its cap: on CUDA, that of the largest of its k-means sessions
 /// (`training_sessions`) and its PQ assignment (`training_pq_assign`, in blocks of half what
 /// is free), each session with its points as `cuda::session_rows` holds them (all of
 /// them, or a block at a time), a block of scores sized from what is then free (16 MiB to
 /// 1 GiB), and the centroids with their split, and their sums where the points are streamed.
 /// Where not even a streamed session fits, the least it opens with (more than `free`).
-/// Checked against measured device peaks (`tests/cuda.rs`).
-pub fn training_device_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
+/// Checked against measured device peaks (`tests/cuda.rs`). On WGPU, `wgpu_training_bytes`.
+pub fn training_device_bytes(b: &dyn crate::Backend, p: &TrainParams, n: usize, d: usize) -> usize {
+    match b.kind() {
+        crate::BackendKind::Cpu => 0,
+        crate::BackendKind::Wgpu => {
+            wgpu_training_bytes(p, n, d, b.memory_free(), b.caps().fp16_rows)
+        }
+        _ => cuda_training_bytes(p, n, d, b.memory_free().unwrap_or(usize::MAX / 2)),
+    }
+}
+
+/// `training_device_bytes` on CUDA, with `free` bytes free (under its cap).
+fn cuda_training_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
     use crate::backend::cuda::{session_least_bytes, session_point_bytes, session_rows};
     let one = |(ns, d, k, exact): (usize, usize, usize, bool)| {
         let Some(rows) = session_rows(ns, d, exact, free) else {
@@ -407,7 +418,7 @@ fn wgpu_halves_bytes(rows: usize, d: usize) -> usize {
 /// per-point buffers leave, each); and the centroids with their sums and per-centroid
 /// buffers; with cooperative matrices (`halves`), the fp16 halves of the points and the
 /// centroids. Checked against the allocator's peaks (`tests/wgpu.rs`).
-pub fn wgpu_training_bytes(
+fn wgpu_training_bytes(
     p: &TrainParams,
     n: usize,
     d: usize,
