@@ -718,7 +718,8 @@ vlcc_status vlcc_context_threads(const vlcc_context *ctx, size_t *out);
  * (`vlcc_estimate_memory`, `vlcc_index_estimate_memory`) before they allocate, and fail with
  * VLCC_STATUS_OUT_OF_MEMORY where it does not fit, leaving every object as it was. A search
  * builds its tables and fast-scan blocks only where they fit beside its working memory, and
- * otherwise goes without them (same results, slower).
+ * otherwise goes without them (same results, slower). Training on the CPU trains fewer
+ * sub-quantizers at once where that fits (the same codebook).
  */
 vlcc_status vlcc_context_set_memory_cap(const vlcc_context *ctx, size_t bytes);
 

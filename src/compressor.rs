@@ -94,8 +94,9 @@ impl Compressor {
         let cosine = shape.metric == crate::Metric::Cosine;
         match work {
             Work::Train => {
-                let host = estimate::training_bytes(&self.params, n, d, threads);
                 let b = self.ctx.backend();
+                let cap = self.ctx.memory_cap();
+                let host = estimate::training_bytes(b, &self.params, n, d, threads, cap);
                 let device = estimate::training_device_bytes(b, &self.params, n, d);
                 (host, device)
             }
@@ -153,17 +154,21 @@ impl Compressor {
     }
 
     fn train_watched(&mut self, x: &[f32], d: usize, watch: &Watch) -> Result<&TrainReport> {
+        let mut at_once = usize::MAX;
         if let Some(n) = x.len().checked_div(d) {
             // Refused before anything is allocated. On a device, training streams its points
-            // where they do not fit; on the host it cannot yet work in less.
+            // where they do not fit; on the host, fewer sub-quantizers train at once.
             let (host, device) = self.estimate_training_memory(n, d);
             self.ctx
                 .check_caps((host, device), || format!("training {n} x {d} vectors"))?;
+            let (b, cap) = (self.ctx.backend(), self.ctx.memory_cap());
+            let threads = self.ctx.threads();
+            at_once = estimate::training_at_once(b, &self.params, n, d, threads, cap);
         }
         let params = self.params.clone();
         let (cb, report) = self
             .ctx
-            .run(|b| Codebook::train_watched(b, x, d, &params, watch))?;
+            .run(|b| Codebook::train_watched(b, x, d, &params, watch, at_once))?;
         self.codebook = Some(Arc::new(cb));
         Ok(self.report.insert(report))
     }

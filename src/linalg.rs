@@ -90,7 +90,7 @@ pub(crate) fn scores_block(x: &[f32], c: &[f32], offset: &[f32], d: usize, out: 
 /// and the squared L2 distance (bias excluded, clamped at 0). Ties go to the smaller index.
 /// `poll` is asked before each block of rows; its error stops the work and is returned.
 pub(crate) fn nearest(
-    x: &[f32],
+    x: crate::backend::RowsView,
     xn: &[f32],
     c: &[f32],
     cn: &[f32],
@@ -105,18 +105,36 @@ pub(crate) fn nearest(
         Some(b) => cn.iter().zip(b).map(|(a, b)| a + b).collect(),
         None => cn.to_vec(),
     };
-    x.par_chunks(BLOCK * d)
-        .zip(assign.par_chunks_mut(BLOCK))
+    assign
+        .par_chunks_mut(BLOCK)
         .zip(dist.par_chunks_mut(BLOCK))
         .enumerate()
-        .try_for_each_init(Vec::new, |buf, (b, ((xb, ab), db))| {
-            poll()?;
-            let r = xb.len() / d;
-            buf.resize(r * m, 0.0);
-            scores_block(xb, c, &offset, d, buf);
-            pick_rows(buf, m, bias, &xn[b * BLOCK..b * BLOCK + r], ab, db);
-            Ok(())
-        })
+        .try_for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(buf, rows), (b, (ab, db))| {
+                poll()?;
+                let r = ab.len();
+                let xb = x.block(b * BLOCK, r, rows);
+                buf.resize(r * m, 0.0);
+                scores_block(xb, c, &offset, d, buf);
+                pick_rows(buf, m, bias, &xn[b * BLOCK..b * BLOCK + r], ab, db);
+                Ok(())
+            },
+        )
+}
+
+/// Squared norm of each row of `x`, read a block at a time.
+pub(crate) fn view_norms(x: crate::backend::RowsView) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(BLOCK)
+        .enumerate()
+        .for_each_init(Vec::new, |buf, (b, o)| {
+            let xb = x.block(b * BLOCK, o.len(), buf);
+            for (v, r) in o.iter_mut().zip(xb.chunks_exact(x.d.max(1))) {
+                *v = dot(r, r);
+            }
+        });
+    out
 }
 
 /// Per row of a score block: the nearest column and its squared distance.

@@ -190,7 +190,7 @@ fn training_stays_within_a_quarter_of_its_estimate() {
         let mut p = common::small_params(anchors, bytes);
         p.metric = metric;
         p.rotation = rotation;
-        let want = estimate::training_bytes(&p, n, d, threads);
+        let want = estimate::training_bytes(ctx.backend(), &p, n, d, threads, 0);
         let before = fresh_peak();
         let mut c = Compressor::new(ctx.clone(), p);
         c.train(&x, d).unwrap();
@@ -233,5 +233,52 @@ fn training_stays_within_a_quarter_of_its_estimate() {
         c.codebook().unwrap().fingerprint(),
         free.codebook().unwrap().fingerprint()
     );
+    rows.extend(training_tiles_under_caps());
     assert_within(&rows);
+}
+
+/// Many threads, each training a sub-quantizer on its own copy of a sub-space: under caps
+/// at 50%, 25% and 5% of the uncapped estimate, fewer train at once where that fits, giving
+/// the uncapped codebook, and training is refused before memory grows where it does not.
+fn training_tiles_under_caps() -> Vec<String> {
+    let (n, d, threads) = (200_000, 16, 8);
+    let x = common::clustered(n, d, 50, 3);
+    let mut p = common::small_params(256, 8);
+    p.pq_train_points = 0;
+    let mut free = Compressor::new(common::ctx(threads), p.clone());
+    let want = free.estimate_training_memory(n, d).0;
+    let (peak, r) = peak_of(|| free.train(&x, d).map(|_| ()));
+    r.unwrap();
+    let what = format!("{n} x {d} on {threads} threads, no cap");
+    let (mut rows, mut tiled) = (vec![row(&what, want, peak)], 0);
+    for frac in [0.5, 0.25, 0.05] {
+        let cap = (want as f64 * frac) as usize;
+        let capped = common::ctx(threads);
+        capped.set_memory_cap(cap);
+        let mut c = Compressor::new(capped, p.clone());
+        let need = c.estimate_training_memory(n, d).0;
+        let before = fresh_peak();
+        let r = c.train(&x, d);
+        let grew = (status_kib("VmHWM:") - before) * 1024;
+        if need <= cap {
+            r.unwrap();
+            assert_eq!(
+                c.codebook().unwrap().fingerprint(),
+                free.codebook().unwrap().fingerprint(),
+                "{frac}"
+            );
+            assert!(grew <= cap, "{frac}: grew {grew} B over a cap of {cap} B");
+            let what = format!("{n} x {d} on {threads} threads, cap {frac} of {want} B");
+            rows.push(row(&what, need, grew));
+            tiled += 1;
+        } else {
+            assert!(matches!(r, Err(Error::OutOfMemory(_))), "{frac}: {r:?}");
+            assert!(grew < want / 50, "a refused training grew by {grew} bytes");
+        }
+    }
+    assert!(
+        tiled > 0,
+        "no cap left room for fewer sub-quantizers at once"
+    );
+    rows
 }

@@ -3,7 +3,7 @@
 
 use super::{
     host, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession,
-    Poll,
+    Poll, RowsView,
 };
 use crate::error::{try_vec, Result};
 use crate::linalg::{self, BLOCK};
@@ -59,17 +59,14 @@ impl Backend for CpuBackend {
         d: usize,
         _precision: crate::Precision, // fp32 always: the reference
     ) -> Result<Box<dyn KmeansSession + 'a>> {
-        let n = x.len() / d;
-        Ok(Box::new(CpuSession {
-            x,
-            d,
-            xn: linalg::row_norms(x, d),
-            c: Vec::new(),
-            cn: Vec::new(),
-            assign: try_vec(n, 0u32, "assignment")?,
-            dist: try_vec(n, 0f32, "distances")?,
-            spread: Vec::new(),
-        }))
+        CpuSession::boxed(RowsView::plain(x, d))
+    }
+    fn kmeans_session_in_place<'a>(
+        &'a self,
+        rows: RowsView<'a>,
+        _precision: crate::Precision,
+    ) -> Option<Result<Box<dyn KmeansSession + 'a>>> {
+        Some(CpuSession::boxed(rows))
     }
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
         let n = x.len() / d;
@@ -77,15 +74,25 @@ impl Backend for CpuBackend {
         let mut dist = try_vec(n, 0f32, "distances")?;
         let xn = linalg::row_norms(x, d);
         let cn = linalg::row_norms(centroids, d);
-        linalg::nearest(x, &xn, centroids, &cn, None, d, &mut a, &mut dist, &|| {
-            Ok(())
-        })?;
+        let rows = RowsView::plain(x, d);
+        linalg::nearest(
+            rows,
+            &xn,
+            centroids,
+            &cn,
+            None,
+            d,
+            &mut a,
+            &mut dist,
+            &|| Ok(()),
+        )?;
         Ok((a, dist))
     }
 }
 
+/// A k-means session on the host: its points are read where they lie, a block at a time.
 struct CpuSession<'a> {
-    x: &'a [f32],
+    x: RowsView<'a>,
     d: usize,
     xn: Vec<f32>,
     c: Vec<f32>,
@@ -93,6 +100,22 @@ struct CpuSession<'a> {
     assign: Vec<u32>,
     dist: Vec<f32>,
     spread: Vec<f32>,
+}
+
+impl<'a> CpuSession<'a> {
+    fn boxed(x: RowsView<'a>) -> Result<Box<dyn KmeansSession + 'a>> {
+        let n = x.len();
+        Ok(Box::new(CpuSession {
+            x,
+            d: x.d,
+            xn: linalg::view_norms(x),
+            c: Vec::new(),
+            cn: Vec::new(),
+            assign: try_vec(n, 0u32, "assignment")?,
+            dist: try_vec(n, 0f32, "distances")?,
+            spread: Vec::new(),
+        }))
+    }
 }
 
 impl KmeansSession for CpuSession<'_> {
@@ -196,14 +219,16 @@ impl KmeansSession for CpuSession<'_> {
             .map(|ch| {
                 poll()?;
                 let mut acc = vec![0f64; k * d];
-                for i in ch * per..((ch + 1) * per).min(n) {
-                    if kept(i) {
-                        let a = assign[i] as usize;
-                        for (s, v) in acc[a * d..(a + 1) * d]
-                            .iter_mut()
-                            .zip(&x[i * d..(i + 1) * d])
-                        {
-                            *s += *v as f64;
+                let mut buf = Vec::new();
+                let end = ((ch + 1) * per).min(n);
+                for start in (ch * per..end).step_by(BLOCK) {
+                    let xb = x.block(start, BLOCK.min(end - start), &mut buf);
+                    for (i, row) in (start..).zip(xb.chunks_exact(d)) {
+                        if kept(i) {
+                            let a = assign[i] as usize;
+                            for (s, v) in acc[a * d..(a + 1) * d].iter_mut().zip(row) {
+                                *s += *v as f64;
+                            }
                         }
                     }
                 }

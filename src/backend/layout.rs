@@ -76,17 +76,63 @@ pub(crate) fn rotate_into(r: &[f32], x: &[f32], dp: usize, out: &mut [f32]) {
         .for_each(|(o, xb)| linalg::dot_block(xb, r, dp, o));
 }
 
+/// `residuals` of the rows `x` (n x d, n = `assign.len()`), written over them: the buffer
+/// grows to n x dp and, where it is padded, rows move out to their places from the last one
+/// back, so that nothing is overwritten before it is read (a column never moves left).
+pub(crate) fn residuals_in_place(
+    mut x: Vec<f32>,
+    d: usize,
+    dsub: usize,
+    dp: usize,
+    anchors: &[f32],
+    assign: &[u32],
+) -> Vec<f32> {
+    let n = assign.len();
+    if dp == d {
+        x.par_chunks_mut(d).zip(assign).for_each(|(row, &a)| {
+            let c = &anchors[a as usize * d..(a as usize + 1) * d];
+            row.iter_mut().zip(c).for_each(|(v, c)| *v -= c);
+        });
+        return x;
+    }
+    x.resize(n * dp, 0.0);
+    for i in (0..n).rev() {
+        let a = assign[i] as usize * d;
+        for p in (0..dp).rev() {
+            x[i * dp + p] = match source_column(p, d, dsub, dp) {
+                Some(t) => x[i * d + t] - anchors[a + t],
+                None => 0.0,
+            };
+        }
+    }
+    x
+}
+
+/// `rotate`, written over `x`: each block of rows is copied aside, then turned back into
+/// its place (the same blocks as `rotate_into`, so the same values).
+pub(crate) fn rotate_in_place(r: &[f32], x: &mut [f32], dp: usize) {
+    x.par_chunks_mut(linalg::BLOCK * dp)
+        .for_each_init(Vec::new, |tmp, xb| {
+            tmp.clear();
+            tmp.extend_from_slice(xb);
+            linalg::dot_block(tmp, r, dp, xb);
+        });
+}
+
 /// Rows of `d` scaled to unit length (zero rows stay zero), in place when `x` is already
 /// owned: what cosine compares.
 pub(crate) fn unit_rows<'a>(x: impl Into<Cow<'a, [f32]>>, d: usize) -> Cow<'a, [f32]> {
     let mut x = x.into();
-    x.to_mut().par_chunks_mut(d).for_each(|r| {
-        let n = linalg::dot(r, r).sqrt();
-        if n > 0.0 {
-            r.iter_mut().for_each(|t| *t /= n);
-        }
-    });
+    x.to_mut().par_chunks_mut(d).for_each(unit_row);
     x
+}
+
+/// One row scaled to unit length (a zero row stays zero).
+pub(crate) fn unit_row(r: &mut [f32]) {
+    let n = linalg::dot(r, r).sqrt();
+    if n > 0.0 {
+        r.iter_mut().for_each(|t| *t /= n);
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub mod wgpu;
 
 pub use cpu::CpuBackend;
 pub use options::{BackendOptions, Cooperative, ShaderChecks, TraceSink, WgpuOptions};
-pub use view::{Caps, CodebookView, ListsView};
+pub use view::{Caps, CodebookView, ListsView, RowsView};
 
 use crate::error::Result;
 
@@ -173,6 +173,16 @@ pub trait Backend: Send + Sync {
         d: usize,
         precision: crate::Precision,
     ) -> Result<Box<dyn KmeansSession + 'a>>;
+    /// `kmeans_session` on `rows` read where they lie (a sample, or rows made unit length,
+    /// with no prepared copy of them); `None` where the backend needs them as one block, to
+    /// be given `rows.whole()`.
+    fn kmeans_session_in_place<'a>(
+        &'a self,
+        _rows: RowsView<'a>,
+        _precision: crate::Precision,
+    ) -> Option<Result<Box<dyn KmeansSession + 'a>>> {
+        None
+    }
     /// For each row of `x`, the nearest row of `centroids` (squared L2) and its distance: one
     /// exact assignment pass of a session.
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {

@@ -40,6 +40,87 @@ impl CodebookView<'_> {
     }
 }
 
+/// Training rows where they lie: `pick`'s rows of `x` (every row where `None`), each made
+/// unit length where `unit` (cosine), so that a sample needs no prepared copy.
+#[derive(Clone, Copy, Debug)]
+pub struct RowsView<'a> {
+    /// n x d, row-major.
+    pub x: &'a [f32],
+    pub d: usize,
+    /// The rows taken, in order (indices into `x`).
+    pub pick: Option<&'a [usize]>,
+    /// Each row is divided by its norm (zero rows stay zero).
+    pub unit: bool,
+}
+
+impl<'a> RowsView<'a> {
+    /// Every row of `x` as it is.
+    pub fn plain(x: &'a [f32], d: usize) -> Self {
+        RowsView {
+            x,
+            d,
+            pick: None,
+            unit: false,
+        }
+    }
+
+    /// Rows taken.
+    pub fn len(&self) -> usize {
+        match self.pick {
+            Some(p) => p.len(),
+            None => self.x.len() / self.d.max(1),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `x` itself: nothing picked or prepared.
+    pub fn is_plain(&self) -> bool {
+        self.pick.is_none() && !self.unit
+    }
+
+    /// Rows `start..start + len`: `x`'s own where the view is plain, else gathered (and made
+    /// unit length) into `buf`.
+    pub fn block<'b>(&'b self, start: usize, len: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
+        let d = self.d;
+        if self.is_plain() {
+            return &self.x[start * d..(start + len) * d];
+        }
+        buf.clear();
+        for i in start..start + len {
+            let at = buf.len();
+            let src = self.pick.map_or(i, |p| p[i]);
+            buf.extend_from_slice(&self.x[src * d..(src + 1) * d]);
+            if self.unit {
+                super::layout::unit_row(&mut buf[at..]);
+            }
+        }
+        buf
+    }
+
+    /// The rows at `idx` (positions in this view), copied.
+    pub fn gather(&self, idx: &[usize]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(idx.len() * self.d);
+        let mut row = Vec::new();
+        for &i in idx {
+            out.extend_from_slice(self.block(i, 1, &mut row));
+        }
+        out
+    }
+
+    /// Every row taken, as one block: `x` itself where the view is plain.
+    pub fn whole(&self) -> std::borrow::Cow<'a, [f32]> {
+        if self.is_plain() {
+            return self.x.into();
+        }
+        let mut buf = Vec::new();
+        self.block(0, self.len(), &mut buf);
+        buf.into()
+    }
+}
+
 /// The inverted lists of an index as devices read them.
 #[derive(Clone, Copy)]
 pub struct ListsView<'a> {

@@ -5,13 +5,60 @@
 use crate::linalg::BLOCK;
 use crate::params::{Metric, Rotation, TrainParams};
 
-/// Bytes of working memory a CPU training of `n` x `d` vectors with `p` on `threads`
-/// threads needs at its peak, the input excluded.
-pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> usize {
+/// Bytes of host working memory a training of `n` x `d` vectors with `p` on `b` with
+/// `threads` threads needs at its peak, the input excluded, under a host cap of `cap` bytes
+/// (0: none): its sub-quantizers train as many at once as fit (`training_at_once`).
+pub fn training_bytes(
+    b: &dyn crate::Backend,
+    p: &TrainParams,
+    n: usize,
+    d: usize,
+    threads: usize,
+    cap: usize,
+) -> usize {
+    let at_once = training_at_once(b, p, n, d, threads, cap);
+    training_host_bytes(p, n, d, threads, in_place(b), at_once)
+}
+
+/// Sub-quantizers a training on `threads` threads trains at once: no limit (`usize::MAX`:
+/// as many as its threads take), or fewer where that fits under a host cap of `cap` bytes
+/// (0: none) and more would not; at least one. Each holds a copy of its sub-space's columns,
+/// and the results do not depend on how many train at once.
+pub fn training_at_once(
+    b: &dyn crate::Backend,
+    p: &TrainParams,
+    n: usize,
+    d: usize,
+    threads: usize,
+    cap: usize,
+) -> usize {
+    let most = threads.max(1).min(p.subquantizers().max(1));
+    let fits = |a: usize| training_host_bytes(p, n, d, threads, in_place(b), a) <= cap;
+    if cap == 0 || fits(most) {
+        return usize::MAX;
+    }
+    (1..most).rev().find(|&a| fits(a)).unwrap_or(1)
+}
+
+/// The anchors' sessions read their rows where they lie (the CPU's), rather than taking them
+/// as one prepared block (the devices').
+fn in_place(b: &dyn crate::Backend) -> bool {
+    b.kind() == crate::BackendKind::Cpu
+}
+
+/// `training_bytes` with `at_once` sub-quantizers training at a time.
+fn training_host_bytes(
+    p: &TrainParams,
+    n: usize,
+    d: usize,
+    threads: usize,
+    in_place: bool,
+    at_once: usize,
+) -> usize {
     let f = 4usize; // an f32 or u32
     let threads = threads.max(1);
     let k = p.anchor.anchors.min(n.max(1));
-    // Each step trains on a copy of its sample, or of the whole input under cosine (its rows
+    // A step trains on a copy of its sample, or of the whole input under cosine (its rows
     // made unit length); otherwise on the input itself.
     let copied = |rows: usize| {
         if rows < n || p.metric == Metric::Cosine {
@@ -21,12 +68,13 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
         }
     };
 
-    // Anchors: the sample (a copy when smaller than the input), its norms, assignment and
-    // distances, the centroids (three copies: session, maintenance, result), each thread's
-    // block of scores, and the update's f64 partial sums (at most 8 chunks and 64 MB).
+    // Anchors: the sample (a copy for a device; read in place on the CPU), its norms,
+    // assignment and distances, the centroids (three copies: session, maintenance,
+    // result), each thread's block of rows and scores, and the update's f64 partial sums
+    // (at most 8 chunks and 64 MB).
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
-    let sample = copied(ns);
+    let sample = if in_place { 0 } else { copied(ns) };
     let chunks = (ns / 2048)
         .min(8)
         .min((64 << 20) / (k * d * 8).max(1))
@@ -34,11 +82,13 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
     let anchors = sample
         + ns * 3 * f
         + 3 * k * d * f
-        + (threads * BLOCK * k * f).max((chunks + 1) * k * d * 8);
+        + (threads * BLOCK * (k + d) * f).max((chunks + 1) * k * d * 8);
 
-    // Codebooks: the sample, its assignment, residuals and rotated residuals (both held
-    // while the sub-quantizers train), the rotation's covariance and eigenvectors (f64),
-    // and per training thread a sub-space's columns with its session and score block.
+    // Codebooks: the sample's residuals, rotated in place (written over the sample where it
+    // is a copy), its assignment, the rotation's covariance and eigenvectors (f64), the
+    // learned rotation's alternations (its fit rows rotated and reconstructed), per
+    // sub-quantizer in training its columns with their norms, assignment and distances, and
+    // per thread a block of scores.
     let nsub = p.subquantizers().max(1);
     let dsub = d.div_ceil(nsub);
     let dp = nsub * dsub;
@@ -47,29 +97,35 @@ pub fn training_bytes(p: &TrainParams, n: usize, d: usize, threads: usize) -> us
     } else {
         n
     };
-    let pq_sample = copied(npq);
     let ksub = 1usize << p.bits;
-    let rotated = if p.rotation == Rotation::None {
-        0
-    } else {
-        npq * dp * f
-    };
     let rotation = if p.rotation == Rotation::None {
         0
     } else {
         dp * dp * 40
     };
-    let per_thread = npq * (dsub + 3) * f + BLOCK * ksub * f;
-    let codebooks = k * d * f
-        + pq_sample
-        + npq * f
-        + npq * dp * f
-        + rotated
-        + rotation
-        + threads.min(nsub) * per_thread;
+    let alternations = if p.rotation == Rotation::Learned && p.opq_iters > 0 {
+        let fit = match p.opq_train_points {
+            0 => npq,
+            t => npq.min(t),
+        };
+        2 * fit * dp * f
+    } else {
+        0
+    };
+    let fits = at_once.min(threads).min(nsub) * npq * (dsub + 3) * f
+        + threads.min(nsub) * BLOCK * ksub * f;
+    // Then the quantizer's error, a block of rows at a time: the block decoded, its codes,
+    // and a sub-space's columns with their norms, assignment and distances.
+    let rows = super::small_block_rows(dp).min(npq);
+    let error = rows * dp * f + rows * nsub + rows * (dsub + 3) * f;
+    let codebooks = k * d * f + npq * dp * f + npq * f + rotation + alternations + fits.max(error);
 
-    anchors.max(codebooks)
+    anchors.max(codebooks) + threads * THREAD_BYTES
 }
+
+/// What each pool thread adds as training first runs on it, measured: its stack and its
+/// GEMM packing buffers (about 240 KiB a thread on 16 threads).
+const THREAD_BYTES: usize = 256 << 10;
 
 const MIB: usize = 1 << 20;
 

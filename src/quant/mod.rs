@@ -6,6 +6,7 @@ pub mod estimate;
 pub mod pq;
 pub(crate) mod rotation;
 
+use pq::FitRun;
 pub use pq::ProductQuantizer;
 
 use crate::backend::layout::{self, residuals, source_column};
@@ -123,6 +124,15 @@ fn rotate_polled(r: &[f32], x: &[f32], dp: usize, watch: &Watch) -> Result<Vec<f
     Ok(out)
 }
 
+/// `rotate_polled`, written over `y`.
+fn rotate_polled_in_place(r: &[f32], y: &mut [f32], dp: usize, watch: &Watch) -> Result<()> {
+    for part in y.chunks_mut(block_rows(dp, watch, usize::MAX).saturating_mul(dp)) {
+        watch.poll()?;
+        layout::rotate_in_place(r, part, dp);
+    }
+    Ok(())
+}
+
 /// What training measured.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct TrainReport {
@@ -161,16 +171,18 @@ impl Codebook {
         p: &TrainParams,
         progress: &dyn Progress,
     ) -> Result<(Codebook, TrainReport)> {
-        Codebook::train_watched(backend, x, d, p, &Watch::new(progress))
+        Codebook::train_watched(backend, x, d, p, &Watch::new(progress), usize::MAX)
     }
 
-    /// `train` reporting to `watch`: without a listener, no step is split for reports.
+    /// `train` reporting to `watch`, with at most `at_once` sub-quantizers training at a
+    /// time (`estimate::training_at_once`): without a listener, no step is split for reports.
     pub(crate) fn train_watched(
         backend: &dyn Backend,
         x: &[f32],
         d: usize,
         p: &TrainParams,
         watch: &Watch,
+        at_once: usize,
     ) -> Result<(Codebook, TrainReport)> {
         p.validate()?;
         crate::error::whole_rows(x.len(), d, "values")?;
@@ -213,7 +225,14 @@ impl Codebook {
             Ok(())
         })?;
         let poll = || watch.poll();
-        let resid = residuals(&sample, d, dsub, dp, &anchors.centroids, &assign);
+        // The residuals, then their rotation, take the sample's place: one copy of the
+        // sample at a time.
+        let mut resid = match sample {
+            Cow::Owned(s) => {
+                layout::residuals_in_place(s, d, dsub, dp, &anchors.centroids, &assign)
+            }
+            Cow::Borrowed(s) => residuals(s, d, dsub, dp, &anchors.centroids, &assign),
+        };
         let seed = p.anchor.seed ^ 0x70;
         let rot = match p.rotation {
             Rotation::None => Vec::new(),
@@ -243,7 +262,11 @@ impl Codebook {
                         seed,
                         pq.as_ref(),
                         watch,
-                        (pass, passes),
+                        FitRun {
+                            pass,
+                            passes,
+                            at_once,
+                        },
                     )?;
                     let mut yhat = vec![0f32; y.len()];
                     q.decode(&q.encode(backend, &y)?, &mut yhat);
@@ -253,12 +276,15 @@ impl Codebook {
                 r
             }
         };
-        let y = if rot.is_empty() {
-            resid
-        } else {
-            rotate_polled(&rot, &resid, dp, watch)?
+        if !rot.is_empty() {
+            rotate_polled_in_place(&rot, &mut resid, dp, watch)?;
+        }
+        let y = resid;
+        let last = FitRun {
+            pass: passes - 1,
+            passes,
+            at_once,
         };
-        let last = (passes - 1, passes);
         let pq = ProductQuantizer::train(
             backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None, watch, last,
         )?;

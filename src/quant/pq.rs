@@ -22,6 +22,15 @@ pub struct ProductQuantizer {
     pub centroids: Vec<f32>,
 }
 
+/// How one quantizer fit runs within a training: fit `pass` of `passes` (for reports), with
+/// at most `at_once` sub-spaces training at a time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FitRun {
+    pub pass: usize,
+    pub passes: usize,
+    pub at_once: usize,
+}
+
 impl ProductQuantizer {
     pub fn ksub(&self) -> usize {
         1 << self.bits
@@ -42,8 +51,9 @@ impl ProductQuantizer {
 
     /// With `warm`, each sub-space starts from that quantizer's centroids instead of k-means++.
     /// Reports go to `watch` (phase `Codebooks`), which may cancel.
-    /// Trains on `y` (n x `dpad`, `dpad` = M * dsub). Sub-spaces train in parallel, each with
-    /// its own seed, so the result does not depend on scheduling.
+    /// Trains on `y` (n x `dpad`, `dpad` = M * dsub). Sub-spaces train in parallel, at most
+    /// `run.at_once` at a time, each with its own seed, so the result does not depend on
+    /// scheduling.
     pub(crate) fn train(
         backend: &dyn Backend,
         y: &[f32],
@@ -54,17 +64,17 @@ impl ProductQuantizer {
         seed: u64,
         warm: Option<&ProductQuantizer>,
         watch: &Watch,
-        pass: (usize, usize),
+        run: FitRun,
     ) -> Result<Self> {
         debug_assert!(dpad.is_multiple_of(nsub) && y.len().is_multiple_of(dpad));
         let dsub = dpad / nsub;
         let k = 1usize << bits;
         let n = y.len() / dpad;
-        // `pass` = (this fit, of how many): reports count sub-spaces over all the fits.
+        // Reports count sub-spaces over all the fits.
         let finished = std::sync::atomic::AtomicUsize::new(0);
         let report = || {
-            let done = pass.0 * nsub + finished.load(std::sync::atomic::Ordering::Relaxed);
-            watch.report(Phase::Codebooks, done, pass.1 * nsub)
+            let done = run.pass * nsub + finished.load(std::sync::atomic::Ordering::Relaxed);
+            watch.report(Phase::Codebooks, done, run.passes * nsub)
         };
         let one = |j: usize| -> Result<Vec<f32>> {
             let sub = sub_columns(y, dpad, j * dsub, dsub);
@@ -91,8 +101,19 @@ impl ProductQuantizer {
         // pool meanwhile: a call made from a pool task could wait there on another call
         // that needs the device. Device backends run one call at a time anyway, so their
         // sub-spaces go one after another.
+        // Each sub-space in training holds a copy of its columns: under a memory cap, fewer
+        // train at once, in waves.
         let subs: Vec<Result<Vec<f32>>> = if backend.caps().concurrent_calls {
-            (0..nsub).into_par_iter().map(one).collect()
+            let wave = run.at_once.clamp(1, nsub.max(1));
+            (0..nsub)
+                .step_by(wave)
+                .flat_map(|s| {
+                    (s..(s + wave).min(nsub))
+                        .into_par_iter()
+                        .map(one)
+                        .collect::<Vec<_>>()
+                })
+                .collect()
         } else {
             (0..nsub).map(one).collect()
         };

@@ -9,7 +9,7 @@
 //! and the balancing bias (crowded anchors cost more to join, so lists even out before the
 //! positions settle). `docs/training.md` has the measurements that justify both.
 
-use crate::backend::{Backend, Poll};
+use crate::backend::{Backend, Poll, RowsView};
 use crate::error::{Error, Result};
 use crate::linalg;
 use crate::params::{AnchorParams, Init};
@@ -128,16 +128,18 @@ fn train_anchors_prepared(
 
     // Sample the training set: beyond a few hundred points per anchor, more data costs time
     // and changes little.
-    let xs: Cow<[f32]> = if p.max_points_per_anchor > 0 && n > k * p.max_points_per_anchor {
-        let idx = rng.fork(1).sample_indices(n, k * p.max_points_per_anchor);
-        crate::quant::prepare(gather(x, d, &idx), d, metric)
-    } else {
-        crate::quant::prepare(x, d, metric)
+    let idx = (p.max_points_per_anchor > 0 && n > k * p.max_points_per_anchor)
+        .then(|| rng.fork(1).sample_indices(n, k * p.max_points_per_anchor));
+    let xs = RowsView {
+        x,
+        d,
+        pick: idx.as_deref(),
+        unit: metric == crate::Metric::Cosine,
     };
-    let ns = xs.len() / d;
+    let ns = xs.len();
     // A session that trains on every point checks them on their way to the device; a sample
     // does not cover every point, so the host checks the whole input first.
-    let session_checks = backend.checks_input() && matches!(xs, Cow::Borrowed(_));
+    let session_checks = backend.checks_input() && xs.is_plain();
     if !session_checks {
         crate::error::check_finite(x, "training vectors")?;
     }
@@ -150,12 +152,20 @@ fn train_anchors_prepared(
     }
     let mut c = match (init, p.init) {
         (Some(c), _) => c.to_vec(),
-        (None, Init::KMeansPlusPlus) => kmeans_pp(&xs, d, k, &mut rng.fork(2)),
-        (None, Init::Sample) => gather(&xs, d, &rng.fork(2).sample_indices(ns, k)),
+        (None, Init::KMeansPlusPlus) => kmeans_pp(xs, k, &mut rng.fork(2)),
+        (None, Init::Sample) => xs.gather(&rng.fork(2).sample_indices(ns, k)),
     };
     trace.mark("init", || ());
     // Where the session checks, it names the value as the host's check would: `xs` is `x`.
-    let mut sess = backend.kmeans_session(&xs, d, p.precision)?;
+    // A backend that cannot read the rows where they lie gets them prepared in one block.
+    let whole: Cow<[f32]>;
+    let mut sess = match backend.kmeans_session_in_place(xs, p.precision) {
+        Some(s) => s?,
+        None => {
+            whole = xs.whole();
+            backend.kmeans_session(&whole, d, p.precision)?
+        }
+    };
     sess.set_centroids(&c)?;
     trace.mark("session", || ());
 
@@ -270,13 +280,13 @@ pub(crate) fn gather(x: &[f32], d: usize, idx: &[usize]) -> Vec<f32> {
 
 /// k-means++ seeding on at most 8k points of `x` (D^2 sampling). Enough to place anchors well;
 /// the full set refines them.
-fn kmeans_pp(x: &[f32], d: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
-    let n = x.len() / d;
+fn kmeans_pp(x: RowsView, k: usize, rng: &mut Rng) -> Vec<f32> {
+    let (n, d) = (x.len(), x.d);
     let s = n.min(8 * k.max(32));
     let pts = if s < n {
-        Cow::Owned(gather(x, d, &rng.sample_indices(n, s)))
+        Cow::Owned(x.gather(&rng.sample_indices(n, s)))
     } else {
-        Cow::Borrowed(x)
+        x.whole()
     };
     let row = |i: usize| &pts[i * d..(i + 1) * d];
     let mut c = Vec::with_capacity(k * d);
