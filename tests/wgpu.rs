@@ -481,6 +481,21 @@ fn device_caps_hold_with_cooperative_matrices() {
     }
 }
 
+/// `device_caps_hold` where the cap is checked against the backend's count of its own
+/// buffers, as on adapters whose allocator gives no report (Metal); the peaks are still the
+/// allocator's.
+#[test]
+#[cfg(feature = "test-hooks")]
+fn device_caps_hold_without_allocator_report() {
+    let opts = WgpuOptions {
+        no_allocator_report: true,
+        ..WgpuOptions::default()
+    };
+    if let Some(g) = gpu_with(opts, "counted from its buffers") {
+        caps_hold(g, 20_000, &[0.5, 0.05], 0.25);
+    }
+}
+
 /// `device_caps_hold` on `n` points, under caps at `fracs` of the uncapped peaks: training and
 /// adding succeed down to `fits`.
 fn caps_hold(g: Arc<Context>, n: usize, fracs: &[f64], fits: f64) {

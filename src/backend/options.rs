@@ -71,4 +71,8 @@ pub struct WgpuOptions {
     /// A test hook: the device is destroyed after this many submissions (0: never).
     #[cfg(feature = "test-hooks")]
     pub lose_after: u64,
+    /// A test hook: the cap is checked against the bytes of the backend's own buffers, as on
+    /// adapters whose allocator gives no report (Metal).
+    #[cfg(feature = "test-hooks")]
+    pub no_allocator_report: bool,
 }

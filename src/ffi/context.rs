@@ -142,8 +142,9 @@ pub unsafe extern "C" fn vlcc_context_set_memory_cap(
 /// where it does not fit, leaving every object as it was. Under the cap, the buffers sized
 /// from free memory (GEMM tiles, blocks of rows) are sized to fit, and training whose points
 /// do not fit streams them from the host a block at a time (slower; on CUDA the same
-/// codebook). On WGPU every buffer is also checked against the cap as it is made. No effect
-/// on the CPU backend.
+/// codebook). On WGPU every buffer is also checked against the cap as it is made (against the
+/// allocator's report, or where it gives none, the backend's count of its buffers). No
+/// effect on the CPU backend.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_context_set_device_memory_cap(
     ctx: *const vlcc_context,

@@ -9,11 +9,11 @@ const ENCODE_BLOCK: usize = 65_536;
 
 /// A codebook on the device.
 pub(super) struct DeviceCodebook {
-    pub(super) anchors: wgpu::Buffer,
+    pub(super) anchors: Buf,
     /// |a_j|^2: the assignment's offsets and the coarse L2 terms.
-    pub(super) anorm: wgpu::Buffer,
-    pub(super) books: wgpu::Buffer,
-    pub(super) rot: Option<wgpu::Buffer>,
+    pub(super) anorm: Buf,
+    pub(super) books: Buf,
+    pub(super) rot: Option<Buf>,
     /// The anchors' fp16 halves, for cooperative matrices.
     pub(super) halves: Option<super::mma::Halves>,
 }
@@ -52,10 +52,10 @@ pub(super) fn rotated(
     b: &WgpuBackend,
     enc: &mut Rec,
     dc: &DeviceCodebook,
-    y: wgpu::Buffer,
+    y: Buf,
     rows: usize,
     dp: usize,
-) -> Result<wgpu::Buffer> {
+) -> Result<Buf> {
     let Some(r) = &dc.rot else { return Ok(y) };
     let out = b.zeros(rows * dp * 4, "rotated residuals")?;
     b.dots(enc, &y, rows, r, dp, dp, &out)?;
@@ -68,11 +68,11 @@ pub(super) fn rotated(
 pub(super) fn residuals(
     b: &WgpuBackend,
     enc: &mut Rec,
-    x: &wgpu::Buffer,
+    x: &Buf,
     rows: usize,
     cb: &CodebookView,
-    anchors: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
-) -> Result<wgpu::Buffer> {
+    anchors: Option<(&Buf, &Buf)>,
+) -> Result<Buf> {
     let (d, dp, dsub) = (cb.d, cb.dp(), cb.dsub);
     let y = b.zeros(rows * dp * 4, "residuals")?;
     let g = b.groups_for(rows * dp);
@@ -201,13 +201,13 @@ impl WgpuBackend {
     pub(super) fn pq_on_device(
         &self,
         enc: &mut Rec,
-        y: &wgpu::Buffer,
+        y: &Buf,
         rows: usize,
         nsub: usize,
         dsub: usize,
-        books: &wgpu::Buffer,
+        books: &Buf,
         ksub: usize,
-    ) -> Result<wgpu::Buffer> {
+    ) -> Result<Buf> {
         let idx = self.zeros(rows * nsub * 4, "PQ indices")?;
         let packed = self.zeros(rows * nsub, "codes")?;
         let dp = nsub * dsub;

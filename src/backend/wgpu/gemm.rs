@@ -6,21 +6,21 @@ use super::*;
 /// nearest of `n` anchors (`c`) under offsets `off` (|c|^2 [+ bias]), into `assigned` and
 /// `dist` (global rows).
 pub(crate) struct Assign<'a> {
-    pub(super) x: &'a wgpu::Buffer,
+    pub(super) x: &'a Buf,
     pub(super) rows: usize,
     pub(super) row0: usize,
     pub(super) d: usize,
-    pub(super) c: &'a wgpu::Buffer,
+    pub(super) c: &'a Buf,
     pub(super) n: usize,
-    pub(super) off: &'a wgpu::Buffer,
-    pub(super) bias: Option<&'a wgpu::Buffer>,
+    pub(super) off: &'a Buf,
+    pub(super) bias: Option<&'a Buf>,
     /// |x|^2 of every row (global rows).
-    pub(super) norms: &'a wgpu::Buffer,
-    pub(super) assigned: &'a wgpu::Buffer,
-    pub(super) dist: &'a wgpu::Buffer,
+    pub(super) norms: &'a Buf,
+    pub(super) assigned: &'a Buf,
+    pub(super) dist: &'a Buf,
     /// For cooperative matrices: the points' and anchors' halves, and room for the rows
     /// they leave to fp32 (a count, then up to `rows` rows).
-    pub(super) halves: Option<(&'a mma::Halves, &'a mma::Halves, &'a wgpu::Buffer)>,
+    pub(super) halves: Option<(&'a mma::Halves, &'a mma::Halves, &'a Buf)>,
     /// Where a session keeps the bind groups.
     pub(super) keep: Option<&'a Binds>,
 }
@@ -40,12 +40,12 @@ impl WgpuBackend {
     pub(super) fn dots(
         &self,
         enc: &mut Rec,
-        a: &wgpu::Buffer,
+        a: &Buf,
         rows: usize,
-        b: &wgpu::Buffer,
+        b: &Buf,
         n: usize,
         k: usize,
-        out: &wgpu::Buffer,
+        out: &Buf,
     ) -> Result<()> {
         let (gx, gy) = (n.div_ceil(TILE), rows.div_ceil(TILE));
         if gx > MAX_GROUPS as usize || gy > MAX_GROUPS as usize {
@@ -75,12 +75,7 @@ impl WgpuBackend {
 
     /// The fp32 assignment (dots.wgsl) of every row of the block, or of the rows `listed`
     /// names (a count, then rows within the block).
-    pub(super) fn assign_exact(
-        &self,
-        enc: &mut Rec,
-        a: &Assign<'_>,
-        listed: Option<&wgpu::Buffer>,
-    ) {
+    pub(super) fn assign_exact(&self, enc: &mut Rec, a: &Assign<'_>, listed: Option<&Buf>) {
         let (gx, gy) = fold(a.rows.div_ceil(TILE));
         let p = a.params(gx, listed.is_some() as u32);
         self.dispatch_kept(
@@ -108,11 +103,11 @@ impl WgpuBackend {
         &self,
         enc: &mut Rec,
         keep: Option<&Binds>,
-        x: &wgpu::Buffer,
+        x: &Buf,
         rows: usize,
         d: usize,
         row0: usize,
-        out: &wgpu::Buffer,
+        out: &Buf,
     ) {
         let g = self.groups_for(rows);
         let p = Params::new(&[0, d as u32, 0, row0 as u32, rows as u32, 0, 0, g.0]);

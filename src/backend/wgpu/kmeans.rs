@@ -8,7 +8,7 @@
 //! small sizes the host's time per iteration is what bounds training.
 
 use super::mma::Halves;
-use super::{fold, u32_of, Assign, Binds, Params, Rec, Trace, WgpuBackend};
+use super::{fold, u32_of, Assign, Binds, Buf, Params, Rec, Trace, WgpuBackend};
 use crate::backend::{AssignStats, Backend, KmeansSession};
 use crate::error::{Error, Result};
 
@@ -46,21 +46,21 @@ fn streamed_rows(b: &WgpuBackend, n: usize, d: usize, per: usize) -> Result<Opti
 /// Buffers sized by the number of centroids.
 struct Centroids {
     k: usize,
-    c: wgpu::Buffer,
+    c: Buf,
     /// |c_j|^2.
-    cn: wgpu::Buffer,
+    cn: Buf,
     /// |c_j|^2 + bias_j, rebuilt by every assignment.
-    off: wgpu::Buffer,
-    bias: wgpu::Buffer,
-    counts: wgpu::Buffer,
-    cursor: wgpu::Buffer,
-    start: wgpu::Buffer,
-    cut: wgpu::Buffer,
-    kept: wgpu::Buffer,
-    spread: wgpu::Buffer,
-    sums: wgpu::Buffer,
+    off: Buf,
+    bias: Buf,
+    counts: Buf,
+    cursor: Buf,
+    start: Buf,
+    cut: Buf,
+    kept: Buf,
+    spread: Buf,
+    sums: Buf,
     /// Where the counts and energy partials come back, every assignment.
-    back: wgpu::Buffer,
+    back: Buf,
     /// fp16 halves for cooperative matrices, remade with the norms whenever the centroids
     /// change.
     halves: Option<Halves>,
@@ -83,7 +83,7 @@ pub struct WgpuSession<'a> {
     n: usize,
     d: usize,
     /// (first row, rows, points) per block; streamed sessions have one, refilled per block.
-    blocks: Vec<(usize, usize, wgpu::Buffer)>,
+    blocks: Vec<(usize, usize, Buf)>,
     /// (first row, rows) of every block.
     plan: Vec<(usize, usize)>,
     /// A streamed session's points (n x d) on the host, checked finite when it opened, and
@@ -92,14 +92,14 @@ pub struct WgpuSession<'a> {
     loaded: std::cell::Cell<Option<usize>>,
     /// With cooperative matrices: each block's halves, and room for the rows they leave.
     halves: Vec<Halves>,
-    listed: Option<wgpu::Buffer>,
-    xn: wgpu::Buffer,
-    assigned: wgpu::Buffer,
-    dist: wgpu::Buffer,
-    order: wgpu::Buffer,
-    partial: wgpu::Buffer,
+    listed: Option<Buf>,
+    xn: Buf,
+    assigned: Buf,
+    dist: Buf,
+    order: Buf,
+    partial: Buf,
     /// The update's trim fraction, and the value it holds (written when it changes).
-    trim: (wgpu::Buffer, Option<f32>),
+    trim: (Buf, Option<f32>),
     c: Option<Centroids>,
     /// Counts of the last assignment (the update's group offsets come from them).
     counts: Vec<u32>,
@@ -200,7 +200,7 @@ impl<'a> WgpuSession<'a> {
     }
 
     /// The buffer and halves that hold block `i` (after `load`).
-    fn block(&self, i: usize) -> (&wgpu::Buffer, Option<&Halves>) {
+    fn block(&self, i: usize) -> (&Buf, Option<&Halves>) {
         let j = if self.host.is_some() { 0 } else { i };
         (&self.blocks[j].2, self.halves.get(j))
     }

@@ -3,7 +3,7 @@
 //! products run there, and the rows whose winner the fp16 products cannot prove go through
 //! the fp32 kernel again. The answers are the fp32 kernel's.
 
-use super::{fold, Assign, Params, Rec, WgpuBackend};
+use super::{fold, Assign, Buf, Params, Rec, WgpuBackend};
 use crate::backend::{Cooperative, ShaderChecks};
 use crate::error::Result;
 
@@ -31,8 +31,8 @@ pub(super) struct Mma {
 /// Rows in fp16 on the device: the halves (rows padded to whole workgroups, dimension to
 /// `dp`) and per row (unscale, rounding error, norm, 0).
 pub(super) struct Halves {
-    h: wgpu::Buffer,
-    s: wgpu::Buffer,
+    h: Buf,
+    s: Buf,
     dp: usize,
 }
 
@@ -181,7 +181,7 @@ impl WgpuBackend {
         enc: &mut Rec,
         keep: Option<&super::Binds>,
         mma: &Mma,
-        x: &wgpu::Buffer,
+        x: &Buf,
         rows: usize,
         d: usize,
         into: &Halves,
@@ -199,7 +199,7 @@ impl WgpuBackend {
         enc: &mut Rec,
         mma: &Mma,
         a: &Assign<'_>,
-        (xh, ch, listed): (&Halves, &Halves, &wgpu::Buffer),
+        (xh, ch, listed): (&Halves, &Halves, &Buf),
         trace: &mut super::Trace,
     ) {
         enc.enc().clear_buffer(listed, 0, Some(4));

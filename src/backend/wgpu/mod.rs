@@ -102,7 +102,7 @@ pub struct WgpuBackend {
     #[cfg(feature = "test-hooks")]
     lose_after: AtomicU64,
     /// Parameter blocks by content: iterations repeat the same few, so each is made once.
-    uniforms: Mutex<HashMap<[u32; 12], wgpu::Buffer>>,
+    uniforms: Mutex<HashMap<[u32; 12], Buf>>,
     h2d: AtomicU64,
     d2h: AtomicU64,
     /// The device memory cap (0: none), checked at each buffer's creation.
@@ -111,6 +111,8 @@ pub struct WgpuBackend {
     /// `memory_usage` reset, kept once `memory_usage` has been asked (`watch_memory`).
     high_water: AtomicUsize,
     watch_memory: std::sync::atomic::AtomicBool,
+    /// Bytes of the buffers this backend made that the device may still hold (`Buf`).
+    count: Arc<Count>,
     lists: Mutex<super::Resident<search::DeviceLists>>,
     codebook: Mutex<super::Resident<encode::DeviceCodebook>>,
     /// Host-memory staging for large uploads (Vulkan adapters; `None` elsewhere).
@@ -253,6 +255,7 @@ pub fn open(device: usize, opts: &BackendOptions) -> Result<WgpuBackend> {
         memory_cap: AtomicUsize::new(0),
         high_water: AtomicUsize::new(0),
         watch_memory: std::sync::atomic::AtomicBool::new(false),
+        count: Arc::new(Count::new()),
         lists: Mutex::new(super::Resident::new()),
         codebook: Mutex::new(super::Resident::new()),
         // Mapped uploads are what adapters without host-memory staging do (tests run that
@@ -316,7 +319,7 @@ impl Backend for WgpuBackend {
     fn describe(&self) -> String {
         format!(
             "wgpu ({}; {} KB workgroup memory, {} MB per binding; uploads through {}; \
-             assignment on {})",
+             assignment on {}; device memory {})",
             self.name,
             self.limits.max_compute_workgroup_storage_size >> 10,
             self.max_binding() >> 20,
@@ -328,6 +331,10 @@ impl Backend for WgpuBackend {
                 Ok(m) if m.emulated() => "cooperative matrices (emulated)".to_string(),
                 Ok(_) => "cooperative matrices".to_string(),
                 Err(why) => format!("fp32 cores; no cooperative matrices: {why}"),
+            },
+            match self.counts_own_buffers() {
+                true => "counted from its buffers",
+                false => "from the allocator's report",
             }
         )
     }
@@ -385,12 +392,12 @@ impl Backend for WgpuBackend {
     fn memory_free(&self) -> Option<usize> {
         match self.memory_cap.load(Ordering::Relaxed) {
             0 => None,
-            cap => Some(cap.saturating_sub(self.allocated().unwrap_or(0))),
+            cap => Some(cap.saturating_sub(self.in_use())),
         }
     }
     fn memory_usage(&self, reset: bool) -> Option<(usize, usize)> {
         self.watch_memory.store(true, Ordering::Relaxed);
-        let now = self.allocated()?;
+        let now = self.allocated();
         let high = match reset {
             true => self.high_water.swap(now, Ordering::Relaxed),
             false => self.high_water.load(Ordering::Relaxed),

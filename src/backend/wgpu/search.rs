@@ -2,7 +2,7 @@
 //! of the last searched index stay resident (re-uploaded when they change).
 
 use super::encode::{residuals, rotated, DeviceCodebook};
-use super::{Params, Trace, WgpuBackend, MAX_GROUPS, TILE};
+use super::{Buf, Params, Trace, WgpuBackend, MAX_GROUPS, TILE};
 use crate::backend::{CodebookView, ListsView};
 use crate::error::Result;
 use std::sync::Arc;
@@ -19,11 +19,11 @@ const SEARCH_WG: u32 = 256;
 /// An index's lists on the device, back to back.
 pub(super) struct DeviceLists {
     m: usize,
-    codes: wgpu::Buffer,
-    ids: wgpu::Buffer,
-    start: wgpu::Buffer,
+    codes: Buf,
+    ids: Buf,
+    start: Buf,
     /// L2: each vector's query-independent part of its distance.
-    vterm: wgpu::Buffer,
+    vterm: Buf,
 }
 
 /// The search pipelines built for one table size and candidate count.
@@ -190,7 +190,7 @@ fn search_batch(
     q: &[f32],
     nprobe: usize,
     want: usize,
-    allow: (&wgpu::Buffer, bool),
+    allow: (&Buf, bool),
 ) -> Result<(Vec<u64>, Vec<f32>)> {
     let (d, dp, m, nsub) = (cb.d, cb.dp(), dl.m, cb.nsub);
     let nb = q.len() / d;
