@@ -10,6 +10,7 @@ pub mod cuda;
 pub(crate) mod host;
 pub(crate) mod layout;
 mod options;
+pub(crate) mod streaming;
 #[cfg(not(feature = "wgpu"))]
 mod unavailable;
 mod view;

@@ -2,6 +2,7 @@
 //! `Codebook::train` and the CPU backend allocate for `n` x `d` vectors (the caller's own
 //! vectors not counted). Checked against measured peaks in `tests/memory_estimate.rs`.
 
+use crate::backend::streaming::wgpu_streamed_rows;
 use crate::linalg::BLOCK;
 use crate::params::{Metric, Rotation, TrainParams};
 
@@ -490,18 +491,13 @@ fn wgpu_training_bytes(
             }
         };
         let centroids = k * (8 * d + 48) + 2048 + fp16(k);
-        let row = 4 * d
-            + if halves {
-                d.next_multiple_of(16) * 2 + 16
-            } else {
-                0
-            };
-        match free {
-            Some(free) if ns * (row + 16) > free / 2 => {
-                let rows = (free.saturating_sub(16 * ns) / 4 / row).clamp(1024.min(ns), ns);
+        match free.and_then(|f| wgpu_streamed_rows(ns, d, f, halves)) {
+            // Where even the least block does not fit, the session refuses: counted at it.
+            Some(rows) => {
+                let rows = rows.clamp(1024.min(ns), ns);
                 16 * ns + rows * 4 * d + fp16(rows) + rows * 4 * d + centroids
             }
-            _ => ns * (4 * d + 16) + fp16(ns) + (ns + 1) * 4 * halves as usize + centroids,
+            None => ns * (4 * d + 16) + fp16(ns) + (ns + 1) * 4 * halves as usize + centroids,
         }
     };
     // PQ assignment: the rows (under a cap, in half of what it leaves), their indices, codes

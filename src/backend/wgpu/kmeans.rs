@@ -9,6 +9,7 @@
 
 use super::mma::Halves;
 use super::{fold, u32_of, Assign, Binds, Buf, Params, Rec, Trace, WgpuBackend};
+use crate::backend::streaming::wgpu_streamed_rows;
 use crate::backend::{AssignStats, Backend, KmeansSession};
 use crate::error::{Error, Result};
 
@@ -25,15 +26,10 @@ fn streamed_rows(b: &WgpuBackend, n: usize, d: usize, per: usize) -> Result<Opti
     let Some(free) = b.memory_free() else {
         return Ok(None);
     };
-    let halves = match b.mma() {
-        Some(_) => d.next_multiple_of(16) * 2 + 16,
-        None => 0,
-    };
-    let row = 4 * d + halves;
-    if n * (row + 16) <= free / 2 {
+    let Some(rows) = wgpu_streamed_rows(n, d, free, b.mma().is_some()) else {
         return Ok(None);
-    }
-    let rows = (free.saturating_sub(16 * n) / 4 / row).min(per);
+    };
+    let rows = rows.min(per);
     if rows < MIN_BLOCK_ROWS.min(n) {
         return Err(Error::OutOfMemory(format!(
             "WGPU: k-means on {n} x {d} points needs more than the {free} bytes of device memory \
