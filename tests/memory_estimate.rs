@@ -204,8 +204,8 @@ fn training_stays_within_a_quarter_of_its_estimate() {
         drop(c);
     }
 
-    // The context's cap: at the estimate, training runs and gives what an uncapped one does;
-    // at 50%, 25% or 5% of it, OutOfMemory before anything grows.
+    // The context's cap: at the estimate, training runs within it and gives what an
+    // uncapped one does; at 50%, 25% or 5% of it, OutOfMemory before anything grows.
     let (n, d) = (60_000, 128);
     let x = common::clustered(n, d, 50, 3);
     let p = common::small_params(256, 32);
@@ -228,7 +228,12 @@ fn training_stays_within_a_quarter_of_its_estimate() {
     let capped = common::ctx(threads);
     capped.set_memory_cap(want);
     let mut c = Compressor::new(capped, p);
-    c.train(&x, d).unwrap();
+    let (grew, r) = peak_of(|| c.train(&x, d).map(|_| ()));
+    r.unwrap();
+    assert!(
+        grew <= want,
+        "at its estimate, training grew {grew} B past {want} B"
+    );
     assert_eq!(
         c.codebook().unwrap().fingerprint(),
         free.codebook().unwrap().fingerprint()
