@@ -81,6 +81,16 @@ impl<'a> RowsView<'a> {
         self.pick.is_none() && !self.unit
     }
 
+    /// Row `i` of the view into `out` (`d` values): copied, and made unit length where asked.
+    fn row_into(&self, i: usize, out: &mut [f32]) {
+        let d = self.d;
+        let src = self.pick.map_or(i, |p| p[i]);
+        out.copy_from_slice(&self.x[src * d..(src + 1) * d]);
+        if self.unit {
+            super::layout::unit_row(out);
+        }
+    }
+
     /// Rows `start..start + len`: `x`'s own where the view is plain, else gathered (and made
     /// unit length) into `buf`.
     pub fn block<'b>(&'b self, start: usize, len: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
@@ -88,36 +98,33 @@ impl<'a> RowsView<'a> {
         if self.is_plain() {
             return &self.x[start * d..(start + len) * d];
         }
-        buf.clear();
-        for i in start..start + len {
-            let at = buf.len();
-            let src = self.pick.map_or(i, |p| p[i]);
-            buf.extend_from_slice(&self.x[src * d..(src + 1) * d]);
-            if self.unit {
-                super::layout::unit_row(&mut buf[at..]);
-            }
+        buf.resize(len * d, 0.0);
+        for (i, out) in (start..).zip(buf.chunks_exact_mut(d.max(1))) {
+            self.row_into(i, out);
         }
         buf
     }
 
     /// The rows at `idx` (positions in this view), copied.
     pub fn gather(&self, idx: &[usize]) -> Vec<f32> {
-        let mut out = Vec::with_capacity(idx.len() * self.d);
-        let mut row = Vec::new();
-        for &i in idx {
-            out.extend_from_slice(self.block(i, 1, &mut row));
+        let mut out = vec![0f32; idx.len() * self.d];
+        for (&i, o) in idx.iter().zip(out.chunks_exact_mut(self.d.max(1))) {
+            self.row_into(i, o);
         }
         out
     }
 
     /// Every row taken, as one block: `x` itself where the view is plain.
     pub fn whole(&self) -> std::borrow::Cow<'a, [f32]> {
+        use rayon::prelude::*;
         if self.is_plain() {
             return self.x.into();
         }
-        let mut buf = Vec::new();
-        self.block(0, self.len(), &mut buf);
-        buf.into()
+        let mut out = vec![0f32; self.len() * self.d];
+        out.par_chunks_mut(self.d.max(1))
+            .enumerate()
+            .for_each(|(i, o)| self.row_into(i, o));
+        out.into()
     }
 }
 

@@ -10,7 +10,7 @@ use pq::FitRun;
 pub use pq::ProductQuantizer;
 
 use crate::backend::layout::{self, residuals, source_column};
-use crate::backend::{Backend, CodebookView};
+use crate::backend::{Backend, CodebookView, RowsView};
 use crate::error::{check_finite, check_norms, Error, Result};
 use crate::params::{Metric, Rotation, TrainParams};
 use crate::progress::{Phase, Progress, Watch};
@@ -175,7 +175,7 @@ impl Codebook {
     }
 
     /// `train` reporting to `watch`, with at most `at_once` sub-quantizers training at a
-    /// time (`estimate::training_at_once`): without a listener, no step is split for reports.
+    /// time (`estimate::training_fit`): without a listener, no step is split for reports.
     pub(crate) fn train_watched(
         backend: &dyn Backend,
         x: &[f32],
@@ -206,12 +206,15 @@ impl Codebook {
         let dsub = d.div_ceil(nsub);
         let dp = nsub * dsub;
         let rng = Rng::new(p.anchor.seed ^ 0x9a);
-        let sample = if p.pq_train_points > 0 && n > p.pq_train_points {
-            let idx = rng.fork(1).sample_indices(n, p.pq_train_points);
-            prepare(train::anneal::gather(x, d, &idx), d, p.metric)
-        } else {
-            prepare(x, d, p.metric)
-        };
+        let idx = (p.pq_train_points > 0 && n > p.pq_train_points)
+            .then(|| rng.fork(1).sample_indices(n, p.pq_train_points));
+        let sample = RowsView {
+            x,
+            d,
+            pick: idx.as_deref(),
+            unit: p.metric == Metric::Cosine,
+        }
+        .whole();
         // Every sub-quantizer fit, the rotation's alternations' and the final one's.
         let passes = match p.rotation {
             Rotation::Learned => p.opq_iters + 1,

@@ -270,14 +270,6 @@ fn train_anchors_prepared(
     })
 }
 
-pub(crate) fn gather(x: &[f32], d: usize, idx: &[usize]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(idx.len() * d);
-    for &i in idx {
-        out.extend_from_slice(&x[i * d..(i + 1) * d]);
-    }
-    out
-}
-
 /// k-means++ seeding on at most 8k points of `x` (D^2 sampling). Enough to place anchors well;
 /// the full set refines them.
 fn kmeans_pp(x: RowsView, k: usize, rng: &mut Rng) -> Vec<f32> {
