@@ -94,10 +94,9 @@ impl Compressor {
         let cosine = shape.metric == crate::Metric::Cosine;
         match work {
             Work::Train => {
-                let b = self.ctx.backend();
-                let cap = self.ctx.memory_cap();
-                let host = estimate::training_bytes(b, &self.params, n, d, threads, cap);
-                let device = estimate::training_device_bytes(b, &self.params, n, d);
+                let host = self.training_fit(n, d).host_bytes;
+                let device =
+                    estimate::training_device_bytes(self.ctx.backend(), &self.params, n, d);
                 (host, device)
             }
             Work::Build => (
@@ -115,6 +114,16 @@ impl Compressor {
                 (host, device)
             }
         }
+    }
+
+    /// How training `n` x `d` vectors fits under the context's host cap.
+    fn training_fit(&self, n: usize, d: usize) -> estimate::TrainingFit {
+        let (b, cap, threads) = (
+            self.ctx.backend(),
+            self.ctx.memory_cap(),
+            self.ctx.threads(),
+        );
+        estimate::training_fit(b, &self.params, n, d, threads, cap)
     }
 
     /// `OutOfMemory` where encoding `n` vectors (`converted` from f16) with `cb` needs more
@@ -161,9 +170,7 @@ impl Compressor {
             let (host, device) = self.estimate_training_memory(n, d);
             self.ctx
                 .check_caps((host, device), || format!("training {n} x {d} vectors"))?;
-            let (b, cap) = (self.ctx.backend(), self.ctx.memory_cap());
-            let threads = self.ctx.threads();
-            at_once = estimate::training_at_once(b, &self.params, n, d, threads, cap);
+            at_once = self.training_fit(n, d).at_once;
         }
         let params = self.params.clone();
         let (cb, report) = self

@@ -190,7 +190,7 @@ fn training_stays_within_a_quarter_of_its_estimate() {
         let mut p = common::small_params(anchors, bytes);
         p.metric = metric;
         p.rotation = rotation;
-        let want = estimate::training_bytes(ctx.backend(), &p, n, d, threads, 0);
+        let want = estimate::training_fit(ctx.backend(), &p, n, d, threads, 0).host_bytes;
         let before = fresh_peak();
         let mut c = Compressor::new(ctx.clone(), p);
         c.train(&x, d).unwrap();

@@ -6,39 +6,39 @@ use crate::backend::streaming::wgpu_streamed_rows;
 use crate::linalg::BLOCK;
 use crate::params::{Metric, Rotation, TrainParams};
 
-/// Bytes of host working memory a training of `n` x `d` vectors with `p` on `b` with
-/// `threads` threads needs at its peak, the input excluded, under a host cap of `cap` bytes
-/// (0: none): its sub-quantizers train as many at once as fit (`training_at_once`).
-pub fn training_bytes(
-    b: &dyn crate::Backend,
-    p: &TrainParams,
-    n: usize,
-    d: usize,
-    threads: usize,
-    cap: usize,
-) -> usize {
-    let at_once = training_at_once(b, p, n, d, threads, cap);
-    training_host_bytes(p, n, d, threads, in_place(b), at_once)
+/// How a training of `n` x `d` vectors with `p` on `b` with `threads` threads fits under a
+/// host cap of `cap` bytes (0: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrainingFit {
+    /// Host working memory at its peak, the input excluded.
+    pub host_bytes: usize,
+    /// Sub-quantizers training at once: no limit (`usize::MAX`: as many as the threads
+    /// take), or fewer where that fits under the cap and more would not; at least one. Each
+    /// holds a copy of its sub-space's columns, and the results do not depend on how many
+    /// train at once.
+    pub at_once: usize,
 }
 
-/// Sub-quantizers a training on `threads` threads trains at once: no limit (`usize::MAX`:
-/// as many as its threads take), or fewer where that fits under a host cap of `cap` bytes
-/// (0: none) and more would not; at least one. Each holds a copy of its sub-space's columns,
-/// and the results do not depend on how many train at once.
-pub fn training_at_once(
+/// `TrainingFit` of a training: its sub-quantizers train as many at once as fit.
+pub fn training_fit(
     b: &dyn crate::Backend,
     p: &TrainParams,
     n: usize,
     d: usize,
     threads: usize,
     cap: usize,
-) -> usize {
+) -> TrainingFit {
+    let bytes = |a: usize| training_host_bytes(p, n, d, threads, in_place(b), a);
     let most = threads.max(1).min(p.subquantizers().max(1));
-    let fits = |a: usize| training_host_bytes(p, n, d, threads, in_place(b), a) <= cap;
-    if cap == 0 || fits(most) {
-        return usize::MAX;
+    let at_once = if cap == 0 || bytes(most) <= cap {
+        usize::MAX
+    } else {
+        (1..most).rev().find(|&a| bytes(a) <= cap).unwrap_or(1)
+    };
+    TrainingFit {
+        host_bytes: bytes(at_once),
+        at_once,
     }
-    (1..most).rev().find(|&a| fits(a)).unwrap_or(1)
 }
 
 /// The anchors' sessions read their rows where they lie (the CPU's), rather than taking them
@@ -47,7 +47,7 @@ fn in_place(b: &dyn crate::Backend) -> bool {
     b.kind() == crate::BackendKind::Cpu
 }
 
-/// `training_bytes` with `at_once` sub-quantizers training at a time.
+/// Host bytes a training takes at its peak with `at_once` sub-quantizers training at a time.
 fn training_host_bytes(
     p: &TrainParams,
     n: usize,
