@@ -460,7 +460,7 @@ impl WgpuBackend {
         Ok(b)
     }
 
-    /// `raw` (of `size` bytes), counted in `live` until its last handle drops, as
+    /// `raw` (of `size` bytes), counted in `count` until the device is done with it, as
     /// allocators place buffers: on 256-byte boundaries.
     pub(super) fn counted(&self, raw: wgpu::Buffer, size: usize) -> Buf {
         let bytes = size.next_multiple_of(256);
@@ -499,25 +499,29 @@ impl WgpuBackend {
         }
     }
 
-    /// The cap is checked against the count of this backend's own buffers: the adapter's
-    /// allocator gives no report (or the test hook `no_allocator_report` is set).
-    pub(super) fn counts_own_buffers(&self) -> bool {
+    /// The test hook `no_allocator_report`: the cap reads the count of buffers while
+    /// `memory_usage` still reads the allocator, so that tests measure what the count lets
+    /// through.
+    fn report_off(&self) -> bool {
         #[cfg(feature = "test-hooks")]
-        if self.opts.wgpu.no_allocator_report {
-            return true;
-        }
-        self.device.generate_allocator_report().is_none()
+        return self.opts.wgpu.no_allocator_report;
+        #[cfg(not(feature = "test-hooks"))]
+        false
     }
 
-    /// Device bytes in use as the cap sees them: `allocated`, or under the test hook
-    /// `no_allocator_report` the count of held buffers alone (while `memory_usage` still
-    /// reads the allocator, so that tests measure what the count lets through).
+    /// The cap is checked against the count of this backend's own buffers: the adapter's
+    /// allocator gives no report (or the test hook is set).
+    pub(super) fn counts_own_buffers(&self) -> bool {
+        self.report_off() || self.device.generate_allocator_report().is_none()
+    }
+
+    /// Device bytes in use as the cap sees them: `allocated`, or the count of buffers under
+    /// the test hook.
     pub(super) fn in_use(&self) -> usize {
-        #[cfg(feature = "test-hooks")]
-        if self.opts.wgpu.no_allocator_report {
-            return self.counted_bytes();
+        match self.report_off() {
+            true => self.counted_bytes(),
+            false => self.allocated(),
         }
-        self.allocated()
     }
 
     /// Rows of `row` bytes that take `1 / share` of the device memory the cap leaves (at
