@@ -163,19 +163,21 @@ impl Compressor {
     }
 
     fn train_watched(&mut self, x: &[f32], d: usize, watch: &Watch) -> Result<&TrainReport> {
-        let mut at_once = usize::MAX;
+        let (mut at_once, mut held) = (usize::MAX, true);
         if let Some(n) = x.len().checked_div(d) {
             // Refused before anything is allocated. On a device, training streams its points
-            // where they do not fit; on the host, fewer sub-quantizers train at once.
+            // where they do not fit; on the host, fewer sub-quantizers train at once, and
+            // then the codebooks' residuals are rebuilt where read rather than held.
             let (host, device) = self.estimate_training_memory(n, d);
             self.ctx
                 .check_caps((host, device), || format!("training {n} x {d} vectors"))?;
-            at_once = self.training_fit(n, d).at_once;
+            let fit = self.training_fit(n, d);
+            (at_once, held) = (fit.at_once, fit.held);
         }
         let params = self.params.clone();
         let (cb, report) = self
             .ctx
-            .run(|b| Codebook::train_watched(b, x, d, &params, watch, at_once))?;
+            .run(|b| Codebook::train_watched(b, x, d, &params, watch, at_once, held))?;
         self.codebook = Some(Arc::new(cb));
         Ok(self.report.insert(report))
     }

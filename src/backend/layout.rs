@@ -108,17 +108,6 @@ pub(crate) fn residuals_in_place(
     x
 }
 
-/// `rotate`, written over `x`: each block of rows is copied aside, then turned back into
-/// its place (the same blocks as `rotate_into`, so the same values).
-pub(crate) fn rotate_in_place(r: &[f32], x: &mut [f32], dp: usize) {
-    x.par_chunks_mut(linalg::BLOCK * dp)
-        .for_each_init(Vec::new, |tmp, xb| {
-            tmp.clear();
-            tmp.extend_from_slice(xb);
-            linalg::dot_block(tmp, r, dp, xb);
-        });
-}
-
 /// Rows of `d` scaled to unit length (zero rows stay zero), in place when `x` is already
 /// owned: what cosine compares.
 pub(crate) fn unit_rows<'a>(x: impl Into<Cow<'a, [f32]>>, d: usize) -> Cow<'a, [f32]> {

@@ -82,7 +82,7 @@ impl<'a> RowsView<'a> {
     }
 
     /// Row `i` of the view into `out` (`d` values): copied, and made unit length where asked.
-    fn row_into(&self, i: usize, out: &mut [f32]) {
+    pub(crate) fn row_into(&self, i: usize, out: &mut [f32]) {
         let d = self.d;
         let src = self.pick.map_or(i, |p| p[i]);
         out.copy_from_slice(&self.x[src * d..(src + 1) * d]);

@@ -17,6 +17,10 @@ pub struct TrainingFit {
     /// holds a copy of its sub-space's columns, and the results do not depend on how many
     /// train at once.
     pub at_once: usize,
+    /// The codebooks' residuals are held as one copy (else rebuilt a block at a time where
+    /// read, when even one sub-quantizer at a time does not fit with them held; never where
+    /// the learned rotation alternates). The codebook is the same either way.
+    pub held: bool,
 }
 
 /// `TrainingFit` of a training: its sub-quantizers train as many at once as fit.
@@ -28,17 +32,25 @@ pub fn training_fit(
     threads: usize,
     cap: usize,
 ) -> TrainingFit {
-    let bytes = |a: usize| training_host_bytes(p, n, d, threads, in_place(b), a);
+    let bytes = |a: usize, held: bool| training_host_bytes(p, n, d, threads, in_place(b), a, held);
     let most = threads.max(1).min(p.subquantizers().max(1));
-    let at_once = if cap == 0 || bytes(most) <= cap {
-        usize::MAX
-    } else {
-        (1..most).rev().find(|&a| bytes(a) <= cap).unwrap_or(1)
+    let fit = |a: usize, held: bool| TrainingFit {
+        host_bytes: bytes(a, held),
+        at_once: a,
+        held,
     };
-    TrainingFit {
-        host_bytes: bytes(at_once),
-        at_once,
+    if cap == 0 || bytes(most, true) <= cap {
+        return fit(usize::MAX, true);
     }
+    // Fewer sub-quantizers at once first, then residuals rebuilt, the first that fits;
+    // where none does, the least (which the cap refuses).
+    let alternates = p.rotation == Rotation::Learned && p.opq_iters > 0;
+    let holds = (1..most).rev().map(|a| (a, true));
+    let rebuilds = (1..=most).rev().map(|a| (a, false)).filter(|_| !alternates);
+    holds
+        .chain(rebuilds)
+        .find(|&(a, h)| bytes(a, h) <= cap)
+        .map_or(fit(1, alternates), |(a, h)| fit(a, h))
 }
 
 /// The anchors' sessions read their rows where they lie (the CPU's), rather than taking them
@@ -47,7 +59,8 @@ fn in_place(b: &dyn crate::Backend) -> bool {
     b.kind() == crate::BackendKind::Cpu
 }
 
-/// Host bytes a training takes at its peak with `at_once` sub-quantizers training at a time.
+/// Host bytes a training takes at its peak with `at_once` sub-quantizers training at a time
+/// and the codebooks' residuals `held` (else rebuilt where read).
 fn training_host_bytes(
     p: &TrainParams,
     n: usize,
@@ -55,6 +68,7 @@ fn training_host_bytes(
     threads: usize,
     in_place: bool,
     at_once: usize,
+    held: bool,
 ) -> usize {
     let f = 4usize; // an f32 or u32
     let threads = threads.max(1);
@@ -85,11 +99,12 @@ fn training_host_bytes(
         + 3 * k * d * f
         + (threads * BLOCK * (k + d) * f).max((chunks + 1) * k * d * 8);
 
-    // Codebooks: the sample's residuals, rotated in place (written over the sample where it
-    // is a copy), its assignment, the rotation's covariance and eigenvectors (f64), the
-    // learned rotation's alternations (its fit rows rotated and reconstructed), per
-    // sub-quantizer in training its columns with their norms, assignment and distances, and
-    // per thread a block of scores.
+    // Codebooks: the sample's residuals where held (written over the sample's copy), its
+    // assignment, the rotation's covariance and eigenvectors (f64), the learned rotation's
+    // alternations (its fit rows rotated, then reconstructed in their place, and their
+    // codes), per sub-quantizer in training its columns with their norms, assignment and
+    // distances (then its error's), and per thread a block of scores, and of residuals where
+    // they are rebuilt.
     let nsub = p.subquantizers().max(1);
     let dsub = d.div_ceil(nsub);
     let dp = nsub * dsub;
@@ -109,19 +124,23 @@ fn training_host_bytes(
             0 => npq,
             t => npq.min(t),
         };
-        2 * fit * dp * f
+        fit * (dp * f + nsub)
     } else {
         0
     };
+    let (resid, rebuilt) = if held {
+        (npq * dp * f, 0)
+    } else {
+        (0, threads * BLOCK * dp * f)
+    };
     let fits = at_once.min(threads).min(nsub) * npq * (dsub + 3) * f
-        + threads.min(nsub) * BLOCK * ksub * f;
-    // Then the quantizer's error, a block of rows at a time: the block decoded, its codes,
-    // and a sub-space's columns with their norms, assignment and distances.
-    let rows = super::small_block_rows(dp).min(npq);
-    let error = rows * dp * f + rows * nsub + rows * (dsub + 3) * f;
-    let codebooks = k * d * f + npq * dp * f + npq * f + rotation + alternations + fits.max(error);
+        + threads.min(nsub) * (BLOCK * ksub * f + rebuilt);
+    let codebooks = k * d * f + resid + npq * f + rotation + alternations + fits;
 
-    anchors.max(codebooks) + threads * THREAD_BYTES + KEPT_BYTES
+    // Rebuilt residuals come in small blocks, which reuse what the anchors' step left
+    // resident (measured).
+    let kept = if held { KEPT_BYTES } else { 0 };
+    anchors.max(codebooks) + threads * THREAD_BYTES + kept
 }
 
 /// What each pool thread adds as training first runs on it, measured: its stack and its

@@ -4,19 +4,23 @@
 
 pub mod estimate;
 pub mod pq;
+mod residuals;
 pub(crate) mod rotation;
 
 use pq::FitRun;
 pub use pq::ProductQuantizer;
 
-use crate::backend::layout::{self, residuals, source_column};
+use crate::backend::host::sub_columns;
+use crate::backend::layout::{self, source_column};
 use crate::backend::{Backend, CodebookView, RowsView};
 use crate::error::{check_finite, check_norms, Error, Result};
+use crate::linalg::BLOCK;
 use crate::params::{Metric, Rotation, TrainParams};
 use crate::progress::{Phase, Progress, Watch};
 use crate::rng::Rng;
 use crate::train;
 use rayon::prelude::*;
+use residuals::Residuals;
 use std::borrow::Cow;
 use std::time::Instant;
 
@@ -91,19 +95,9 @@ fn polled_blocks(
     x: &[f32],
     width: usize,
     watch: &Watch,
-    f: impl FnMut(&[f32]) -> Result<()>,
-) -> Result<()> {
-    polled_blocks_of(x, width, block_rows(width, watch, usize::MAX), watch, f)
-}
-
-/// `polled_blocks` with blocks of `rows` rows whether or not anyone listens.
-fn polled_blocks_of(
-    x: &[f32],
-    width: usize,
-    rows: usize,
-    watch: &Watch,
     mut f: impl FnMut(&[f32]) -> Result<()>,
 ) -> Result<()> {
+    let rows = block_rows(width, watch, usize::MAX);
     for part in x.chunks(rows.saturating_mul(width)) {
         watch.poll()?;
         f(part)?;
@@ -122,15 +116,6 @@ fn rotate_polled(r: &[f32], x: &[f32], dp: usize, watch: &Watch) -> Result<Vec<f
         Ok(())
     })?;
     Ok(out)
-}
-
-/// `rotate_polled`, written over `y`.
-fn rotate_polled_in_place(r: &[f32], y: &mut [f32], dp: usize, watch: &Watch) -> Result<()> {
-    for part in y.chunks_mut(block_rows(dp, watch, usize::MAX).saturating_mul(dp)) {
-        watch.poll()?;
-        layout::rotate_in_place(r, part, dp);
-    }
-    Ok(())
 }
 
 /// What training measured.
@@ -171,11 +156,12 @@ impl Codebook {
         p: &TrainParams,
         progress: &dyn Progress,
     ) -> Result<(Codebook, TrainReport)> {
-        Codebook::train_watched(backend, x, d, p, &Watch::new(progress), usize::MAX)
+        Codebook::train_watched(backend, x, d, p, &Watch::new(progress), usize::MAX, true)
     }
 
     /// `train` reporting to `watch`, with at most `at_once` sub-quantizers training at a
-    /// time (`estimate::training_fit`): without a listener, no step is split for reports.
+    /// time, and the codebooks' residuals `held` as one copy or rebuilt where read
+    /// (`estimate::training_fit`): the codebook is the same either way.
     pub(crate) fn train_watched(
         backend: &dyn Backend,
         x: &[f32],
@@ -183,6 +169,7 @@ impl Codebook {
         p: &TrainParams,
         watch: &Watch,
         at_once: usize,
+        held: bool,
     ) -> Result<(Codebook, TrainReport)> {
         p.validate()?;
         crate::error::whole_rows(x.len(), d, "values")?;
@@ -208,34 +195,39 @@ impl Codebook {
         let rng = Rng::new(p.anchor.seed ^ 0x9a);
         let idx = (p.pq_train_points > 0 && n > p.pq_train_points)
             .then(|| rng.fork(1).sample_indices(n, p.pq_train_points));
-        let sample = RowsView {
+        let view = RowsView {
             x,
             d,
             pick: idx.as_deref(),
             unit: p.metric == Metric::Cosine,
-        }
-        .whole();
+        };
         // Every sub-quantizer fit, the rotation's alternations' and the final one's.
         let passes = match p.rotation {
             Rotation::Learned => p.opq_iters + 1,
             _ => 1,
         };
         watch.report(Phase::Codebooks, 0, passes * nsub)?;
-        // The long steps before the fits go in blocks of rows, polled between.
-        let mut assign = Vec::with_capacity(sample.len() / d);
-        polled_blocks(&sample, d, watch, |part| {
+        // The sample is one prepared copy where its residuals are held (they are written
+        // over it), else read where it lies. Its nearest anchors go in blocks of rows,
+        // polled between: the same blocks either way, so the same anchors.
+        let hold = held || (p.rotation == Rotation::Learned && p.opq_iters > 0);
+        let sample = hold.then(|| view.whole());
+        let (ns, rows) = (view.len(), small_block_rows(d).next_multiple_of(BLOCK));
+        let mut assign = Vec::with_capacity(ns);
+        let mut buf = Vec::new();
+        for start in (0..ns).step_by(rows) {
+            watch.poll()?;
+            let len = rows.min(ns - start);
+            let part = match &sample {
+                Some(s) => &s[start * d..(start + len) * d],
+                None => view.block(start, len, &mut buf),
+            };
             assign.extend(backend.nearest(part, d, &anchors.centroids)?.0);
-            Ok(())
-        })?;
+        }
+        drop(buf);
+        let resid = Residuals::new(view, sample, &anchors.centroids, assign, dsub, dp);
+        let nr = resid.rows();
         let poll = || watch.poll();
-        // The residuals, then their rotation, take the sample's place: one copy of the
-        // sample at a time.
-        let mut resid = match sample {
-            Cow::Owned(s) => {
-                layout::residuals_in_place(s, d, dsub, dp, &anchors.centroids, &assign)
-            }
-            Cow::Borrowed(s) => residuals(s, d, dsub, dp, &anchors.centroids, &assign),
-        };
         let seed = p.anchor.seed ^ 0x70;
         let rot = match p.rotation {
             Rotation::None => Vec::new(),
@@ -245,65 +237,69 @@ impl Codebook {
                 // then alternate a few Lloyd steps of a warm-started quantizer with the
                 // orthogonal Procrustes fit of the rotation to its reconstructions.
                 // The rotation is fitted on a sample; the final quantizer uses every point.
-                let keep = if p.opq_train_points == 0 {
-                    resid.len()
-                } else {
-                    p.opq_train_points * dp
+                let fit_rows = match p.opq_train_points {
+                    0 => nr,
+                    t => nr.min(t),
                 };
-                let fit = &resid[..resid.len().min(keep)];
-                let mut r = rotation::eigen_allocation(fit, dp, nsub, &poll)?;
-                let mut pq: Option<ProductQuantizer> = None;
-                for pass in 0..p.opq_iters {
-                    let y = rotate_polled(&r, fit, dp, watch)?;
-                    let q = ProductQuantizer::train(
-                        backend,
-                        &y,
-                        dp,
-                        nsub,
-                        p.bits,
-                        4,
-                        seed,
-                        pq.as_ref(),
-                        watch,
-                        FitRun {
-                            pass,
-                            passes,
-                            at_once,
-                        },
-                    )?;
-                    let mut yhat = vec![0f32; y.len()];
-                    q.decode(&q.encode(backend, &y)?, &mut yhat);
-                    r = rotation::procrustes(fit, &yhat, dp, &poll)?;
-                    pq = Some(q);
+                let mut cross = rotation::Cross::new(dp);
+                for start in (0..fit_rows).step_by(rotation::CROSS_CHUNK) {
+                    poll()?;
+                    let c = resid.block(start, rotation::CROSS_CHUNK.min(fit_rows - start));
+                    cross.add(&c, &c);
+                }
+                let mut r = rotation::eigen_allocation_of(cross, nsub);
+                // Alternations always hold their rows (`hold` below).
+                if let (1.., Some(held)) = (p.opq_iters, resid.held()) {
+                    let fit = &held[..fit_rows * dp];
+                    let mut pq: Option<ProductQuantizer> = None;
+                    for pass in 0..p.opq_iters {
+                        // The rotated rows, then their reconstructions written over them.
+                        let mut y = rotate_polled(&r, fit, dp, watch)?;
+                        let (q, _) = ProductQuantizer::train(
+                            backend,
+                            fit_rows,
+                            &|j| sub_columns(&y, dp, j * dsub, dsub),
+                            dp,
+                            nsub,
+                            p.bits,
+                            4,
+                            seed,
+                            pq.as_ref(),
+                            watch,
+                            FitRun {
+                                pass,
+                                passes,
+                                at_once,
+                            },
+                        )?;
+                        let codes = q.encode(backend, &y)?;
+                        q.decode(&codes, &mut y);
+                        r = rotation::procrustes(fit, &y, dp, &poll)?;
+                        pq = Some(q);
+                    }
                 }
                 r
             }
         };
-        if !rot.is_empty() {
-            rotate_polled_in_place(&rot, &mut resid, dp, watch)?;
-        }
-        let y = resid;
         let last = FitRun {
             pass: passes - 1,
             passes,
             at_once,
         };
-        let pq = ProductQuantizer::train(
-            backend, &y, dp, nsub, p.bits, p.pq_iters, seed, None, watch, last,
+        let (pq, err) = ProductQuantizer::train(
+            backend,
+            nr,
+            &|j| resid.columns(&rot, j),
+            dp,
+            nsub,
+            p.bits,
+            p.pq_iters,
+            seed,
+            None,
+            watch,
+            last,
         )?;
-        // The quantizer's error, block by block (polled), so that its decoded copy stays
-        // small whether or not anyone listens; one running sum in row order.
-        let mut err = 0f64;
-        polled_blocks_of(&y, dp, small_block_rows(dp), watch, |part| {
-            let mut yhat = vec![0f32; part.len()];
-            pq.decode(&pq.encode(backend, part)?, &mut yhat);
-            err = part
-                .iter()
-                .zip(&yhat)
-                .fold(err, |s, (a, b)| s + ((a - b) * (a - b)) as f64);
-            Ok(())
-        })?;
-        let pq_mse = err / (y.len() / dp).max(1) as f64;
+        let pq_mse = err / nr.max(1) as f64;
         // The last report may still cancel: nothing has been handed out yet.
         watch.report(Phase::Codebooks, passes * nsub, passes * nsub)?;
 

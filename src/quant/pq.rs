@@ -1,7 +1,6 @@
 //! Product quantization of (rotated, padded) residuals: M sub-spaces of `dsub` dimensions, each
 //! with 2^bits centroids trained by the same k-means engine as the anchors.
 
-use crate::backend::host::sub_columns;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::params::AnchorParams;
@@ -51,12 +50,14 @@ impl ProductQuantizer {
 
     /// With `warm`, each sub-space starts from that quantizer's centroids instead of k-means++.
     /// Reports go to `watch` (phase `Codebooks`), which may cancel.
-    /// Trains on `y` (n x `dpad`, `dpad` = M * dsub). Sub-spaces train in parallel, at most
-    /// `run.at_once` at a time, each with its own seed, so the result does not depend on
-    /// scheduling.
+    /// Trains on `n` rows of `dpad` = M * dsub columns, sub-space j's columns (n x dsub)
+    /// given by `columns(j)`. Sub-spaces train in parallel, at most `run.at_once` at a time,
+    /// each with its own seed, so the result does not depend on scheduling. Returns the
+    /// quantizer with its squared error summed over the rows (each sub-space's, in order).
     pub(crate) fn train(
         backend: &dyn Backend,
-        y: &[f32],
+        n: usize,
+        columns: &(dyn Fn(usize) -> Vec<f32> + Sync),
         dpad: usize,
         nsub: usize,
         bits: u32,
@@ -65,19 +66,18 @@ impl ProductQuantizer {
         warm: Option<&ProductQuantizer>,
         watch: &Watch,
         run: FitRun,
-    ) -> Result<Self> {
-        debug_assert!(dpad.is_multiple_of(nsub) && y.len().is_multiple_of(dpad));
+    ) -> Result<(Self, f64)> {
+        debug_assert!(dpad.is_multiple_of(nsub));
         let dsub = dpad / nsub;
         let k = 1usize << bits;
-        let n = y.len() / dpad;
         // Reports count sub-spaces over all the fits.
         let finished = std::sync::atomic::AtomicUsize::new(0);
         let report = || {
             let done = run.pass * nsub + finished.load(std::sync::atomic::Ordering::Relaxed);
             watch.report(Phase::Codebooks, done, run.passes * nsub)
         };
-        let one = |j: usize| -> Result<Vec<f32>> {
-            let sub = sub_columns(y, dpad, j * dsub, dsub);
+        let one = |j: usize| -> Result<(Vec<f32>, f64)> {
+            let sub = columns(j);
             let p = AnchorParams::lloyd(k.min(n), iters, seed.wrapping_add(j as u64 * 7919));
             let init = warm
                 .filter(|w| w.dsub == dsub && w.bits == bits && k <= n)
@@ -95,7 +95,10 @@ impl ProductQuantizer {
                     c[i * dsub + t] = c[src + t];
                 }
             }
-            Ok(c)
+            // The sub-space's error, from its own columns while they are at hand.
+            let (_, dist) = backend.nearest(&sub, dsub, &c)?;
+            let err = dist.iter().map(|&v| v.max(0.0) as f64).sum::<f64>();
+            Ok((c, err))
         };
         // A device backend holds its device through a call and stages data on this thread
         // pool meanwhile: a call made from a pool task could wait there on another call
@@ -103,7 +106,7 @@ impl ProductQuantizer {
         // sub-spaces go one after another.
         // Each sub-space in training holds a copy of its columns: under a memory cap, fewer
         // train at once, in waves.
-        let subs: Vec<Result<Vec<f32>>> = if backend.caps().concurrent_calls {
+        let subs: Vec<Result<(Vec<f32>, f64)>> = if backend.caps().concurrent_calls {
             let wave = run.at_once.clamp(1, nsub.max(1));
             (0..nsub)
                 .step_by(wave)
@@ -118,15 +121,19 @@ impl ProductQuantizer {
             (0..nsub).map(one).collect()
         };
         let mut centroids = Vec::with_capacity(nsub * k * dsub);
+        let mut err = 0f64;
         for s in subs {
-            centroids.extend(s?);
+            let (c, e) = s?;
+            centroids.extend(c);
+            err += e;
         }
-        Ok(ProductQuantizer {
+        let pq = ProductQuantizer {
             nsub,
             bits,
             dsub,
             centroids,
-        })
+        };
+        Ok((pq, err))
     }
 
     /// Codes of `y` (n x M*dsub), `code_size` bytes each.

@@ -24,22 +24,39 @@ pub(crate) fn random_orthogonal(dp: usize, seed: u64) -> Vec<f32> {
     out
 }
 
-/// `X^T Y` (dp x dp): a GEMM per fixed chunk of rows in f32, the chunks summed in f64 in
-/// order. Each output entry is computed whole by one thread, so the result does not depend
-/// on the thread count.
-fn cross(x: &[f32], y: &[f32], dp: usize, poll: Poll) -> Result<Mat<f64>> {
-    use faer::{linalg::matmul::matmul, Accum, MatMut, MatRef, Par};
-    const CHUNK: usize = 4096;
-    const BAND: usize = 64;
-    let mut part = vec![0f32; dp * dp];
-    let mut m = vec![0f64; dp * dp];
-    for (xc, yc) in x.chunks(CHUNK * dp).zip(y.chunks(CHUNK * dp)) {
-        poll()?;
+/// `X^T Y` (dp x dp), summed over chunks of `CROSS_CHUNK` rows in order: a GEMM per chunk
+/// in f32, the chunks summed in f64. Each output entry is computed whole by one thread, so
+/// the result does not depend on the thread count.
+pub(crate) struct Cross {
+    dp: usize,
+    part: Vec<f32>,
+    sum: Vec<f64>,
+}
+
+/// Rows per chunk of a `Cross`: whoever feeds one gives chunks of this many rows (the last
+/// one fewer), so that the same rows give the same sums however they are held.
+pub(crate) const CROSS_CHUNK: usize = 4096;
+
+impl Cross {
+    pub(crate) fn new(dp: usize) -> Self {
+        Cross {
+            dp,
+            part: vec![0f32; dp * dp],
+            sum: vec![0f64; dp * dp],
+        }
+    }
+
+    /// Adds the chunk's `xc^T yc`.
+    pub(crate) fn add(&mut self, xc: &[f32], yc: &[f32]) {
+        use faer::{linalg::matmul::matmul, Accum, MatMut, MatRef, Par};
+        const BAND: usize = 64;
+        let dp = self.dp;
         let r = xc.len() / dp;
         let xa = MatRef::from_row_major_slice(xc, r, dp);
         let ya = MatRef::from_row_major_slice(yc, r, dp);
         // Bands of output rows in parallel: rows a0.. of X^T Y are X[:, a0..]^T Y.
-        part.par_chunks_mut(BAND * dp)
+        self.part
+            .par_chunks_mut(BAND * dp)
             .enumerate()
             .for_each(|(b, band)| {
                 let rows = band.len() / dp;
@@ -47,20 +64,41 @@ fn cross(x: &[f32], y: &[f32], dp: usize, poll: Poll) -> Result<Mat<f64>> {
                 let xb = xa.subcols(b * BAND, rows);
                 matmul(o, Accum::Replace, xb.transpose(), ya, 1.0f32, Par::Seq);
             });
-        for (a, &b) in m.iter_mut().zip(&part) {
+        for (a, &b) in self.sum.iter_mut().zip(&self.part) {
             *a += b as f64;
         }
     }
-    Ok(Mat::<f64>::from_fn(dp, dp, |i, j| m[i * dp + j]))
+
+    fn done(self) -> Mat<f64> {
+        let dp = self.dp;
+        Mat::<f64>::from_fn(dp, dp, |i, j| self.sum[i * dp + j])
+    }
+}
+
+/// `X^T Y` of whole matrices (n x dp).
+fn cross(x: &[f32], y: &[f32], dp: usize, poll: Poll) -> Result<Cross> {
+    let mut c = Cross::new(dp);
+    for (xc, yc) in x.chunks(CROSS_CHUNK * dp).zip(y.chunks(CROSS_CHUNK * dp)) {
+        poll()?;
+        c.add(xc, yc);
+    }
+    Ok(c)
 }
 
 /// OPQ's parametric start (eigenvalue allocation): the principal axes of `x` (n x dp), dealt
 /// largest first to the sub-space of `nsub` whose product of variances is smallest so far, so
 /// every sub-space gets a similar share of the information. Rows of the result are the axes.
 /// `poll` is asked between chunks of rows; its error stops the work.
+#[cfg(test)]
 pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize, poll: Poll) -> Result<Vec<f32>> {
-    let Ok(evd) = cross(x, x, dp, poll)?.self_adjoint_eigen(faer::Side::Lower) else {
-        return Ok(identity(dp));
+    Ok(eigen_allocation_of(cross(x, x, dp, poll)?, nsub))
+}
+
+/// `eigen_allocation` of the rows whose `X^T X` is `c`.
+pub(crate) fn eigen_allocation_of(c: Cross, nsub: usize) -> Vec<f32> {
+    let dp = c.dp;
+    let Ok(evd) = c.done().self_adjoint_eigen(faer::Side::Lower) else {
+        return identity(dp);
     };
     let (u, s) = (evd.U(), evd.S().column_vector());
     let dsub = dp / nsub;
@@ -81,13 +119,13 @@ pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize, poll: Poll) ->
             out[row * dp + t] = u[(t, e)] as f32;
         }
     }
-    Ok(out)
+    out
 }
 
 /// The orthogonal R minimising `sum |R x_i - y_i|^2` (orthogonal Procrustes): with
 /// `X^T Y = U S V^T`, `R = V U^T`. `poll` as in `eigen_allocation`.
 pub(crate) fn procrustes(x: &[f32], y: &[f32], dp: usize, poll: Poll) -> Result<Vec<f32>> {
-    let Ok(svd) = cross(x, y, dp, poll)?.svd() else {
+    let Ok(svd) = cross(x, y, dp, poll)?.done().svd() else {
         return Ok(identity(dp));
     };
     let (u, v) = (svd.U(), svd.V());

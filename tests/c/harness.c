@@ -844,7 +844,17 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_fingerprint(c, &fp), VLCC_STATUS_OK);
     expect_status(vlcc_context_set_device_memory_cap(ctx, 0), VLCC_STATUS_OK);
+    /* Under half its estimate: the same codebook in less memory where the capped estimate
+       fits (the codebooks' residuals rebuilt where read), else refused. */
+    uint64_t capped = 0;
     expect_status(vlcc_context_set_memory_cap(ctx, (size_t)(host / 2)), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_estimate_memory(c, N, D, &capped, &device), VLCC_STATUS_OK);
+    expect_status(vlcc_compressor_train(c, x, N, D),
+                  capped <= host / 2 ? VLCC_STATUS_OK : VLCC_STATUS_OUT_OF_MEMORY);
+    expect_status(vlcc_compressor_fingerprint(c, &fp_after), VLCC_STATUS_OK);
+    expect(fp_after == fp, "a capped train gives, or keeps, the same codebook");
+    /* Far under it: refused, and the codebook kept. */
+    expect_status(vlcc_context_set_memory_cap(ctx, (size_t)(host / 50)), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OUT_OF_MEMORY);
     expect_status(vlcc_compressor_fingerprint(c, &fp_after), VLCC_STATUS_OK);
     expect(fp_after == fp, "a refused train keeps the codebook");
