@@ -30,11 +30,22 @@ pub(crate) fn block_bytes(nsub: usize) -> usize {
 
 /// A list's 4-bit codes (`nbytes = ceil(nsub / 2)` bytes per vector, as the index holds them)
 /// in blocks; the last block's missing vectors have code 0.
+#[cfg(test)]
 pub(crate) fn pack(codes: &[u8], nsub: usize) -> Vec<u8> {
+    let mut out = vec![0u8; packed_len(codes.len() / nsub.div_ceil(2).max(1), nsub)];
+    pack_into(codes, nsub, &mut out);
+    out
+}
+
+/// Bytes of `n` vectors' codes in blocks.
+fn packed_len(n: usize, nsub: usize) -> usize {
+    n.div_ceil(BLOCK) * block_bytes(nsub)
+}
+
+/// `pack` into `out` (`packed_len` bytes, zeroed).
+fn pack_into(codes: &[u8], nsub: usize, out: &mut [u8]) {
     let nbytes = nsub.div_ceil(2);
-    let n = codes.len() / nbytes.max(1);
     let bb = block_bytes(nsub);
-    let mut out = vec![0u8; n.div_ceil(BLOCK) * bb];
     for (v, code) in codes.chunks_exact(nbytes).enumerate() {
         let (blk, t) = (v / BLOCK, v % BLOCK);
         let base = blk * bb + t % 16;
@@ -43,7 +54,41 @@ pub(crate) fn pack(codes: &[u8], nsub: usize) -> Vec<u8> {
             out[base + j * 16] |= get_code(code, j, 4) << shift;
         }
     }
-    out
+}
+
+/// Every list's codes in blocks, in one allocation (one per list left the allocator's
+/// overhead per list unaccounted for).
+#[derive(Debug)]
+pub(crate) struct Packed {
+    bytes: Vec<u8>,
+    /// List j's blocks are `bytes[start[j]..start[j + 1]]`.
+    start: Vec<usize>,
+}
+
+impl Packed {
+    /// The lists' codes, list j's from `codes(j)`.
+    pub(crate) fn new<'a>(nlist: usize, nsub: usize, codes: impl Fn(usize) -> &'a [u8]) -> Self {
+        let nbytes = nsub.div_ceil(2).max(1);
+        let mut start = Vec::with_capacity(nlist + 1);
+        start.push(0);
+        for j in 0..nlist {
+            start.push(start[j] + packed_len(codes(j).len() / nbytes, nsub));
+        }
+        let mut bytes = vec![0u8; start[nlist]];
+        for j in 0..nlist {
+            pack_into(codes(j), nsub, &mut bytes[start[j]..start[j + 1]]);
+        }
+        Packed { bytes, start }
+    }
+
+    /// List j's blocks.
+    pub(crate) fn list(&self, j: usize) -> &[u8] {
+        &self.bytes[self.start[j]..self.start[j + 1]]
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.bytes.len() + self.start.len() * std::mem::size_of::<usize>()
+    }
 }
 
 /// A float table (`nsub` x 16, one list's for one query) as bytes: entry v of sub-quantizer j

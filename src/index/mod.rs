@@ -109,7 +109,7 @@ pub struct Index {
     pub(crate) stamp: u64,
     /// 4-bit lists in fast-scan blocks, made at the first search that scans them and
     /// dropped by every change.
-    packed4: OnceLock<Vec<Vec<u8>>>,
+    packed4: OnceLock<fastscan::Packed>,
     /// Where each id sits (`ids`), built by the first call that needs it and kept by changes.
     id_map: OnceLock<IdMap>,
     /// The largest error bound held (`bounds`), found when first needed, dropped by changes.
@@ -284,19 +284,16 @@ impl Index {
     /// lists are scanned code by code, with the same results). On one thread: searches call
     /// this from rayon tasks, and a parallel build there could pick up another search task on
     /// the building thread, which would wait on itself.
-    pub(crate) fn packed4(&self) -> Option<&[Vec<u8>]> {
+    pub(crate) fn packed4(&self) -> Option<&fastscan::Packed> {
         if self.packed4.get().is_none() && self.ctx.memory_cap() > 0 {
             return None;
         }
         Some(self.build_packed4())
     }
 
-    fn build_packed4(&self) -> &[Vec<u8>] {
+    fn build_packed4(&self) -> &fastscan::Packed {
         self.packed4.get_or_init(|| {
-            let nsub = self.cb.pq.nsub;
-            (0..self.nlist())
-                .map(|j| fastscan::pack(self.list(j).1, nsub))
-                .collect()
+            fastscan::Packed::new(self.nlist(), self.cb.pq.nsub, |j| self.list(j).1)
         })
     }
 
@@ -476,10 +473,7 @@ impl Index {
             refine_bytes: n * self.refine.row_bytes(self.cb.dim()),
             id_map_bytes: self.id_map.get().map_or(0, IdMap::heap_bytes),
             table_bytes: self.tables.get().map_or(0, search::Tables::heap_bytes),
-            fast_scan_bytes: self
-                .packed4
-                .get()
-                .map_or(0, |p| p.iter().map(Vec::len).sum()),
+            fast_scan_bytes: self.packed4.get().map_or(0, fastscan::Packed::heap_bytes),
             memory_mapped: self.lists.is_mapped(),
             lists_in_memory: self.lists.held_count(),
         }

@@ -499,7 +499,7 @@ impl Index {
                 };
                 match packed {
                     Some(p) => {
-                        scan4_blocks(&list, table, nsub, &p[a], &mut bytes, filter, &mut top)?
+                        scan4_blocks(&list, table, nsub, p.list(a), &mut bytes, filter, &mut top)?
                     }
                     None => scan(&list, table, cb.pq.bits, nsub, &mut pair, filter, &mut top)?,
                 }
@@ -739,7 +739,7 @@ mod tests {
                 want.fill_scalar(&lut);
                 table.fill(&lut);
                 assert_eq!(table.bytes, want.bytes, "list {a}");
-                let packed = &ix.packed4().unwrap()[a];
+                let packed = ix.packed4().unwrap().list(a);
                 let what = format!("list {a}");
                 assert_same_scans(1.5, &lut, nsub, lids, lcodes, packed, &mut table, 10, &what);
                 for block in packed.chunks_exact(fastscan::block_bytes(nsub)) {

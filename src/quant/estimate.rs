@@ -379,14 +379,14 @@ pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     rotated + terms + s.anchors * f + s.dp * s.ksub * f
 }
 
-/// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, the last
-/// block of each list half full on average. 0 for 8-bit codes.
+/// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, at most
+/// one block's padding per list, and each list's offset. 0 for 8-bit codes.
 pub fn fast_scan_bytes(s: &Shape, n: usize) -> usize {
     if s.ksub != 16 {
         return 0;
     }
     let per_vector = s.nsub.div_ceil(2);
-    n * per_vector + s.anchors * (16 * per_vector + 24)
+    n * per_vector + s.anchors * (32 * per_vector + 8)
 }
 
 /// Bytes a search of `nq` queries with `want` candidates each allocates besides the tables and
