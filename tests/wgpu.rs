@@ -463,7 +463,9 @@ fn streamed_sessions_match_resident_ones() {
 #[test]
 fn device_caps_hold() {
     if let Some(g) = gpu() {
-        caps_hold(g, 20_000, &[3.0, 0.5, 0.25, 0.05], 0.25);
+        // Training's peak is one k-means session: at a quarter of it, not even a streamed
+        // one fits.
+        caps_hold(g, 20_000, &[3.0, 0.5, 0.25, 0.05], 0.5);
     }
 }
 

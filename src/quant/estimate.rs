@@ -149,14 +149,14 @@ fn training_host_bytes(
 const THREAD_BYTES: usize = 256 << 10;
 
 /// What stays resident from the anchors' step into the codebooks' (small buffers freed to
-/// the allocator, not to the system), measured at 1.3 to 2.1 MiB on 2 threads.
-const KEPT_BYTES: usize = 2 << 20;
+/// the allocator, not to the system), measured at 1.3 to 2.3 MiB on 2 threads.
+const KEPT_BYTES: usize = 5 << 19;
 
 const MIB: usize = 1 << 20;
 
 /// The k-means sessions a device training opens, one after another, as (points, dimension,
 /// centroids, exact): the anchors' over their sample; the nearest anchor of each PQ training
-/// point (whole, when nobody listens); each sub-quantizer's over those points' residuals.
+/// point, a block of rows at a time; each sub-quantizer's over those points' residuals.
 fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [(usize, usize, usize, bool); 3] {
     let k = p.anchor.anchors.min(n.max(1));
     let mpa = p.anchor.max_points_per_anchor;
@@ -171,14 +171,15 @@ fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [(usize, usize, usi
     let exact = p.anchor.precision == crate::Precision::Exact;
     [
         (ns, d, k, exact),
-        (npq, d, k, true),
+        (npq.min(super::assign_block_rows(d)), d, k, true),
         (npq, d.div_ceil(nsub), ksub, true),
     ]
 }
 
 /// The PQ assignment a device training runs at once, as (points, sub-spaces, padded
 /// dimension, centroids per sub-space): the learned rotation's fit sample, encoded whole at
-/// each of its alternations (where it has any), and the quantizer's error pass, in blocks.
+/// each of its alternations; none without them (each sub-quantizer's error comes from its
+/// own session's shape).
 fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usize, usize) {
     let npq = if p.pq_train_points > 0 {
         n.min(p.pq_train_points)
@@ -187,11 +188,10 @@ fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usi
     };
     let nsub = p.subquantizers().max(1);
     let dp = nsub * d.div_ceil(nsub);
-    let error_pass = npq.min(crate::quant::small_block_rows(dp));
     let rows = match (p.rotation, p.opq_iters, p.opq_train_points) {
         (Rotation::Learned, 1.., 0) => npq,
-        (Rotation::Learned, 1.., m) => npq.min(m).max(error_pass),
-        _ => error_pass,
+        (Rotation::Learned, 1.., m) => npq.min(m),
+        _ => 0,
     };
     (rows, nsub, dp, 1 << p.bits)
 }
@@ -231,7 +231,11 @@ fn cuda_training_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usiz
     let (rows, nsub, dp, ksub) = training_pq_assign(p, n, d);
     let row = dp * 4 + nsub;
     let rows = rows.min((free / 2 / row).max(1024));
-    let pq = rows * row + dp * ksub * 4;
+    let pq = if rows > 0 {
+        rows * row + dp * ksub * 4
+    } else {
+        0
+    };
     let sessions = training_sessions(p, n, d).into_iter().map(one);
     sessions.max().unwrap_or(0).max(pq)
 }
@@ -339,11 +343,13 @@ pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after:
 /// after which, beside its results: with refinement rows (`refine_row` bytes each), the vectors
 /// prepared for the metric (cosine) with what the codes decode to and the decoder's two
 /// intermediate copies, then the rows made; and what the lists grow by (an id, a code and a
-/// refinement row each) while the rows are still held.
+/// refinement row each, and 2% for the allocator around each list's buffers: 1M x 768 at
+/// 64 B peaked 1.7% over their bytes) while the rows are still held.
 pub fn add_bytes(s: &Shape, n: usize, refine_row: usize, threads: usize, converted: bool) -> usize {
     let f = 4;
     let rows = n * refine_row;
-    let held = n * (8 + s.code + refine_row) + rows;
+    let grown = n * (8 + s.code + refine_row);
+    let held = grown + grown / 50 + rows;
     let refine = if refine_row > 0 {
         let prepared = if s.metric == Metric::Cosine {
             n * s.d * f
@@ -496,8 +502,8 @@ fn wgpu_halves_bytes(rows: usize, d: usize) -> usize {
 /// assignment (`training_pq_assign`), each session with its
 /// points, their norms, assignment, distances and group order held whole, or under a cap
 /// they do not fit one block at a time with its staging copy (a quarter of what the
-/// per-point buffers leave, each); and the centroids with their sums and per-centroid
-/// buffers; with cooperative matrices (`halves`), the fp16 halves of the points and the
+/// per-point buffers leave, each); the centroids with their sums and per-centroid
+/// buffers; the assignment and distances read back; with cooperative matrices (`halves`), the fp16 halves of the points and the
 /// centroids. Checked against the allocator's peaks (`tests/wgpu.rs`).
 fn wgpu_training_bytes(
     p: &TrainParams,
@@ -514,7 +520,8 @@ fn wgpu_training_bytes(
                 0
             }
         };
-        let centroids = k * (8 * d + 48) + 2048 + fp16(k);
+        // With the assignment and distances read back (a nearest-anchor pass).
+        let centroids = k * (8 * d + 48) + 2048 + fp16(k) + 8 * ns;
         match free.and_then(|f| wgpu_streamed_rows(ns, d, f, halves)) {
             // Where even the least block does not fit, the session refuses: counted at it.
             Some(rows) => {
@@ -529,7 +536,11 @@ fn wgpu_training_bytes(
     let (rows, nsub, dp, ksub) = training_pq_assign(p, n, d);
     let row = dp * 4 + 6 * nsub;
     let rows = free.map_or(rows, |f| rows.min((f / 2 / row).max(1024)));
-    let pq = rows * row + dp * ksub * 4;
+    let pq = if rows > 0 {
+        rows * row + dp * ksub * 4
+    } else {
+        0
+    };
     let sessions = training_sessions(p, n, d).into_iter().map(one);
     sessions.max().unwrap_or(0).max(pq)
 }

@@ -80,6 +80,12 @@ pub(crate) fn small_block_rows(d: usize) -> usize {
     (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
 }
 
+/// Rows per block of the codebooks' sample (`d` values a row) given their nearest anchors:
+/// whole blocks of `BLOCK` rows, the same whether the sample is held or read in place.
+pub(crate) fn assign_block_rows(d: usize) -> usize {
+    small_block_rows(d).next_multiple_of(BLOCK)
+}
+
 /// Rows per block of `d` values for work reported to `watch`: `unwatched` when nobody listens.
 fn block_rows(d: usize, watch: &Watch, unwatched: usize) -> usize {
     if watch.listening() {
@@ -212,7 +218,7 @@ impl Codebook {
         // polled between: the same blocks either way, so the same anchors.
         let hold = held || (p.rotation == Rotation::Learned && p.opq_iters > 0);
         let sample = hold.then(|| view.whole());
-        let (ns, rows) = (view.len(), small_block_rows(d).next_multiple_of(BLOCK));
+        let (ns, rows) = (view.len(), assign_block_rows(d));
         let mut assign = Vec::with_capacity(ns);
         let mut buf = Vec::new();
         for start in (0..ns).step_by(rows) {
