@@ -719,7 +719,8 @@ vlcc_status vlcc_context_threads(const vlcc_context *ctx, size_t *out);
  * VLCC_STATUS_OUT_OF_MEMORY where it does not fit, leaving every object as it was. A search
  * builds its tables and fast-scan blocks only where they fit beside its working memory, and
  * otherwise goes without them (same results, slower). Training on the CPU trains fewer
- * sub-quantizers at once where that fits (the same codebook).
+ * sub-quantizers at once where that fits, and then rebuilds the codebooks' residuals where
+ * they are read rather than holding them (the same codebook, slower).
  */
 vlcc_status vlcc_context_set_memory_cap(const vlcc_context *ctx, size_t bytes);
 

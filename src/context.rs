@@ -67,7 +67,9 @@ impl Context {
     /// Caps the host memory one call allocates (training, encoding, adding, merging,
     /// searching), in bytes (0 = no cap). Calls check their estimate against it before they
     /// allocate, and return `OutOfMemory` where it does not fit; a search builds its tables
-    /// and fast-scan blocks only where they fit, and goes without them otherwise.
+    /// and fast-scan blocks only where they fit, and goes without them otherwise; training
+    /// trains fewer sub-quantizers at once, then rebuilds the codebooks' residuals where
+    /// they are read, to the same codebook.
     pub fn set_memory_cap(&self, bytes: usize) {
         self.memory_cap
             .store(bytes, std::sync::atomic::Ordering::Relaxed);

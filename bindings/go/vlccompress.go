@@ -253,7 +253,8 @@ func (c *Context) Threads() (int, error) {
 // SetMemoryCap caps the host memory one call allocates, in bytes (0 = no cap): training,
 // encoding, adding, merging and searching check their estimate first and fail with
 // ErrOutOfMemory where it does not fit; a search goes without its tables where they do not,
-// and training on the CPU trains fewer sub-quantizers at once where that fits.
+// and training on the CPU trains fewer sub-quantizers at once, then rebuilds the codebooks'
+// residuals where they are read, where that fits (the same codebook).
 func (c *Context) SetMemoryCap(bytes int) error {
 	if bytes < 0 {
 		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("memory cap %d: must be >= 0", bytes)}

@@ -123,7 +123,8 @@ pub unsafe extern "C" fn vlcc_context_threads(
 /// VLCC_STATUS_OUT_OF_MEMORY where it does not fit, leaving every object as it was. A search
 /// builds its tables and fast-scan blocks only where they fit beside its working memory, and
 /// otherwise goes without them (same results, slower). Training on the CPU trains fewer
-/// sub-quantizers at once where that fits (the same codebook).
+/// sub-quantizers at once where that fits, and then rebuilds the codebooks' residuals where
+/// they are read rather than holding them (the same codebook, slower).
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_context_set_memory_cap(
     ctx: *const vlcc_context,
