@@ -240,10 +240,10 @@ fn training_stays_within_a_quarter_of_its_estimate() {
     rows.push(free_row);
     assert_within(&rows);
     // Under a cap, the figure training is held to: never below what it takes, and above
-    // it by the per-thread buffers the codebooks' small blocks reuse (up to 27% measured
+    // it by the per-thread buffers the codebooks' small blocks reuse (up to 37% measured
     // on 8 threads), so that no cap that would fit is refused for much more.
     capped_rows.extend(capped_more);
-    assert_ratios(&capped_rows, 0.95..=1.4);
+    assert_ratios(&capped_rows, 0.95..=1.5);
 }
 
 /// Many threads, each training a sub-quantizer on its own copy of a sub-space: under caps
