@@ -735,6 +735,50 @@ fn streamed_sessions_match_resident_ones() {
     }
 }
 
+/// A session on rows read where they lie (a sample, made unit length, as training's) gives
+/// what one on a prepared copy of them gives, resident or streamed.
+#[test]
+fn in_place_sessions_match_prepared_ones() {
+    let Some(g) = gpu() else { return };
+    let (n, d, k) = (200_000, 96, 512);
+    let x = common::clustered(n, d, 300, 7);
+    let pick: Vec<usize> = (0..n).rev().collect();
+    let view = vlc_compress::backend::RowsView {
+        x: &x,
+        d,
+        pick: Some(&pick),
+        unit: true,
+    };
+    let prepared = view.whole();
+    let init = &prepared[..k * d];
+    let b = g.ctx.backend();
+    // The points alone take m x (4d + 4) bytes: a cap of a third streams them.
+    for cap in [0, view.len() * (4 * d + 4) / 3] {
+        g.set_device_memory_cap(cap);
+        let copy = run_session(b.kmeans_session(&prepared, d, Precision::Exact), init);
+        let in_place = b.kmeans_session_in_place(view, Precision::Exact);
+        let in_place = run_session(in_place.expect("CUDA reads rows in place"), init);
+        g.set_device_memory_cap(0);
+        assert!(copy == in_place, "cap {cap}: the in-place session differs");
+    }
+}
+
+/// Three assignments and updates of a session from `init`: what each gives.
+fn run_session(
+    s: vlc_compress::Result<Box<dyn vlc_compress::backend::KmeansSession + '_>>,
+    init: &[f32],
+) -> impl PartialEq {
+    let mut s = s.unwrap();
+    s.set_centroids(init).unwrap();
+    let mut stats = Vec::new();
+    for _ in 0..3 {
+        stats.push(s.assign(None).unwrap());
+        s.update(0.1).unwrap();
+    }
+    let (c, spread) = s.centroids_and_spread().unwrap();
+    (stats, c, spread, s.assignment_with_distances().unwrap())
+}
+
 /// Device caps at 50%, 25% and 5% of training's uncapped estimate: training fits under each,
 /// its GEMM tiles sized under the cap and, where its points do not fit, streamed a block at a
 /// time, and gives the uncapped codebook without passing the cap. A cap below what one block

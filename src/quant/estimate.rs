@@ -32,7 +32,7 @@ pub fn training_fit(
     threads: usize,
     cap: usize,
 ) -> TrainingFit {
-    let bytes = |a: usize, held: bool| training_host_bytes(p, n, d, threads, in_place(b), a, held);
+    let bytes = |a: usize, held: bool| training_host_bytes(p, n, d, threads, gathered(b), a, held);
     let most = threads.max(1).min(p.subquantizers().max(1));
     let fit = |a: usize, held: bool| TrainingFit {
         host_bytes: bytes(a, held),
@@ -53,10 +53,16 @@ pub fn training_fit(
         .map_or(fit(1, alternates), |(a, h)| fit(a, h))
 }
 
-/// The anchors' sessions read their rows where they lie (the CPU's), rather than taking them
-/// as one prepared block (the devices').
-fn in_place(b: &dyn crate::Backend) -> bool {
-    b.kind() == crate::BackendKind::Cpu
+/// How the anchors' sessions on `b` read their rows: where they lie, with at most this many
+/// values gathered at once beside them (the CPU's blocks are counted with its threads;
+/// CUDA gathers a few MB for each upload); `None` where the backend takes them as one
+/// prepared block (WGPU's).
+fn gathered(b: &dyn crate::Backend) -> Option<usize> {
+    match b.kind() {
+        crate::BackendKind::Cpu => Some(0),
+        crate::BackendKind::Cuda => Some(crate::backend::cuda::GATHER_VALUES),
+        _ => None,
+    }
 }
 
 /// Host bytes a training takes at its peak with `at_once` sub-quantizers training at a time
@@ -66,7 +72,7 @@ fn training_host_bytes(
     n: usize,
     d: usize,
     threads: usize,
-    in_place: bool,
+    gathered: Option<usize>,
     at_once: usize,
     held: bool,
 ) -> usize {
@@ -83,13 +89,16 @@ fn training_host_bytes(
         }
     };
 
-    // Anchors: the sample (a copy for a device; read in place on the CPU), its norms,
+    // Anchors: the sample (a copy, or a gathered block of it, where not read in place), its norms,
     // assignment and distances, the centroids (three copies: session, maintenance,
     // result), each thread's block of rows and scores, and the update's f64 partial sums
     // (at most 8 chunks and 64 MB).
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
-    let sample = if in_place { 0 } else { copied(ns) };
+    let sample = match gathered {
+        Some(g) => copied(ns).min(g * f),
+        None => copied(ns),
+    };
     let chunks = (ns / 2048)
         .min(8)
         .min((64 << 20) / (k * d * 8).max(1))

@@ -6,6 +6,10 @@ use super::*;
 /// Fewest rows of points a streamed session holds at once: below that, it is refused.
 const MIN_BLOCK_ROWS: usize = 1024;
 
+/// Most values of rows read where they lie (picked, or made unit length) gathered on the
+/// host at once for an upload: large enough for the page-locked copies.
+pub(crate) const GATHER_VALUES: usize = STAGE / 4;
+
 /// Device bytes per row of points held: values, norm, and the fp16 split (`exact`).
 fn row_bytes(d: usize, exact: bool) -> usize {
     4 * d + 4 + if exact { Split::bytes(1, d) } else { 0 }
@@ -47,8 +51,10 @@ pub(crate) fn session_least_bytes(n: usize, d: usize, exact: bool) -> usize {
 /// The points the GEMMs read: all `n` of them (resident), or `block` rows at a time copied up
 /// from the host before each use (streamed).
 pub(super) struct Points<'a> {
-    /// A streamed session's points (n x d), on the host, checked finite when it opened.
-    pub(super) host: Option<&'a [f32]>,
+    /// A streamed session's points (n x d), read on the host where they lie.
+    pub(super) host: Option<RowsView<'a>>,
+    /// A block of them gathered for its upload, where the view is not the caller's rows.
+    pub(super) gathered: Vec<f32>,
     /// Rows the buffers hold: n when resident.
     pub(super) block: usize,
     /// The first row of the block the buffers hold now (streamed).
@@ -77,7 +83,7 @@ impl Points<'_> {
             return Ok(());
         }
         self.loaded = None;
-        let v = &host[row0 * d..(row0 + rows) * d];
+        let v = host.block(row0, rows, &mut self.gathered);
         b.up_staged_into(
             dev,
             v,
@@ -102,6 +108,32 @@ impl Points<'_> {
         }
         v
     }
+}
+
+/// The rows of `x` uploaded whole: the caller's own where the view is plain, else gathered
+/// `GATHER_VALUES` at a time, so that no prepared copy of them all is made on the host.
+fn up_rows(b: &CudaBackend, dev: &mut Device, x: RowsView) -> Result<CudaSlice<f32>> {
+    use rayon::prelude::*;
+    if x.is_plain() {
+        return b.up_staged(dev, x.x);
+    }
+    let (n, d) = (x.len(), x.d);
+    // SAFETY: every row is written by the uploads below before any kernel reads it.
+    let mut out = unsafe { CudaBackend::filled_later::<f32>(&dev.stream, n * d)? };
+    let rows = (GATHER_VALUES / d.max(1)).max(1);
+    let mut buf = vec![0f32; rows.min(n) * d];
+    for start in (0..n).step_by(rows) {
+        let len = rows.min(n - start);
+        // Gathered by the pool's threads; the upload has copied the block out of `buf`
+        // when it returns.
+        let v = &mut buf[..len * d];
+        v.par_chunks_mut(d.max(1))
+            .enumerate()
+            .for_each(|(i, o)| x.row_into(start + i, o));
+        let mut dst = out.slice_mut(start * d..(start + len) * d);
+        b.up_staged_into(dev, v, &mut dst, "training vectors")?;
+    }
+    Ok(out)
 }
 
 /// A training set on the device.
@@ -184,10 +216,11 @@ impl<'a> CudaSession<'a> {
         Ok(())
     }
 
-    /// A session on `x` (n x d): resident where `session_rows` says the device holds it all,
-    /// else streamed. TF32 sessions (`tf32`) do not split their points.
-    pub(super) fn new(b: &'a CudaBackend, x: &'a [f32], d: usize, tf32: bool) -> Result<Self> {
-        let n = crate::error::whole_rows(x.len(), d, "values")?;
+    /// A session on the rows of `x` (n x d), read where they lie: resident where
+    /// `session_rows` says the device holds them all, else streamed. TF32 sessions (`tf32`)
+    /// do not split their points.
+    pub(super) fn new(b: &'a CudaBackend, x: RowsView<'a>, tf32: bool) -> Result<Self> {
+        let (n, d) = (x.len(), x.d);
         as_i32(n, "points")?;
         as_i32(d, "dimension")?;
         let mut dev = b.lock();
@@ -202,7 +235,7 @@ impl<'a> CudaSession<'a> {
         })?;
         let s = dev.stream.clone();
         let pts = if block == n {
-            let xd = b.up_staged(&mut dev, x)?;
+            let xd = up_rows(b, &mut dev, x)?;
             let mut xn = CudaBackend::zeros::<f32>(&s, n)?;
             row_norms(&dev, &xd, n, d, &mut xn)?;
             let split = if tf32 {
@@ -212,6 +245,7 @@ impl<'a> CudaSession<'a> {
             };
             Points {
                 host: None,
+                gathered: Vec::new(),
                 block,
                 loaded: None,
                 x: xd,
@@ -219,12 +253,16 @@ impl<'a> CudaSession<'a> {
                 split,
             }
         } else {
-            // Checked whole first, so that an error names its position in `x`.
-            crate::error::check_finite(x, "training vectors")?;
+            // Checked whole first, so that an error names its position in `x`. Rows read
+            // through a sample or made unit length come from a training that checked them.
+            if x.is_plain() {
+                crate::error::check_finite(x.x, "training vectors")?;
+            }
             // SAFETY (all three): `Points::load` writes a block's rows before anything reads them.
             unsafe {
                 Points {
                     host: Some(x),
+                    gathered: Vec::new(),
                     block,
                     loaded: None,
                     x: CudaBackend::filled_later(&s, block * d)?,

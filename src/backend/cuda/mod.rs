@@ -8,7 +8,7 @@
 
 use super::{
     AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, DeviceRerank,
-    KmeansSession, ListsView, Resident, Transfers,
+    KmeansSession, ListsView, Resident, RowsView, Transfers,
 };
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -30,7 +30,7 @@ use device::*;
 use encode::*;
 use gemm::*;
 use kmeans::*;
-pub(crate) use kmeans::{session_least_bytes, session_point_bytes, session_rows};
+pub(crate) use kmeans::{session_least_bytes, session_point_bytes, session_rows, GATHER_VALUES};
 use search::*;
 
 /// Every kernel source, by file name: compiled together at context creation and by the tests.
@@ -409,8 +409,22 @@ impl Backend for CudaBackend {
         d: usize,
         precision: crate::Precision,
     ) -> Result<Box<dyn KmeansSession + 'a>> {
+        crate::error::whole_rows(x.len(), d, "values")?;
         let tf32 = precision == crate::Precision::Tf32;
-        Ok(Box::new(CudaSession::new(self, x, d, tf32)?))
+        Ok(Box::new(CudaSession::new(
+            self,
+            RowsView::plain(x, d),
+            tf32,
+        )?))
+    }
+    fn kmeans_session_in_place<'a>(
+        &'a self,
+        rows: RowsView<'a>,
+        precision: crate::Precision,
+    ) -> Option<Result<Box<dyn KmeansSession + 'a>>> {
+        let tf32 = precision == crate::Precision::Tf32;
+        let s = CudaSession::new(self, rows, tf32);
+        Some(s.map(|s| Box::new(s) as Box<dyn KmeansSession + 'a>))
     }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;
