@@ -199,10 +199,11 @@ int main(int argc, char** argv) {
     index.set_progress(nullptr);
     index.merge(other, [](vlcc_phase, uint64_t, uint64_t) { return true; });
     cancelled = cancelled && index.size() == held + 100;
-    // The memory estimate, and the context's cap checked against it before training.
+    // The memory estimate, and the context's cap checked against it before training: far
+    // under it (even training that rebuilds its residuals to fit does not), refused.
     const auto need = comp.estimate_memory(n, d);
     cancelled = cancelled && need.first > n * d && need.second == 0;
-    ctx.set_memory_cap(need.first / 2);
+    ctx.set_memory_cap(need.first / 50);
     try {
         comp.train(x, d);
         cancelled = false;
