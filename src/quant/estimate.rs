@@ -32,7 +32,8 @@ pub fn training_fit(
     threads: usize,
     cap: usize,
 ) -> TrainingFit {
-    let bytes = |a: usize, held: bool| training_host_bytes(p, n, d, threads, gathered(b), a, held);
+    let gathered = gathered(b, threads);
+    let bytes = |a: usize, held: bool| training_host_bytes(p, n, d, threads, gathered, a, held);
     let most = threads.max(1).min(p.subquantizers().max(1));
     let fit = |a: usize, held: bool| TrainingFit {
         host_bytes: bytes(a, held),
@@ -53,15 +54,14 @@ pub fn training_fit(
         .map_or(fit(1, alternates), |(a, h)| fit(a, h))
 }
 
-/// How the anchors' sessions on `b` read their rows: where they lie, with at most this many
-/// values gathered at once beside them (the CPU's blocks are counted with its threads;
-/// CUDA gathers a few MB for each upload); `None` where the backend takes them as one
-/// prepared block (WGPU's).
-fn gathered(b: &dyn crate::Backend) -> Option<usize> {
+/// How many values of their rows the anchors' sessions on `b` gather at once, reading them
+/// where they lie: the CPU's blocks are counted with its threads; CUDA gathers a few MB for
+/// each upload, WGPU a piece on each of the `threads`.
+fn gathered(b: &dyn crate::Backend, threads: usize) -> usize {
     match b.kind() {
-        crate::BackendKind::Cpu => Some(0),
-        crate::BackendKind::Cuda => Some(crate::backend::cuda::GATHER_VALUES),
-        _ => None,
+        crate::BackendKind::Cuda => crate::backend::cuda::GATHER_VALUES,
+        crate::BackendKind::Wgpu => threads.max(1) * crate::backend::streaming::WGPU_FILL_PIECE / 4,
+        _ => 0,
     }
 }
 
@@ -72,7 +72,7 @@ fn training_host_bytes(
     n: usize,
     d: usize,
     threads: usize,
-    gathered: Option<usize>,
+    gathered: usize,
     at_once: usize,
     held: bool,
 ) -> usize {
@@ -89,16 +89,13 @@ fn training_host_bytes(
         }
     };
 
-    // Anchors: the sample (a copy, or a gathered block of it, where not read in place), its norms,
-    // assignment and distances, the centroids (three copies: session, maintenance,
-    // result), each thread's block of rows and scores, and the update's f64 partial sums
-    // (at most 8 chunks and 64 MB).
+    // Anchors: the values of their sample gathered at once (where it is not the input
+    // itself), its norms, assignment and distances, the centroids (three copies: session,
+    // maintenance, result), each thread's block of rows and scores, and the update's f64
+    // partial sums (at most 8 chunks and 64 MB).
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
-    let sample = match gathered {
-        Some(g) => copied(ns).min(g * f),
-        None => copied(ns),
-    };
+    let sample = copied(ns).min(gathered * f);
     let chunks = (ns / 2048)
         .min(8)
         .min((64 << 20) / (k * d * 8).max(1))
@@ -111,9 +108,10 @@ fn training_host_bytes(
     // Codebooks: the sample's residuals where held (written over the sample's copy), its
     // assignment, the rotation's covariance and eigenvectors (f64), the learned rotation's
     // alternations (its fit rows rotated, then reconstructed in their place, and their
-    // codes), per sub-quantizer in training its columns with four values a row (norms,
-    // assignment and distances, then those of its error pass beside the k-means' result:
-    // without the fourth, 1M x 128 and GloVe peaked 1-2% over), and per thread a block of
+    // codes), per sub-quantizer in training its columns with three values a row (norms,
+    // assignment and distances), and a fourth for one of them at a time (its update's
+    // grouping of the rows: without it, 1M x 128 and GloVe peaked 1-2% over; with it for
+    // every one, 8 threads' estimate rose 31% over their peak), and per thread a block of
     // scores, and of residuals where they are rebuilt.
     let nsub = p.subquantizers().max(1);
     let dsub = d.div_ceil(nsub);
@@ -143,7 +141,7 @@ fn training_host_bytes(
     } else {
         (0, threads * BLOCK * dp * f)
     };
-    let fits = at_once.min(threads).min(nsub) * npq * (dsub + 4) * f
+    let fits = (at_once.min(threads).min(nsub) * (dsub + 3) + 1) * npq * f
         + threads.min(nsub) * (BLOCK * ksub * f + rebuilt);
     let codebooks = k * d * f + resid + npq * f + rotation + alternations + fits;
 
