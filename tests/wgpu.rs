@@ -405,6 +405,56 @@ fn cancelled_calls_leave_their_objects_as_they_were() {
     common::cancel_leaves_objects_as_they_were(&g);
 }
 
+/// A session on rows read where they lie (a sample, made unit length, as training's) starts
+/// as one on a prepared copy of them does, resident or streamed: the same first assignment,
+/// and centroids equal to rounding (WGPU's sums run in the order an atomic scatter gives).
+#[test]
+fn in_place_sessions_match_prepared_ones() {
+    let Some(g) = gpu() else { return };
+    let b = g.backend();
+    let (n, d, k) = (30_000, 32, 64);
+    let x = common::clustered(n, d, 40, 9);
+    let pick: Vec<usize> = (0..n).rev().collect();
+    let view = vlc_compress::backend::RowsView {
+        x: &x,
+        d,
+        pick: Some(&pick),
+        unit: true,
+    };
+    let prepared = view.whole();
+    let init = &prepared[..k * d];
+    let run = |s: vlc_compress::Result<Box<dyn vlc_compress::backend::KmeansSession + '_>>| {
+        let mut s = s.unwrap();
+        s.set_centroids(init).unwrap();
+        s.assign(None).unwrap();
+        let first = s.assignment_with_distances().unwrap();
+        s.update(0.1).unwrap();
+        (first, s.centroids().unwrap())
+    };
+    // Streamed where the allocator reports its memory: a cap that leaves the points less
+    // than the half a resident session needs (as in `streamed_sessions_match_resident_ones`).
+    let streamed = b
+        .memory_usage(true)
+        .map(|(now, _)| now + n * (4 * d + 16) * 3 / 2);
+    for cap in [Some(0), streamed].into_iter().flatten() {
+        g.set_device_memory_cap(cap);
+        let copy = run(b.kmeans_session(&prepared, d, Precision::Exact));
+        let in_place = run(b.kmeans_session_in_place(view, Precision::Exact).unwrap());
+        g.set_device_memory_cap(0);
+        assert!(
+            copy.0 == in_place.0,
+            "cap {cap}: the first assignment differs"
+        );
+        let worst = copy
+            .1
+            .iter()
+            .zip(&in_place.1)
+            .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-5, "cap {cap}: centroids differ by {worst}");
+    }
+}
+
 /// A k-means session whose points do not fit under the device cap streams them a block at a
 /// time: the same assignment as a resident session from the same centroids, and centroids
 /// equal to rounding after biased and trimmed steps (WGPU's member sums run in atomic order),

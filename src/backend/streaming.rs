@@ -1,6 +1,10 @@
-//! How many of its points a WGPU k-means session holds at once under a device memory cap: a
-//! rule of plain numbers, shared by the session and by the memory estimate, which builds
-//! without WGPU.
+//! How many of its points a WGPU k-means session holds at once under a device memory cap, and
+//! how much of them the host gathers at once: plain numbers, shared by the session and by
+//! the memory estimate, which builds without WGPU.
+
+/// Bytes per task when the host fills WGPU staging memory (every thread takes a piece), and
+/// of rows read in place gathered at once for a write.
+pub(crate) const WGPU_FILL_PIECE: usize = 1 << 20;
 
 /// Bytes of one point's fp16 halves, kept beside its f32 row where cooperative matrices are on.
 fn wgpu_halves_row(d: usize, halves: bool) -> usize {

@@ -105,6 +105,24 @@ impl<'a> RowsView<'a> {
         buf
     }
 
+    /// Values `range` of the rows from `row0` on laid end to end (value t of row `row0 + i`
+    /// at `i * d + t`), copied: pieces of rows for uploads that go a few MB at a time.
+    #[cfg(feature = "wgpu")]
+    pub(crate) fn values(&self, row0: usize, range: std::ops::Range<usize>) -> Vec<f32> {
+        let d = self.d.max(1);
+        let mut out = Vec::with_capacity(range.len());
+        let mut row = vec![0f32; self.d];
+        let mut f = range.start;
+        while f < range.end {
+            let (r, c) = (f / d, f % d);
+            self.row_into(row0 + r, &mut row);
+            let take = (d - c).min(range.end - f);
+            out.extend_from_slice(&row[c..c + take]);
+            f += take;
+        }
+        out
+    }
+
     /// The rows at `idx` (positions in this view), copied.
     pub fn gather(&self, idx: &[usize]) -> Vec<f32> {
         let mut out = vec![0f32; idx.len() * self.d];

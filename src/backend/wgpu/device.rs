@@ -182,7 +182,7 @@ pub(super) fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<
 pub(super) const STREAM_PIECE: usize = 16 << 20;
 
 /// Bytes per task when the host fills staging memory: every thread takes part in a piece.
-pub(super) const FILL_PIECE: usize = 1 << 20;
+pub(super) const FILL_PIECE: usize = crate::backend::streaming::WGPU_FILL_PIECE;
 
 /// Uploads from this size on go through host-memory staging where the adapter has it.
 pub(super) const HOST_STAGED: usize = 1 << 20;
@@ -579,6 +579,40 @@ impl WgpuBackend {
         };
         let (b, clean) = self.upload_with(std::mem::size_of_val(data), what, &copy)?;
         Ok(clean.then_some(b))
+    }
+
+    /// `upload_finite` of rows `row0..row0 + rows` of `x`, read where they lie: each piece
+    /// of the upload gathers its own stretch of the rows (a few MB on each thread at most).
+    pub(super) fn upload_rows_finite(
+        &self,
+        x: RowsView,
+        (row0, rows): (usize, usize),
+        what: &str,
+    ) -> Result<Option<Buf>> {
+        let copy = |mut v: wgpu::WriteOnly<'_, [u8]>, at: usize| {
+            let src = x.values(row0, at / 4..(at + v.len()) / 4);
+            // SAFETY: the view is valid for writes of its whole length, src.len() floats.
+            unsafe { crate::stage::stage_piece(v.as_raw_element_ptr().as_ptr().cast(), &src) }
+        };
+        let (b, clean) = self.upload_with(rows * x.d * 4, what, &copy)?;
+        Ok(clean.then_some(b))
+    }
+
+    /// Overwrites the start of `buf` with rows `row0..row0 + rows` of `x`, ordered before the
+    /// next submission: where the view is not the caller's rows, gathered `FILL_PIECE` bytes
+    /// at a time.
+    pub(super) fn write_rows(&self, buf: &Buf, x: RowsView, (row0, rows): (usize, usize)) {
+        let d = x.d;
+        if x.is_plain() {
+            return self.write(buf, &x.x[row0 * d..(row0 + rows) * d]);
+        }
+        let n = rows * d;
+        for f in (0..n).step_by(FILL_PIECE / 4) {
+            let v = x.values(row0, f..(f + FILL_PIECE / 4).min(n));
+            let bytes: &[u8] = bytemuck::cast_slice(&v);
+            self.queue.write_buffer(buf, (f * 4) as u64, bytes);
+            self.h2d.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
     }
 
     /// `upload`'s body: `fill` moves the data's bytes from `at` on into a mapped view.

@@ -10,7 +10,7 @@
 use super::mma::Halves;
 use super::{fold, u32_of, Assign, Binds, Buf, Params, Rec, Trace, WgpuBackend};
 use crate::backend::streaming::wgpu_streamed_rows;
-use crate::backend::{AssignStats, Backend, KmeansSession};
+use crate::backend::{AssignStats, Backend, KmeansSession, RowsView};
 use crate::error::{Error, Result};
 
 /// Most workgroups of the energy reduction (fewer for small n).
@@ -82,9 +82,9 @@ pub struct WgpuSession<'a> {
     blocks: Vec<(usize, usize, Buf)>,
     /// (first row, rows) of every block.
     plan: Vec<(usize, usize)>,
-    /// A streamed session's points (n x d) on the host, checked finite when it opened, and
-    /// the first row of the block its buffer holds now.
-    host: Option<&'a [f32]>,
+    /// A streamed session's points (n x d) on the host, read where they lie, and the first
+    /// row of the block its buffer holds now.
+    host: Option<RowsView<'a>>,
     loaded: std::cell::Cell<Option<usize>>,
     /// With cooperative matrices: each block's halves, and room for the rows they leave.
     halves: Vec<Halves>,
@@ -106,8 +106,9 @@ pub struct WgpuSession<'a> {
 }
 
 impl<'a> WgpuSession<'a> {
-    pub(super) fn new(b: &'a WgpuBackend, x: &'a [f32], d: usize) -> Result<WgpuSession<'a>> {
-        let n = crate::error::whole_rows(x.len(), d, "values")?;
+    /// A session on the rows of `x`, read where they lie (uploaded a few MB at a time).
+    pub(super) fn new(b: &'a WgpuBackend, x: RowsView<'a>) -> Result<WgpuSession<'a>> {
+        let (n, d) = (x.len(), x.d);
         u32_of(n, "points")?;
         // Blocks of rows within one binding and one dispatch of the assignment (with
         // cooperative matrices, whole workgroups of rows).
@@ -124,19 +125,26 @@ impl<'a> WgpuSession<'a> {
         let mut blocks = Vec::new();
         let mut halves = Vec::new();
         let mut enc = b.encoder();
+        // Where a value is not finite, the error names its position in the caller's rows
+        // (rows read through a sample, or made unit length, come from a training that
+        // checked them all).
+        let bad = || crate::error::non_finite_in(x.x, "training vectors");
         if streamed.is_some() {
-            // Checked whole first, so that an error names its position in `x`.
-            crate::error::check_finite(x, "training vectors")?;
+            if x.is_plain() {
+                crate::error::check_finite(x.x, "training vectors")?;
+            }
             blocks.push((0, per, b.zeros(per * d * 4, "training points")?));
             if let Some(m) = b.mma() {
                 halves.push(Halves::new(b, m, per, d, "training points (fp16)")?);
             }
         } else {
-            for (i, chunk) in x.chunks(per * d).enumerate() {
-                let rows = chunk.len() / d;
-                let buf = b
-                    .upload_finite(chunk, "training points")?
-                    .ok_or_else(|| crate::error::non_finite_in(x, "training vectors"))?;
+            for (i, &(row0, rows)) in plan.iter().enumerate() {
+                let buf = if x.is_plain() {
+                    b.upload_finite(&x.x[row0 * d..(row0 + rows) * d], "training points")?
+                } else {
+                    b.upload_rows_finite(x, (row0, rows), "training points")?
+                };
+                let buf = buf.ok_or_else(bad)?;
                 b.row_norms(&mut enc, None, &buf, rows, d, i * per, &xn);
                 if let Some(m) = b.mma() {
                     let h = Halves::new(b, m, rows, d, "training points (fp16)")?;
@@ -187,7 +195,7 @@ impl<'a> WgpuSession<'a> {
         }
         b.submit(std::mem::replace(enc, b.encoder()));
         let buf = &self.blocks[0].2;
-        b.write(buf, &host[row0 * d..(row0 + rows) * d]);
+        b.write_rows(buf, host, (row0, rows));
         b.row_norms(enc, Some(&self.keep), buf, rows, d, row0, &self.xn);
         if let (Some(m), Some(h)) = (b.mma(), self.halves.first()) {
             b.halves(enc, Some(&self.keep), m, buf, rows, d, h);
