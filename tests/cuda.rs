@@ -743,12 +743,7 @@ fn in_place_sessions_match_prepared_ones() {
     let (n, d, k) = (200_000, 96, 512);
     let x = common::clustered(n, d, 300, 7);
     let pick: Vec<usize> = (0..n).rev().collect();
-    let view = vlc_compress::backend::RowsView {
-        x: &x,
-        d,
-        pick: Some(&pick),
-        unit: true,
-    };
+    let view = common::sample_view(&x, d, &pick);
     let prepared = view.whole();
     let init = &prepared[..k * d];
     let b = g.ctx.backend();

@@ -415,12 +415,7 @@ fn in_place_sessions_match_prepared_ones() {
     let (n, d, k) = (30_000, 32, 64);
     let x = common::clustered(n, d, 40, 9);
     let pick: Vec<usize> = (0..n).rev().collect();
-    let view = vlc_compress::backend::RowsView {
-        x: &x,
-        d,
-        pick: Some(&pick),
-        unit: true,
-    };
+    let view = common::sample_view(&x, d, &pick);
     let prepared = view.whole();
     let init = &prepared[..k * d];
     let run = |s: vlc_compress::Result<Box<dyn vlc_compress::backend::KmeansSession + '_>>| {
@@ -445,12 +440,7 @@ fn in_place_sessions_match_prepared_ones() {
             copy.0 == in_place.0,
             "cap {cap}: the first assignment differs"
         );
-        let worst = copy
-            .1
-            .iter()
-            .zip(&in_place.1)
-            .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
-            .fold(0f32, f32::max);
+        let worst = common::worst_relative(&copy.1, &in_place.1);
         assert!(worst < 1e-5, "cap {cap}: centroids differ by {worst}");
     }
 }
@@ -494,12 +484,7 @@ fn streamed_sessions_match_resident_ones() {
     g.set_device_memory_cap(0);
     assert!(high <= cap, "peak {high} over the cap {cap}");
     assert!(whole.0 == streamed.0, "the first assignment differs");
-    let worst = whole
-        .1
-        .iter()
-        .zip(&streamed.1)
-        .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
-        .fold(0f32, f32::max);
+    let worst = common::worst_relative(&whole.1, &streamed.1);
     assert!(worst < 1e-5, "centroids differ by {worst}");
 }
 

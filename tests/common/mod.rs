@@ -6,6 +6,29 @@ pub mod craft;
 use std::sync::Arc;
 use vlc_compress::{vecio, BackendKind, Compressor, Context, Index, TrainParams};
 
+/// The rows of `x` (n x d) as training reads a sample where it lies: picked by `pick` and
+/// made unit length.
+pub fn sample_view<'a>(
+    x: &'a [f32],
+    d: usize,
+    pick: &'a [usize],
+) -> vlc_compress::backend::RowsView<'a> {
+    vlc_compress::backend::RowsView {
+        x,
+        d,
+        pick: Some(pick),
+        unit: true,
+    }
+}
+
+/// The largest difference between `a` and `b`, each relative to `a`'s value (at least 1).
+pub fn worst_relative(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
+        .fold(0f32, f32::max)
+}
+
 pub struct Demo {
     pub base: vecio::Matrix<f32>,
     pub query: vecio::Matrix<f32>,
