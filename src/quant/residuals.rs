@@ -3,7 +3,7 @@
 //! rebuilt a block at a time from the caller's rows. Every consumer reads them in the same
 //! blocks of rows either way, so both give the same values and the same codebook.
 
-use crate::backend::layout::{self, source_column};
+use crate::backend::layout;
 use crate::backend::RowsView;
 use crate::linalg::{self, BLOCK};
 use rayon::prelude::*;
@@ -61,20 +61,10 @@ impl<'a> Residuals<'a> {
         if let Some(h) = &self.held {
             return h[start * dp..(start + len) * dp].into();
         }
-        let d = self.view.d;
-        let mut row = vec![0f32; d];
-        let mut out = vec![0f32; len * dp];
-        for (i, o) in (start..start + len).zip(out.chunks_exact_mut(dp.max(1))) {
-            self.view.row_into(i, &mut row);
-            let a = &self.anchors[self.assign[i] as usize * d..][..d];
-            // As `layout::residuals` computes them: the same values.
-            for (p, v) in o.iter_mut().enumerate() {
-                if let Some(t) = source_column(p, d, self.dsub, dp) {
-                    *v = row[t] - a[t];
-                }
-            }
-        }
-        out.into()
+        let mut rows = Vec::new();
+        let x = self.view.block(start, len, &mut rows);
+        let assign = &self.assign[start..start + len];
+        layout::residuals(x, self.view.d, self.dsub, dp, self.anchors, assign).into()
     }
 
     /// Sub-space `j`'s columns of the rows turned by `rot` (n x dsub): for each block of
