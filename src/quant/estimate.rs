@@ -45,7 +45,7 @@ pub fn training_fit(
     }
     // Fewer sub-quantizers at once first, then residuals rebuilt, the first that fits;
     // where none does, the least (which the cap refuses).
-    let alternates = p.rotation == Rotation::Learned && p.opq_iters > 0;
+    let alternates = super::alternates(p);
     let holds = (1..most).rev().map(|a| (a, true));
     let rebuilds = (1..=most).rev().map(|a| (a, false)).filter(|_| !alternates);
     holds
@@ -127,7 +127,7 @@ fn training_host_bytes(
     } else {
         dp * dp * 40
     };
-    let alternations = if p.rotation == Rotation::Learned && p.opq_iters > 0 {
+    let alternations = if super::alternates(p) {
         let fit = match p.opq_train_points {
             0 => npq,
             t => npq.min(t),

@@ -80,6 +80,12 @@ pub(crate) fn small_block_rows(d: usize) -> usize {
     (WATCHED_BLOCK_VALUES / d.max(1)).clamp(256, ENCODE_BLOCK)
 }
 
+/// Whether training `p` alternates the learned rotation with quantizer fits (after its
+/// eigenvalue start): those alternations hold the codebooks' rows, never rebuilt.
+pub(crate) fn alternates(p: &TrainParams) -> bool {
+    p.rotation == Rotation::Learned && p.opq_iters > 0
+}
+
 /// Rows per block of the codebooks' sample (`d` values a row) given their nearest anchors:
 /// whole blocks of `BLOCK` rows, the same whether the sample is held or read in place.
 pub(crate) fn assign_block_rows(d: usize) -> usize {
@@ -216,7 +222,7 @@ impl Codebook {
         // The sample is one prepared copy where its residuals are held (they are written
         // over it), else read where it lies. Its nearest anchors go in blocks of rows,
         // polled between: the same blocks either way, so the same anchors.
-        let hold = held || (p.rotation == Rotation::Learned && p.opq_iters > 0);
+        let hold = held || alternates(p);
         let sample = hold.then(|| view.whole());
         let (ns, rows) = (view.len(), assign_block_rows(d));
         let mut assign = Vec::with_capacity(ns);
