@@ -123,6 +123,40 @@ pub(crate) fn nearest(
         )
 }
 
+/// Centroids ready for many blocks of `nearest` rows: their squared norms computed once.
+/// `assign` gives what [`nearest`] gives for the same rows without a bias, to the bit.
+pub(crate) struct Centroids<'a> {
+    c: &'a [f32],
+    cn: Vec<f32>,
+    d: usize,
+}
+
+/// Buffers one thread reuses across `Centroids::assign` calls.
+#[derive(Default)]
+pub(crate) struct AssignScratch {
+    scores: Vec<f32>,
+    norms: Vec<f32>,
+    dist: Vec<f32>,
+}
+
+impl<'a> Centroids<'a> {
+    pub(crate) fn new(c: &'a [f32], d: usize) -> Self {
+        let cn = c.chunks_exact(d.max(1)).map(|r| dot(r, r)).collect();
+        Centroids { c, cn, d }
+    }
+    /// The nearest centroid of each row of `x` (at most `BLOCK` rows), one thread.
+    pub(crate) fn assign(&self, x: &[f32], s: &mut AssignScratch, a: &mut [u32]) {
+        let r = a.len();
+        s.norms.clear();
+        s.norms
+            .extend(x.chunks_exact(self.d.max(1)).map(|row| dot(row, row)));
+        s.scores.resize(r * self.cn.len(), 0.0);
+        s.dist.resize(r, 0.0);
+        scores_block(x, self.c, &self.cn, self.d, &mut s.scores);
+        pick_rows(&s.scores, self.cn.len(), None, &s.norms, a, &mut s.dist);
+    }
+}
+
 /// Squared norm of each row of `x`, read a block at a time.
 pub(crate) fn view_norms(x: crate::backend::RowsView) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];

@@ -2,11 +2,11 @@
 //! bit-identical whatever the thread count.
 
 use super::{
-    host, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession,
+    layout, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession,
     Poll, RowsView,
 };
 use crate::error::{try_vec, Result};
-use crate::linalg::{self, BLOCK};
+use crate::linalg::{self, AssignScratch, Centroids, BLOCK};
 use rayon::prelude::*;
 
 /// The CPU backend. Threads come from the rayon pool the caller runs in.
@@ -36,21 +36,46 @@ impl Backend for CpuBackend {
     }
     /// `host::encode_in_steps` a row block at a time: each block's anchor, residual, rotation
     /// and sub-codes while it is in cache, instead of a pass over the whole input per step.
-    /// Blocks are `BLOCK` rows from the start, as every step's own blocks are, so the codes
-    /// are the stepwise ones to the bit.
+    /// Blocks are `BLOCK` rows from the start, as every step's own blocks are, and the norms
+    /// of the anchors and codewords are taken once, so the codes are the stepwise ones to
+    /// the bit.
     fn encode_residuals(&self, cb: &CodebookView, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
-        let n = x.len() / cb.d;
+        let (d, dp, nsub, dsub) = (cb.d, cb.dp(), cb.nsub, cb.dsub);
+        let n = x.len() / d;
         let mut assign = try_vec(n, 0u32, "assignment")?;
-        let mut codes = try_vec(n * cb.nsub, 0u8, "codes")?;
-        x.par_chunks(BLOCK * cb.d)
+        let mut codes = try_vec(n * nsub, 0u8, "codes")?;
+        let anchors = Centroids::new(cb.anchors, d);
+        let per = cb.books.len() / nsub.max(1);
+        let books: Vec<Centroids> = (0..nsub)
+            .map(|j| Centroids::new(&cb.books[j * per..(j + 1) * per], dsub))
+            .collect();
+        x.par_chunks(BLOCK * d)
             .zip(assign.par_chunks_mut(BLOCK))
-            .zip(codes.par_chunks_mut(BLOCK * cb.nsub))
-            .try_for_each(|((xb, ab), out)| {
-                let (a, c) = host::encode_in_steps(self, cb, xb)?;
-                ab.copy_from_slice(&a);
-                out.copy_from_slice(&c);
-                Ok(())
-            })?;
+            .zip(codes.par_chunks_mut(BLOCK * nsub))
+            .for_each_init(EncodeScratch::default, |s, ((xb, ab), out)| {
+                let r = ab.len();
+                anchors.assign(xb, &mut s.scratch, ab);
+                let res = layout::residuals(xb, d, dsub, dp, cb.anchors, ab);
+                let y = if cb.rotation.is_empty() {
+                    &res
+                } else {
+                    s.rotated.resize(res.len(), 0.0);
+                    linalg::dot_block(&res, cb.rotation, dp, &mut s.rotated);
+                    &s.rotated
+                };
+                s.ids.resize(r, 0);
+                for (j, book) in books.iter().enumerate() {
+                    s.sub.clear();
+                    s.sub.extend(
+                        y.chunks_exact(dp)
+                            .flat_map(|row| &row[j * dsub..(j + 1) * dsub]),
+                    );
+                    book.assign(&s.sub, &mut s.scratch, &mut s.ids);
+                    for (o, &c) in out.chunks_exact_mut(nsub).zip(&s.ids) {
+                        o[j] = c as u8;
+                    }
+                }
+            });
         Ok((assign, codes))
     }
     fn kmeans_session<'a>(
@@ -88,6 +113,15 @@ impl Backend for CpuBackend {
         )?;
         Ok((a, dist))
     }
+}
+
+/// Buffers one encoding thread reuses from block to block.
+#[derive(Default)]
+struct EncodeScratch {
+    scratch: AssignScratch,
+    rotated: Vec<f32>,
+    sub: Vec<f32>,
+    ids: Vec<u32>,
 }
 
 /// A k-means session on the host: its points are read where they lie, a block at a time.
@@ -310,6 +344,7 @@ pub(crate) fn group_by_centroid(assign: &[u32], k: usize) -> Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::host;
     use crate::params::Metric;
 
     #[test]
@@ -319,9 +354,16 @@ mod tests {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
             (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
         };
-        // d = 37 over 8 sub-spaces of 5 (padded to 40); 700 rows: two whole blocks and a part.
-        for (bits, rotated) in [(8u32, false), (8, true), (4, true)] {
-            let (d, nsub, dsub, n, m) = (37, 8, 5, 700, 20);
+        // d = 37 over 8 sub-spaces of 5 (padded to 40), and 40 unpadded; 700 rows: two whole
+        // blocks and a part.
+        let cases = [
+            (37, 8u32, false),
+            (37, 8, true),
+            (37, 4, true),
+            (40, 8, true),
+        ];
+        for (d, bits, rotated) in cases {
+            let (nsub, dsub, n, m) = (8, 5, 700, 20);
             let dp = nsub * dsub;
             let ks = 1usize << bits;
             let anchors: Vec<f32> = (0..m * d).map(|_| u()).collect();
@@ -346,7 +388,7 @@ mod tests {
             let cpu = CpuBackend::default();
             let want = host::encode_in_steps(&cpu, &cb, &x).unwrap();
             let got = cpu.encode_residuals(&cb, &x).unwrap();
-            assert_eq!(got, want, "bits {bits} rotated {rotated}");
+            assert_eq!(got, want, "d {d} bits {bits} rotated {rotated}");
         }
     }
 }

@@ -38,6 +38,10 @@ pub(crate) fn residuals(
     anchors: &[f32],
     assign: &[u32],
 ) -> Vec<f32> {
+    if dp == d {
+        // Nothing to spread: a plain subtraction the compiler vectorizes.
+        return residuals_in_place(x[..assign.len() * d].to_vec(), d, dsub, dp, anchors, assign);
+    }
     spread_rows(assign.len(), d, dsub, dp, |i, t| {
         x[i * d + t] - anchors[assign[i] as usize * d + t]
     })
@@ -51,14 +55,18 @@ pub(crate) fn spread_rows(
     dp: usize,
     value: impl Fn(usize, usize) -> f32 + Sync,
 ) -> Vec<f32> {
+    // Each position's source column, worked out once rather than per row.
+    let columns: Vec<Option<usize>> = (0..dp).map(|p| source_column(p, d, dsub, dp)).collect();
     let mut out = vec![0f32; n * dp];
-    out.par_chunks_mut(dp).enumerate().for_each(|(i, o)| {
-        for (p, v) in o.iter_mut().enumerate() {
-            if let Some(t) = source_column(p, d, dsub, dp) {
-                *v = value(i, t);
+    out.par_chunks_mut(dp.max(1))
+        .enumerate()
+        .for_each(|(i, o)| {
+            for (v, t) in o.iter_mut().zip(&columns) {
+                if let Some(t) = *t {
+                    *v = value(i, t);
+                }
             }
-        }
-    });
+        });
     out
 }
 

@@ -486,7 +486,11 @@ impl Codebook {
         }
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.residual_code_size());
-        let rows = block_rows(d, watch, ENCODE_BLOCK);
+        // Watched blocks in whole `BLOCK`s per thread: a block of 10.7 row blocks left one of
+        // two threads idle for the last 8% of each.
+        let rows = block_rows(d, watch, ENCODE_BLOCK)
+            .next_multiple_of(BLOCK * rayon::current_num_threads())
+            .min(ENCODE_BLOCK);
         // Block `start`, checked and prepared for the metric.
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, rows.min(n - start), d);
