@@ -247,6 +247,16 @@ pub(crate) fn argmin(row: &[f32]) -> usize {
     at as usize
 }
 
+/// Up to this many best columns are kept by insertion rather than selection.
+const SMALL_K: usize = 64;
+
+/// `v` as an integer in `f32::total_cmp`'s order.
+#[inline(always)]
+fn order_key(v: f32) -> i32 {
+    let b = v.to_bits() as i32;
+    b ^ (((b >> 31) as u32) >> 1) as i32
+}
+
 /// The `p` best columns of each row of `scores` (smaller is better), best first.
 pub(crate) fn smallest_k(row: &[f32], p: usize, out: &mut Vec<u32>) {
     out.clear();
@@ -254,8 +264,39 @@ pub(crate) fn smallest_k(row: &[f32], p: usize, out: &mut Vec<u32>) {
     if p == 0 {
         return;
     }
-    let mut idx: Vec<u32> = (0..row.len() as u32).collect();
+    if p <= SMALL_K {
+        // A sorted run of the best so far. Columns come in chunks, and a chunk none of whose
+        // values beats the run's last (a later column loses a tie) is passed over in a few
+        // vector compares: after the first chunks, nearly all are.
+        let mut worst = i32::MAX;
+        for (c, chunk) in row.chunks(16).enumerate() {
+            let full = out.len() == p;
+            if full
+                && !chunk
+                    .iter()
+                    .fold(false, |any, &v| any | (order_key(v) < worst))
+            {
+                continue;
+            }
+            for (j, &v) in (c as u32 * 16..).zip(chunk) {
+                let kv = order_key(v);
+                if out.len() == p {
+                    if kv >= worst {
+                        continue;
+                    }
+                    out.pop();
+                }
+                let at = out.partition_point(|&a| (order_key(row[a as usize]), a) < (kv, j));
+                out.insert(at, j);
+                if out.len() == p {
+                    worst = order_key(row[out[p - 1] as usize]);
+                }
+            }
+        }
+        return;
+    }
     let cmp = |a: &u32, b: &u32| row[*a as usize].total_cmp(&row[*b as usize]).then(a.cmp(b));
+    let mut idx: Vec<u32> = (0..row.len() as u32).collect();
     if p < idx.len() {
         idx.select_nth_unstable_by(p - 1, cmp);
         idx.truncate(p);
@@ -280,6 +321,28 @@ mod tests {
                     .enumerate()
                     .fold(0, |b, (i, &v)| if v < row[b] { i } else { b });
                 assert_eq!(argmin(&row), want, "{row:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn smallest_k_is_the_sorted_prefix_by_score_then_column() {
+        let mut rng = crate::rng::Rng::new(9);
+        let mut got = Vec::new();
+        for len in [1usize, 5, 64, 200, 1024] {
+            for p in [1usize, 2, 8, 63, 64, 65, 300, 2000] {
+                // Few distinct values (ties) and a NaN now and then.
+                let row: Vec<f32> = (0..len)
+                    .map(|_| match rng.next_u64() % 9 {
+                        8 => f32::NAN,
+                        v => v as f32 - 3.0,
+                    })
+                    .collect();
+                let mut want: Vec<u32> = (0..len as u32).collect();
+                want.sort_by(|&a, &b| row[a as usize].total_cmp(&row[b as usize]).then(a.cmp(&b)));
+                want.truncate(p);
+                smallest_k(&row, p, &mut got);
+                assert_eq!(got, want, "len {len} p {p}");
             }
         }
     }

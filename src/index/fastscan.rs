@@ -56,6 +56,17 @@ fn pack_into(codes: &[u8], nsub: usize, out: &mut [u8]) {
     }
 }
 
+/// Sub-code `j` of vector `t` of a block.
+#[inline(always)]
+pub(crate) fn code_at(block: &[u8], t: usize, j: usize) -> u8 {
+    let byte = block[j * 16 + t % 16];
+    if t < 16 {
+        byte & 15
+    } else {
+        byte >> 4
+    }
+}
+
 /// Every list's codes in blocks, in one allocation (one per list left the allocator's
 /// overhead per list unaccounted for).
 #[derive(Debug)]
@@ -422,6 +433,22 @@ unsafe fn each_block_avx2<E>(
     each_block_with(packed, table, kernel, f)
 }
 
+/// The lanes of `sums` (the first `valid`) whose `floor + s * step` is not above `bound`, as
+/// bits: the scan's float test, the same operations a lane at a time, which the compiler
+/// turns into a few vector compares.
+#[inline(always)]
+pub(crate) fn within(sums: &[u16; BLOCK], valid: usize, floor: f32, step: f32, bound: f32) -> u32 {
+    // The lanes above `bound`, then the rest (a NaN sum is not above it: the scan scores it).
+    let mut above = 0u32;
+    for (t, &s) in sums.iter().enumerate() {
+        above |= u32::from(floor + s as f32 * step > bound) << t;
+    }
+    match valid {
+        0..BLOCK => !above & ((1u32 << valid) - 1),
+        _ => !above,
+    }
+}
+
 #[inline(always)]
 fn each_block_with<E>(
     packed: &[u8],
@@ -446,6 +473,65 @@ mod tests {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         *seed >> 33
+    }
+
+    #[test]
+    fn code_at_reads_back_what_pack_wrote() {
+        let mut seed = 3;
+        for nsub in [1usize, 2, 7, 32] {
+            let nbytes = nsub.div_ceil(2);
+            let n = 70;
+            let mut codes: Vec<u8> = (0..n * nbytes).map(|_| lcg(&mut seed) as u8).collect();
+            if nsub % 2 == 1 {
+                // The last byte's high nibble is no sub-code.
+                codes
+                    .chunks_exact_mut(nbytes)
+                    .for_each(|c| c[nbytes - 1] &= 15);
+            }
+            let packed = pack(&codes, nsub);
+            let bb = block_bytes(nsub);
+            for (v, code) in codes.chunks_exact(nbytes).enumerate() {
+                let block = &packed[v / BLOCK * bb..(v / BLOCK + 1) * bb];
+                for j in 0..nsub {
+                    assert_eq!(
+                        code_at(block, v % BLOCK, j),
+                        get_code(code, j, 4),
+                        "nsub {nsub}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn within_is_the_float_test_lane_by_lane() {
+        use std::cmp::Ordering::Greater;
+        let mut seed = 5;
+        let mut sums = [0u16; BLOCK];
+        for bound in [
+            f32::NEG_INFINITY,
+            -1.0,
+            0.3,
+            7.5,
+            1e9,
+            f32::INFINITY,
+            f32::NAN,
+        ] {
+            for valid in [0usize, 1, 17, BLOCK, 1000] {
+                sums.iter_mut().for_each(|s| *s = lcg(&mut seed) as u16);
+                let (floor, step) = (-2.0f32, 1.3e-4f32);
+                let mask = within(&sums, valid, floor, step, bound);
+                for (t, &s) in sums.iter().enumerate() {
+                    let above = (floor + s as f32 * step).partial_cmp(&bound) == Some(Greater);
+                    let want = t < valid && !above;
+                    assert_eq!(
+                        mask >> t & 1 == 1,
+                        want,
+                        "bound {bound} valid {valid} lane {t}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -538,35 +538,66 @@ fn scan4_blocks(
     filter: Option<&Filter>,
     top: &mut impl Keep,
 ) -> Result<()> {
-    let (base, ids, codes) = (list.base, list.ids, list.codes);
+    let (base, ids) = (list.base, list.ids);
     table.fill(lut);
     // The float sums start from `base`: their rounding grows with it too.
     let floor = base + table.offset - table.slack - 4e-5 * base.abs();
     let step = 1.0 / table.scale;
-    let nbytes = nsub.div_ceil(2);
+    let bb = table.bytes.len();
     fastscan::each_block(packed, &table.bytes, |b, sums| {
         let v0 = b * fastscan::BLOCK;
-        for (t, &s) in sums.iter().enumerate().take(ids.len() - v0) {
-            if floor + s as f32 * step > top.bound() {
+        // The bound only tightens while the block is scored: the lanes within it now are a
+        // superset of those that pass below.
+        let mut lanes = fastscan::within(sums, ids.len() - v0, floor, step, top.bound());
+        // The ids of those lanes are read only if they get in, from memory the scan has not
+        // touched: asked for now, they arrive while the codes are scored.
+        let mut ahead = lanes;
+        while ahead != 0 {
+            let t = ahead.trailing_zeros() as usize;
+            prefetch(&ids[v0 + t]);
+            ahead &= !(0xFF << (t & !7));
+        }
+        while lanes != 0 {
+            let t = lanes.trailing_zeros() as usize;
+            lanes &= lanes - 1;
+            if floor + sums[t] as f32 * step > top.bound() {
                 continue;
             }
-            let v = v0 + t;
-            let d = score4(base, lut, nsub, &codes[v * nbytes..(v + 1) * nbytes]);
-            offer(top, d, ids[v], filter)?;
+            // The block is in cache where the list's codes and ids are not: its codes are
+            // scored there, and an id is read only for a vector that gets in.
+            let code = |j: usize| fastscan::code_at(&packed[b * bb..(b + 1) * bb], t, j);
+            let d = score4(base, lut, nsub, code);
+            if d <= top.bound() {
+                offer(top, d, ids[v0 + t], filter)?;
+            }
         }
         Ok(())
     })
 }
 
-/// One 4-bit code's distance, with `scan`'s float operations in `scan`'s order (its pair
-/// table holds `lo + hi` per byte, added to the running sum byte by byte).
+/// Asks the CPU to bring `x`'s cache line in, without waiting for it.
 #[inline(always)]
-fn score4(base: f32, lut: &[f32], nsub: usize, code: &[u8]) -> f32 {
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no effect but on caches; SSE is in every x86-64 CPU.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(x as *const T as *const i8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// One 4-bit code's distance (`code(j)`: its sub-code j), with `scan`'s float operations in
+/// `scan`'s order (its pair table holds `lo + hi` per byte, added to the running sum byte by
+/// byte).
+#[inline(always)]
+fn score4(base: f32, lut: &[f32], nsub: usize, code: impl Fn(usize) -> u8) -> f32 {
     let mut s = base;
-    for (b, &c) in code.iter().enumerate() {
-        let lo = lut[2 * b * 16 + (c & 15) as usize];
+    for b in 0..nsub.div_ceil(2) {
+        let lo = lut[2 * b * 16 + code(2 * b) as usize];
         let hi = if 2 * b + 1 < nsub {
-            lut[(2 * b + 1) * 16 + (c >> 4) as usize]
+            lut[(2 * b + 1) * 16 + code(2 * b + 1) as usize]
         } else {
             0.0
         };
