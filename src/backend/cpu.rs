@@ -66,10 +66,9 @@ impl Backend for CpuBackend {
                 s.ids.resize(r, 0);
                 for (j, book) in books.iter().enumerate() {
                     s.sub.clear();
-                    s.sub.extend(
-                        y.chunks_exact(dp)
-                            .flat_map(|row| &row[j * dsub..(j + 1) * dsub]),
-                    );
+                    for row in y.chunks_exact(dp) {
+                        s.sub.extend_from_slice(&row[j * dsub..(j + 1) * dsub]);
+                    }
                     book.assign(&s.sub, &mut s.scratch, &mut s.ids);
                     for (o, &c) in out.chunks_exact_mut(nsub).zip(&s.ids) {
                         o[j] = c as u8;
