@@ -178,6 +178,18 @@ impl PyCompressor {
         Ok(self.read().codebook().py_err()?.codec_size())
     }
 
+    /// The trained anchors (the inverted lists' centroids): float32, anchors x d.
+    #[getter]
+    fn anchors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let (a, d) = {
+            let c = self.read();
+            let cb = c.codebook().py_err()?;
+            (cb.anchor_vectors().to_vec(), cb.dim())
+        };
+        let m = a.len() / d.max(1);
+        matrix(py, a, m, d)
+    }
+
     /// The codebook's fingerprint: indexes merge only when theirs agree.
     #[getter]
     fn fingerprint(&self) -> PyResult<u64> {

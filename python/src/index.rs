@@ -425,6 +425,23 @@ impl PyIndex {
         matrix(py, x, ids.len(), self.dim())
     }
 
+    /// The codes of `ids` (each must be present) as `Compressor.encode` gives them: uint8,
+    /// len(ids) x the codebook's code_size; `Compressor.decode` reads them.
+    fn get_codes<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray2<u8>>> {
+        let ids = crate::arrays::ids(ids, "ids")?;
+        let (codes, size) = self
+            .shared(py, |ix| {
+                let size = ix.codebook().codec_size();
+                ix.get_codes(&ids).map(|c| (c, size))
+            })
+            .py_err()?;
+        matrix(py, codes, ids.len(), size)
+    }
+
     /// Moves `other`'s vectors into this index (both on the same codebook, else an error
     /// with status CODEBOOK_MISMATCH); `other` is left as it was.
     #[pyo3(signature = (other, progress = None))]

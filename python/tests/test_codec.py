@@ -26,6 +26,11 @@ def test_encode_decode_round_trip(compressor, data):
     assert codes.dtype == np.uint8 and codes.shape == (100, compressor.code_size)
     y = compressor.decode(codes)
     assert y.shape == (100, 32) and y.dtype == np.float32
+    a = compressor.anchors
+    assert a.dtype == np.float32 and a.shape == (compressor.params["anchors"], 32)
+    # Each decoded vector lies nearer its own anchor (the code's first byte) than x's mean.
+    own = a[codes[:, 0]]
+    assert ((y - own) ** 2).sum(1).mean() < ((y - x.mean(0)) ** 2).sum(1).mean()
     # Reconstruction is far closer than the data's spread.
     assert ((y - x[:100]) ** 2).sum(1).mean() < 0.5 * ((x[:100] - x.mean(0)) ** 2).sum(1).mean()
 

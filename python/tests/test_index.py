@@ -80,6 +80,11 @@ def test_remove_contains_reconstruct(index, compressor, data):
     assert index.remove([5, 6, 10**9]) == 2 and 5 not in index and len(index) == len(x) - 2
     y = index.reconstruct([7])
     assert np.allclose(y, compressor.decode(compressor.encode(x[7:8])), atol=1e-5)
+    codes = index.get_codes([7, 8])
+    assert codes.dtype == np.uint8 and codes.shape == (2, compressor.code_size)
+    assert (codes == compressor.encode(x[7:9])).all()
+    with pytest.raises(vc.InvalidArgumentError):
+        index.get_codes([5])
     with pytest.raises(vc.InvalidArgumentError, match="negative"):
         index.remove(np.array([-1]))
 
