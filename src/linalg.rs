@@ -265,31 +265,42 @@ pub(crate) fn smallest_k(row: &[f32], p: usize, out: &mut Vec<u32>) {
         return;
     }
     if p <= SMALL_K {
-        // A sorted run of the best so far. Columns come in chunks, and a chunk none of whose
-        // values beats the run's last (a later column loses a tie) is passed over in a few
-        // vector compares: after the first chunks, nearly all are.
-        let mut worst = i32::MAX;
-        for (c, chunk) in row.chunks(16).enumerate() {
-            let full = out.len() == p;
-            if full
-                && !chunk
-                    .iter()
-                    .fold(false, |any, &v| any | (order_key(v) < worst))
+        // A sorted run of the best so far; a column gets in when its key is under `limit`.
+        // The chunks' minima are p distinct columns, so the p-th smallest of them bounds
+        // the p-th smallest column: `limit` starts just above it, and once the run is full
+        // it is the run's last (a later column loses a tie). A chunk with nothing under
+        // `limit` is passed over in a few vector compares: nearly all are.
+        const CHUNK: usize = 16;
+        let mut limit = i64::MAX;
+        if row.len().div_ceil(CHUNK) >= p {
+            // Borrow `out` for the minima, as keys in unsigned order.
+            out.extend(row.chunks(CHUNK).map(|c| {
+                let m = c.iter().fold(i32::MAX, |m, &v| m.min(order_key(v)));
+                (m as u32) ^ 0x8000_0000
+            }));
+            let (_, &mut pth, _) = out.select_nth_unstable(p - 1);
+            limit = i64::from((pth ^ 0x8000_0000) as i32) + 1;
+            out.clear();
+        }
+        for (c, chunk) in row.chunks(CHUNK).enumerate() {
+            if !chunk
+                .iter()
+                .fold(false, |any, &v| any | (i64::from(order_key(v)) < limit))
             {
                 continue;
             }
-            for (j, &v) in (c as u32 * 16..).zip(chunk) {
+            for (j, &v) in (c as u32 * CHUNK as u32..).zip(chunk) {
                 let kv = order_key(v);
+                if i64::from(kv) >= limit {
+                    continue;
+                }
                 if out.len() == p {
-                    if kv >= worst {
-                        continue;
-                    }
                     out.pop();
                 }
                 let at = out.partition_point(|&a| (order_key(row[a as usize]), a) < (kv, j));
                 out.insert(at, j);
                 if out.len() == p {
-                    worst = order_key(row[out[p - 1] as usize]);
+                    limit = i64::from(order_key(row[out[p - 1] as usize]));
                 }
             }
         }
