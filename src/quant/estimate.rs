@@ -326,7 +326,7 @@ impl Shape {
 /// grows by). Its results (an anchor and a code a vector) fill block by block, so while the
 /// last block is encoded all but that block's are resident, beside the block's work: its rows
 /// converted and prepared for the metric with the next block's (`converted`: f16 input or
-/// cosine), the backend's outputs for it, and each thread's anchor scores or residuals.
+/// cosine), the backend's outputs for it, and each thread's scores and residuals.
 pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after: usize) -> usize {
     let f = 4;
     let rows = n.min(super::ENCODE_BLOCK);
@@ -341,7 +341,11 @@ pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after:
     // Anchor ids and sub-space indices; 4-bit indices are then packed into a copy.
     let packed = if s.ksub == 16 { s.code } else { 0 };
     let block = rows * (4 + s.nsub + packed);
-    let per_thread = BLOCK * s.anchors.max(2 * s.dp + s.ksub) * f;
+    // Each thread's buffers, kept from block to block: the scores (anchors, then each
+    // sub-space's codewords) beside the residuals and their rotation, one sub-space's columns,
+    // and a norm, a distance and an index per row.
+    let dsub = s.dp / s.nsub.max(1);
+    let per_thread = BLOCK * (s.anchors.max(s.ksub) + 2 * s.dp + dsub + 3) * f;
     let work = prepared + block + threads.max(1) * per_thread;
     (filled + work).max(gathered + after)
 }
