@@ -346,7 +346,9 @@ pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after:
     // and a norm, a distance and an index per row.
     let dsub = s.dp / s.nsub.max(1);
     let per_thread = BLOCK * (s.anchors.max(s.ksub) + 2 * s.dp + dsub + 3) * f;
-    let work = prepared + block + threads.max(1) * per_thread;
+    // The squared norms of the anchors and of every codeword, taken once per call.
+    let norms = (s.anchors + s.nsub * s.ksub) * f;
+    let work = prepared + block + norms + threads.max(1) * per_thread;
     (filled + work).max(gathered + after)
 }
 
