@@ -2,8 +2,8 @@
 //! bit-identical whatever the thread count.
 
 use super::{
-    layout, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession,
-    Poll, RowsView,
+    host, layout, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView,
+    KmeansSession, Poll, RowsView,
 };
 use crate::error::{try_vec, Result};
 use crate::linalg::{self, AssignScratch, Centroids, BLOCK};
@@ -66,9 +66,7 @@ impl Backend for CpuBackend {
                 s.ids.resize(r, 0);
                 for (j, book) in books.iter().enumerate() {
                     s.sub.clear();
-                    for row in y.chunks_exact(dp) {
-                        s.sub.extend_from_slice(&row[j * dsub..(j + 1) * dsub]);
-                    }
+                    host::sub_columns_into(y, dp, j * dsub, dsub, &mut s.sub);
                     book.assign(&s.sub, &mut s.scratch, &mut s.ids);
                     for (o, &c) in out.chunks_exact_mut(nsub).zip(&s.ids) {
                         o[j] = c as u8;
@@ -343,7 +341,6 @@ pub(crate) fn group_by_centroid(assign: &[u32], k: usize) -> Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::host;
     use crate::params::Metric;
 
     #[test]

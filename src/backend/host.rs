@@ -29,10 +29,15 @@ pub(crate) fn pq_assign<B: Backend + ?Sized>(
 /// Column block `[off, off+w)` of a row-major matrix with `d` columns, made contiguous.
 pub(crate) fn sub_columns(y: &[f32], d: usize, off: usize, w: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(y.len() / d * w);
+    sub_columns_into(y, d, off, w, &mut out);
+    out
+}
+
+/// `sub_columns` appended to `out`.
+pub(crate) fn sub_columns_into(y: &[f32], d: usize, off: usize, w: usize, out: &mut Vec<f32>) {
     for row in y.chunks_exact(d) {
         out.extend_from_slice(&row[off..off + w]);
     }
-    out
 }
 
 /// [`Backend::encode_residuals`] as separate backend steps (nearest anchor, then PQ) with the
