@@ -93,9 +93,13 @@ pub(crate) fn assign_block_rows(d: usize) -> usize {
 }
 
 /// Rows per block of `d` values for work reported to `watch`: `unwatched` when nobody listens.
+/// Watched blocks hold whole `BLOCK`s for each thread: 2,730 rows of 384 values (10.7 row
+/// blocks) left one of two threads idle for the last 8% of each.
 fn block_rows(d: usize, watch: &Watch, unwatched: usize) -> usize {
     if watch.listening() {
         small_block_rows(d)
+            .next_multiple_of(BLOCK * rayon::current_num_threads())
+            .min(ENCODE_BLOCK)
     } else {
         unwatched
     }
@@ -486,11 +490,7 @@ impl Codebook {
         }
         let mut ids = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n * self.residual_code_size());
-        // Watched blocks in whole `BLOCK`s per thread: a block of 10.7 row blocks left one of
-        // two threads idle for the last 8% of each.
-        let rows = block_rows(d, watch, ENCODE_BLOCK)
-            .next_multiple_of(BLOCK * rayon::current_num_threads())
-            .min(ENCODE_BLOCK);
+        let rows = block_rows(d, watch, ENCODE_BLOCK);
         // Block `start`, checked and prepared for the metric.
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, rows.min(n - start), d);
