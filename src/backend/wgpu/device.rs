@@ -581,14 +581,18 @@ impl WgpuBackend {
         Ok(clean.then_some(b))
     }
 
-    /// `upload_finite` of rows `row0..row0 + rows` of `x`, read where they lie: each piece
-    /// of the upload gathers its own stretch of the rows (a few MB on each thread at most).
+    /// `upload_finite` of rows `row0..row0 + rows` of `x`: the caller's own where the view is
+    /// plain, else read where they lie, each piece of the upload gathering its own stretch
+    /// of the rows (a few MB on each thread at most).
     pub(super) fn upload_rows_finite(
         &self,
         x: RowsView,
         (row0, rows): (usize, usize),
         what: &str,
     ) -> Result<Option<Buf>> {
+        if x.is_plain() {
+            return self.upload_finite(&x.x[row0 * x.d..(row0 + rows) * x.d], what);
+        }
         let copy = |mut v: wgpu::WriteOnly<'_, [u8]>, at: usize| {
             let src = x.values(row0, at / 4..(at + v.len()) / 4);
             // SAFETY: the view is valid for writes of its whole length, src.len() floats.

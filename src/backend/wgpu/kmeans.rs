@@ -139,12 +139,9 @@ impl<'a> WgpuSession<'a> {
             }
         } else {
             for (i, &(row0, rows)) in plan.iter().enumerate() {
-                let buf = if x.is_plain() {
-                    b.upload_finite(&x.x[row0 * d..(row0 + rows) * d], "training points")?
-                } else {
-                    b.upload_rows_finite(x, (row0, rows), "training points")?
-                };
-                let buf = buf.ok_or_else(bad)?;
+                let buf = b
+                    .upload_rows_finite(x, (row0, rows), "training points")?
+                    .ok_or_else(bad)?;
                 b.row_norms(&mut enc, None, &buf, rows, d, i * per, &xn);
                 if let Some(m) = b.mma() {
                     let h = Halves::new(b, m, rows, d, "training points (fp16)")?;
