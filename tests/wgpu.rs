@@ -434,7 +434,7 @@ fn in_place_sessions_match_prepared_ones() {
     for cap in [Some(0), streamed].into_iter().flatten() {
         g.set_device_memory_cap(cap);
         let copy = run(b.kmeans_session(&prepared, d, Precision::Exact));
-        let in_place = run(b.kmeans_session_in_place(view, Precision::Exact).unwrap());
+        let in_place = run(b.kmeans_session_in_place(view, Precision::Exact));
         g.set_device_memory_cap(0);
         assert!(
             copy.0 == in_place.0,

@@ -75,20 +75,12 @@ impl Backend for CpuBackend {
             });
         Ok((assign, codes))
     }
-    fn kmeans_session<'a>(
-        &'a self,
-        x: &'a [f32],
-        d: usize,
-        _precision: crate::Precision, // fp32 always: the reference
-    ) -> Result<Box<dyn KmeansSession + 'a>> {
-        CpuSession::boxed(RowsView::plain(x, d))
-    }
     fn kmeans_session_in_place<'a>(
         &'a self,
         rows: RowsView<'a>,
-        _precision: crate::Precision,
-    ) -> Option<Result<Box<dyn KmeansSession + 'a>>> {
-        Some(CpuSession::boxed(rows))
+        _precision: crate::Precision, // fp32 always: the reference
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
+        CpuSession::boxed(rows)
     }
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {
         let n = x.len() / d;

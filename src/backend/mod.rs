@@ -166,24 +166,24 @@ pub trait Backend: Send + Sync {
     fn memory_usage(&self, _reset: bool) -> Option<(usize, usize)> {
         None
     }
-    /// Upload `x` (n x d) once and return a session that runs k-means steps on it, computing
-    /// distances at `precision` where the device offers a choice.
+    /// A session that runs k-means steps on `x` (n x d), computing distances at `precision`
+    /// where the device offers a choice.
     fn kmeans_session<'a>(
         &'a self,
         x: &'a [f32],
         d: usize,
         precision: crate::Precision,
-    ) -> Result<Box<dyn KmeansSession + 'a>>;
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
+        crate::error::whole_rows(x.len(), d, "values")?;
+        self.kmeans_session_in_place(RowsView::plain(x, d), precision)
+    }
     /// `kmeans_session` on `rows` read where they lie (a sample, or rows made unit length,
-    /// with no prepared copy of them); `None` where the backend needs them as one block, to
-    /// be given `rows.whole()`.
+    /// with no prepared copy of them).
     fn kmeans_session_in_place<'a>(
         &'a self,
-        _rows: RowsView<'a>,
-        _precision: crate::Precision,
-    ) -> Option<Result<Box<dyn KmeansSession + 'a>>> {
-        None
-    }
+        rows: RowsView<'a>,
+        precision: crate::Precision,
+    ) -> Result<Box<dyn KmeansSession + 'a>>;
     /// For each row of `x`, the nearest row of `centroids` (squared L2) and its distance: one
     /// exact assignment pass of a session.
     fn nearest(&self, x: &[f32], d: usize, centroids: &[f32]) -> Result<(Vec<u32>, Vec<f32>)> {

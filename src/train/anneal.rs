@@ -157,15 +157,7 @@ fn train_anchors_prepared(
     };
     trace.mark("init", || ());
     // Where the session checks, it names the value as the host's check would: `xs` is `x`.
-    // A backend that cannot read the rows where they lie gets them prepared in one block.
-    let whole: Cow<[f32]>;
-    let mut sess = match backend.kmeans_session_in_place(xs, p.precision) {
-        Some(s) => s?,
-        None => {
-            whole = xs.whole();
-            backend.kmeans_session(&whole, d, p.precision)?
-        }
-    };
+    let mut sess = backend.kmeans_session_in_place(xs, p.precision)?;
     sess.set_centroids(&c)?;
     trace.mark("session", || ());
 

@@ -403,28 +403,13 @@ impl Backend for CudaBackend {
             fp16_rows: false,
         }
     }
-    fn kmeans_session<'a>(
-        &'a self,
-        x: &'a [f32],
-        d: usize,
-        precision: crate::Precision,
-    ) -> Result<Box<dyn KmeansSession + 'a>> {
-        crate::error::whole_rows(x.len(), d, "values")?;
-        let tf32 = precision == crate::Precision::Tf32;
-        Ok(Box::new(CudaSession::new(
-            self,
-            RowsView::plain(x, d),
-            tf32,
-        )?))
-    }
     fn kmeans_session_in_place<'a>(
         &'a self,
         rows: RowsView<'a>,
         precision: crate::Precision,
-    ) -> Option<Result<Box<dyn KmeansSession + 'a>>> {
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
         let tf32 = precision == crate::Precision::Tf32;
-        let s = CudaSession::new(self, rows, tf32);
-        Some(s.map(|s| Box::new(s) as Box<dyn KmeansSession + 'a>))
+        Ok(Box::new(CudaSession::new(self, rows, tf32)?))
     }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;

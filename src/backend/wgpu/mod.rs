@@ -338,22 +338,12 @@ impl Backend for WgpuBackend {
             }
         )
     }
-    fn kmeans_session<'a>(
-        &'a self,
-        x: &'a [f32],
-        d: usize,
-        _precision: crate::Precision, // exact always: the fp32 answers, on any kernel
-    ) -> Result<Box<dyn KmeansSession + 'a>> {
-        crate::error::whole_rows(x.len(), d, "values")?;
-        Ok(Box::new(WgpuSession::new(self, RowsView::plain(x, d))?))
-    }
     fn kmeans_session_in_place<'a>(
         &'a self,
         rows: RowsView<'a>,
-        _precision: crate::Precision,
-    ) -> Option<Result<Box<dyn KmeansSession + 'a>>> {
-        let s = WgpuSession::new(self, rows);
-        Some(s.map(|s| Box::new(s) as Box<dyn KmeansSession + 'a>))
+        _precision: crate::Precision, // exact always: the fp32 answers, on any kernel
+    ) -> Result<Box<dyn KmeansSession + 'a>> {
+        Ok(Box::new(WgpuSession::new(self, rows)?))
     }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
         let dp = nsub * dsub;
