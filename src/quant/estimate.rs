@@ -3,7 +3,7 @@
 //! vectors not counted). Checked against measured peaks in `tests/memory_estimate.rs`.
 
 use crate::backend::streaming::wgpu_streamed_rows;
-use crate::linalg::BLOCK;
+use crate::linalg::{fused_bytes, fused_nearest, BLOCK};
 use crate::params::{Metric, Rotation, TrainParams};
 
 /// How a training of `n` x `d` vectors with `p` on `b` with `threads` threads fits under a
@@ -100,10 +100,18 @@ fn training_host_bytes(
         .min(8)
         .min((64 << 20) / (k * d * 8).max(1))
         .max(1);
+    // Rows of up to 32 values are scored in registers (`linalg::fused_nearest`): no scores.
+    let scored = |m: usize, d: usize| {
+        if fused_nearest(d) {
+            fused_bytes(m, d)
+        } else {
+            BLOCK * m * f
+        }
+    };
     let anchors = sample
         + ns * 3 * f
         + 3 * k * d * f
-        + (threads * BLOCK * (k + d) * f).max((chunks + 1) * k * d * 8);
+        + (threads * (scored(k, d) + BLOCK * d * f)).max((chunks + 1) * k * d * 8);
 
     // Codebooks: the sample's residuals where held (written over the sample's copy), its
     // assignment, the rotation's covariance and eigenvectors (f64), the learned rotation's
@@ -142,17 +150,21 @@ fn training_host_bytes(
         (0, threads * BLOCK * dp * f)
     };
     let fits = (at_once.min(threads).min(nsub) * (dsub + 3) + 1) * npq * f
-        + threads.min(nsub) * (BLOCK * ksub * f + rebuilt);
+        + threads.min(nsub) * (scored(ksub, dsub) + rebuilt);
     let codebooks = k * d * f + resid + npq * f + rotation + alternations + fits;
 
     // Rebuilt residuals come in small blocks, which reuse what the anchors' step left
     // resident (measured).
     let kept = if held { KEPT_BYTES } else { 0 };
-    anchors.max(codebooks) + threads * THREAD_BYTES + kept
+    // Rows of up to 32 values are scored without a GEMM; a rotation of such rows packs
+    // little.
+    let gemm = !fused_nearest(d) || !fused_nearest(dsub) || (rotation > 0 && dp > 32);
+    let per_thread = if gemm { THREAD_BYTES } else { 0 };
+    anchors.max(codebooks) + threads * per_thread + kept
 }
 
-/// What each pool thread adds as training first runs on it, measured: its stack and its
-/// GEMM packing buffers (about 240 KiB a thread on 16 threads).
+/// What each pool thread adds as training first runs a GEMM on it, measured: its stack and
+/// its GEMM packing buffers (about 240 KiB a thread on 16 threads).
 const THREAD_BYTES: usize = 256 << 10;
 
 /// What stays resident from the anchors' step into the codebooks' (small buffers freed to
@@ -345,9 +357,21 @@ pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after:
     // sub-space's codewords) beside the residuals and their rotation, one sub-space's columns,
     // and a norm, a distance and an index per row.
     let dsub = s.dp / s.nsub.max(1);
-    let per_thread = BLOCK * (s.anchors.max(s.ksub) + 2 * s.dp + dsub + 3) * f;
-    // The squared norms of the anchors and of every codeword, taken once per call.
-    let norms = (s.anchors + s.nsub * s.ksub) * f;
+    // Rows of up to 32 values are scored in registers (`linalg::fused_nearest`): no scores.
+    let scores = |m: usize, d: usize| if fused_nearest(d) { 0 } else { m };
+    let per_thread =
+        BLOCK * (scores(s.anchors, s.d).max(scores(s.ksub, dsub)) + 2 * s.dp + dsub + 3) * f;
+    // The squared norms of the anchors and of every codeword, taken once per call, and their
+    // copies laid out for the fused kernel.
+    let layout = |m: usize, d: usize| {
+        if fused_nearest(d) {
+            fused_bytes(m, d)
+        } else {
+            0
+        }
+    };
+    let norms =
+        (s.anchors + s.nsub * s.ksub) * f + layout(s.anchors, s.d) + s.nsub * layout(s.ksub, dsub);
     let work = prepared + block + norms + threads.max(1) * per_thread;
     (filled + work).max(gathered + after)
 }

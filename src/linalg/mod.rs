@@ -4,6 +4,20 @@
 use faer::{linalg::matmul::matmul, Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
+mod narrow;
+use narrow::Narrow;
+
+/// Whether the nearest of `d`-dimensional rows is found by the fused kernel, which holds no
+/// block of scores (rows of at most 32 values, on CPUs with AVX2 and FMA or AVX-512).
+pub(crate) fn fused_nearest(d: usize) -> bool {
+    narrow::fits(d)
+}
+
+/// Bytes the fused kernel's copy of `m` centroids of `d` values takes.
+pub(crate) fn fused_bytes(m: usize, d: usize) -> usize {
+    narrow::layout_bytes(m, d)
+}
+
 /// Rows per block: the unit of parallel work. Fixed, so results never depend on threads.
 pub(crate) const BLOCK: usize = 256;
 
@@ -105,6 +119,7 @@ pub(crate) fn nearest(
         Some(b) => cn.iter().zip(b).map(|(a, b)| a + b).collect(),
         None => cn.to_vec(),
     };
+    let narrow = narrow::fits(d).then(|| Narrow::new(c, &offset, d));
     assign
         .par_chunks_mut(BLOCK)
         .zip(dist.par_chunks_mut(BLOCK))
@@ -115,12 +130,33 @@ pub(crate) fn nearest(
                 poll()?;
                 let r = ab.len();
                 let xb = x.block(b * BLOCK, r, rows);
-                buf.resize(r * m, 0.0);
-                scores_block(xb, c, &offset, d, buf);
-                pick_rows(buf, m, bias, &xn[b * BLOCK..b * BLOCK + r], ab, db);
+                let xn = &xn[b * BLOCK..b * BLOCK + r];
+                match &narrow {
+                    Some(nar) => {
+                        nar.nearest(xb, ab, db);
+                        finish_rows(ab, bias, xn, db);
+                    }
+                    None => {
+                        buf.resize(r * m, 0.0);
+                        scores_block(xb, c, &offset, d, buf);
+                        pick_rows(buf, m, bias, xn, ab, db);
+                    }
+                }
                 Ok(())
             },
         )
+}
+
+/// The squared distances of rows whose best scores (`offset - 2 x.c`, bias included) are in
+/// `d`, in place: as [`pick_rows`] computes them.
+fn finish_rows(a: &[u32], bias: Option<&[f32]>, xn: &[f32], d: &mut [f32]) {
+    for ((v, &j), &n) in d.iter_mut().zip(a).zip(xn) {
+        let without_bias = match bias {
+            Some(bv) => *v - bv[j as usize],
+            None => *v,
+        };
+        *v = (n + without_bias).max(0.0);
+    }
 }
 
 /// Centroids ready for many blocks of `nearest` rows: their squared norms computed once.
@@ -129,6 +165,7 @@ pub(crate) struct Centroids<'a> {
     c: &'a [f32],
     cn: Vec<f32>,
     d: usize,
+    narrow: Option<Narrow>,
 }
 
 /// Buffers one thread reuses across `Centroids::assign` calls.
@@ -141,12 +178,18 @@ pub(crate) struct AssignScratch {
 
 impl<'a> Centroids<'a> {
     pub(crate) fn new(c: &'a [f32], d: usize) -> Self {
-        let cn = c.chunks_exact(d.max(1)).map(|r| dot(r, r)).collect();
-        Centroids { c, cn, d }
+        let cn: Vec<f32> = c.chunks_exact(d.max(1)).map(|r| dot(r, r)).collect();
+        let narrow = narrow::fits(d).then(|| Narrow::new(c, &cn, d));
+        Centroids { c, cn, d, narrow }
     }
     /// The nearest centroid of each row of `x` (at most `BLOCK` rows), one thread.
     pub(crate) fn assign(&self, x: &[f32], s: &mut AssignScratch, a: &mut [u32]) {
         let r = a.len();
+        if let Some(nar) = &self.narrow {
+            // Only the choice is wanted: no norms, no distances.
+            s.dist.resize(r, 0.0);
+            return nar.nearest(x, a, &mut s.dist);
+        }
         s.norms.clear();
         s.norms
             .extend(x.chunks_exact(self.d.max(1)).map(|row| dot(row, row)));
