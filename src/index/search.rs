@@ -589,21 +589,37 @@ fn prefetch<T>(x: &T) {
 }
 
 /// One 4-bit code's distance (`code(j)`: its sub-code j), with `scan`'s float operations in
-/// `scan`'s order (its pair table holds `lo + hi` per byte, added to the running sum byte by
-/// byte).
+/// `scan`'s order (its pair table holds `lo + hi` per byte, summed by `sum_bytes`).
 #[inline(always)]
 fn score4(base: f32, lut: &[f32], nsub: usize, code: impl Fn(usize) -> u8) -> f32 {
-    let mut s = base;
-    for b in 0..nsub.div_ceil(2) {
+    sum_bytes(base, nsub.div_ceil(2), |b| {
         let lo = lut[2 * b * 16 + code(2 * b) as usize];
         let hi = if 2 * b + 1 < nsub {
             lut[(2 * b + 1) * 16 + code(2 * b + 1) as usize]
         } else {
             0.0
         };
-        s += lo + hi;
+        lo + hi
+    })
+}
+
+/// `base` plus the terms of a 4-bit code's bytes (`term(b)`, b < `nbytes`): byte b goes to
+/// partial sum b % 4, the sums meet as `(s0 + s1) + (s2 + s3)`, then `base` is added. Four
+/// short chains of additions instead of one long one: a vector that passes the byte sums is
+/// scored in a quarter of the latency. Every 4-bit score on the host is summed so.
+#[inline(always)]
+fn sum_bytes(base: f32, nbytes: usize, term: impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [0f32; 4];
+    let whole = nbytes / 4 * 4;
+    for b in (0..whole).step_by(4) {
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a += term(b + i);
+        }
     }
-    s
+    for b in whole..nbytes {
+        acc[b % 4] += term(b);
+    }
+    base + ((acc[0] + acc[1]) + (acc[2] + acc[3]))
 }
 
 /// Sums table entries over each code of one list and offers the totals to the heap.
@@ -646,10 +662,7 @@ fn scan(
             }
         }
         for (code, &id) in codes.chunks_exact(nbytes).zip(ids) {
-            let mut s = base;
-            for (t, &c) in pair.iter().zip(code) {
-                s += t[c as usize];
-            }
+            let s = sum_bytes(base, nbytes, |b| pair[b][code[b] as usize]);
             offer(top, s, id, filter)?;
         }
     }
