@@ -635,10 +635,9 @@ fn scan(
 ) -> Result<()> {
     let (base, ids, codes) = (list.base, list.ids, list.codes);
     if bits == 8 {
-        let tabs: Vec<&[f32; 256]> = lut
-            .chunks_exact(256)
-            .map(|c| c.try_into().unwrap())
-            .collect();
+        // Sub-tables side by side (no pointer to load per byte), indexed by a byte: no
+        // bounds check.
+        let (tabs, _) = lut.as_chunks::<256>();
         for (code, &id) in codes.chunks_exact(nsub).zip(ids) {
             let mut s = base;
             for (t, &c) in tabs.iter().zip(code) {
