@@ -473,11 +473,21 @@ impl Index {
             tables.query_table(y, ds, ks, scale, &mut qci);
             linalg::smallest_k(&coarse, nprobe, &mut probes);
             let mut top = fresh();
-            for &a in &probes {
+            for (pi, &a) in probes.iter().enumerate() {
                 let a = a as usize;
                 let (lids, lcodes) = self.list(a);
                 if lids.is_empty() {
                     continue;
+                }
+                // The next list's terms are a stream from memory the hardware prefetcher
+                // only finds after its first misses: asked for now, they arrive while this
+                // list is scanned.
+                if let (Some(t), Some(&next)) = (&tables.l2_terms, probes.get(pi + 1)) {
+                    let per = nsub * ks;
+                    let next = &t[next as usize * per..(next as usize + 1) * per];
+                    for line in next.iter().step_by(16) {
+                        prefetch(line);
+                    }
                 }
                 if l2 {
                     let terms: &[f32] = match &tables.l2_terms {
