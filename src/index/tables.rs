@@ -39,50 +39,12 @@ impl Tables {
     /// A query's table into `out` (M x `ks`): `scale <y_j, c>` for each sub-space j and its
     /// codewords c, `y` being the query padded and rotated (`scale` -2 under L2, -1 under
     /// inner product).
-    pub(super) fn query_table(&self, y: &[f32], ds: usize, ks: usize, scale: f32, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F, checked just above.
-            return unsafe { self.query_table_avx512(y, ds, ks, scale, out) };
-        } else if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { self.query_table_avx2(y, ds, ks, scale, out) };
-        }
-        self.query_table_any(y, ds, ks, scale, out)
-    }
-
-    /// The same code compiled for AVX-512 (no FMA: the same bits as the baseline build).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn query_table_avx512(
-        &self,
-        y: &[f32],
-        ds: usize,
-        ks: usize,
-        scale: f32,
-        out: &mut [f32],
-    ) {
-        self.query_table_any(y, ds, ks, scale, out)
-    }
-
-    /// The same code compiled for AVX2.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn query_table_avx2(
-        &self,
-        y: &[f32],
-        ds: usize,
-        ks: usize,
-        scale: f32,
-        out: &mut [f32],
-    ) {
-        self.query_table_any(y, ds, ks, scale, out)
-    }
-
-    /// 16 entries at a time summed in registers over the sub-space's dimensions in order, from
-    /// zero: each entry is `((0 + y_0 c_0) + y_1 c_1) + ...`.
+    ///
+    /// 16 entries at a time are summed in registers over the sub-space's dimensions in order,
+    /// from zero: each entry is `((0 + y_0 c_0) + y_1 c_1) + ...`. Inlined, so that the scan's
+    /// AVX2 build (`scan_block_avx2`) holds them in vector registers.
     #[inline(always)]
-    fn query_table_any(&self, y: &[f32], ds: usize, ks: usize, scale: f32, out: &mut [f32]) {
+    pub(super) fn query_table(&self, y: &[f32], ds: usize, ks: usize, scale: f32, out: &mut [f32]) {
         const L: usize = 16;
         for (j, row) in out.chunks_exact_mut(ks).enumerate() {
             let cols = &self.cent_t[j * ds * ks..(j + 1) * ds * ks];

@@ -49,36 +49,29 @@ pub(crate) fn row_norms(x: &[f32], d: usize) -> Vec<f32> {
 
 #[inline]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums so the compiler vectorizes without fast-math.
-    let mut acc = [0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut s = 0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        s += x * y;
-    }
-    (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + s
+    sum_lanes(a, b, |x, y| x * y)
 }
 
 #[inline]
 pub(crate) fn l2_sq(a: &[f32], b: &[f32]) -> f32 {
+    sum_lanes(a, b, |x, y| (x - y) * (x - y))
+}
+
+/// The sum of `term` over paired values: eight partial sums so the compiler vectorizes
+/// without fast-math, merged in a fixed order, then the tail.
+#[inline(always)]
+fn sum_lanes(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [0f32; 8];
     let mut ca = a.chunks_exact(8);
     let mut cb = b.chunks_exact(8);
     for (x, y) in (&mut ca).zip(&mut cb) {
         for i in 0..8 {
-            let t = x[i] - y[i];
-            acc[i] += t * t;
+            acc[i] += term(x[i], y[i]);
         }
     }
     let mut s = 0f32;
     for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        s += (x - y) * (x - y);
+        s += term(*x, *y);
     }
     (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]) + s
 }

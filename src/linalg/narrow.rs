@@ -139,6 +139,35 @@ mod x86 {
     use super::{merge, Narrow, LANES, MAX_D, ROWS};
     use std::arch::x86_64::*;
 
+    /// Rows of `d` values with their outputs: in blocks of `ROWS`, then the rest one by one.
+    #[allow(clippy::type_complexity)]
+    #[inline(always)]
+    fn split<'a>(
+        d: usize,
+        x: &'a [f32],
+        at: &'a mut [u32],
+        score: &'a mut [f32],
+    ) -> (
+        impl Iterator<Item = (&'a [f32], &'a mut [u32], &'a mut [f32])>,
+        impl Iterator<Item = (&'a [f32], &'a mut [u32], &'a mut [f32])>,
+    ) {
+        let full = at.len() / ROWS * ROWS;
+        let (xa, xb) = x.split_at(full * d);
+        let (aa, ab) = at.split_at_mut(full);
+        let (sa, sb) = score.split_at_mut(full);
+        let whole = xa
+            .chunks_exact(ROWS * d)
+            .zip(aa.chunks_exact_mut(ROWS))
+            .zip(sa.chunks_exact_mut(ROWS))
+            .map(|((x, a), s)| (x, a, s));
+        let rest = xb
+            .chunks_exact(d)
+            .zip(ab.chunks_exact_mut(1))
+            .zip(sb.chunks_exact_mut(1))
+            .map(|((x, a), s)| (x, a, s));
+        (whole, rest)
+    }
+
     /// `P` rows of `d` values, column by column: a column's `P` values side by side.
     #[inline(always)]
     fn transpose<const P: usize>(x: &[f32], d: usize) -> [[f32; P]; MAX_D] {
@@ -157,23 +186,11 @@ mod x86 {
     /// The CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn nearest512(n: &Narrow, x: &[f32], at: &mut [u32], score: &mut [f32]) {
-        let d = n.d;
-        let full = at.len() / ROWS * ROWS;
-        let (xa, xb) = x.split_at(full * d);
-        let (aa, ab) = at.split_at_mut(full);
-        let (sa, sb) = score.split_at_mut(full);
-        for ((x, a), s) in xa
-            .chunks_exact(ROWS * d)
-            .zip(aa.chunks_exact_mut(ROWS))
-            .zip(sa.chunks_exact_mut(ROWS))
-        {
+        let (whole, rest) = split(n.d, x, at, score);
+        for (x, a, s) in whole {
             block512::<ROWS>(n, x, a, s);
         }
-        for ((x, a), s) in xb
-            .chunks_exact(d)
-            .zip(ab.chunks_exact_mut(1))
-            .zip(sb.chunks_exact_mut(1))
-        {
+        for (x, a, s) in rest {
             block512::<1>(n, x, a, s);
         }
     }
@@ -218,23 +235,11 @@ mod x86 {
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn nearest256(n: &Narrow, x: &[f32], at: &mut [u32], score: &mut [f32]) {
-        let d = n.d;
-        let full = at.len() / ROWS * ROWS;
-        let (xa, xb) = x.split_at(full * d);
-        let (aa, ab) = at.split_at_mut(full);
-        let (sa, sb) = score.split_at_mut(full);
-        for ((x, a), s) in xa
-            .chunks_exact(ROWS * d)
-            .zip(aa.chunks_exact_mut(ROWS))
-            .zip(sa.chunks_exact_mut(ROWS))
-        {
+        let (whole, rest) = split(n.d, x, at, score);
+        for (x, a, s) in whole {
             block256::<ROWS>(n, x, a, s);
         }
-        for ((x, a), s) in xb
-            .chunks_exact(d)
-            .zip(ab.chunks_exact_mut(1))
-            .zip(sb.chunks_exact_mut(1))
-        {
+        for (x, a, s) in rest {
             block256::<1>(n, x, a, s);
         }
     }
