@@ -141,7 +141,8 @@ pub(crate) fn nearest(
 }
 
 /// The squared distances of rows whose best scores (`offset - 2 x.c`, bias included) are in
-/// `d`, in place: as [`pick_rows`] computes them.
+/// `d`, in place: the bias taken out, the row's norm added, clamped at 0.
+#[inline(always)]
 fn finish_rows(a: &[u32], bias: Option<&[f32]>, xn: &[f32], d: &mut [f32]) {
     for ((v, &j), &n) in d.iter_mut().zip(a).zip(xn) {
         let without_bias = match bias {
@@ -243,13 +244,10 @@ fn pick_rows_any(
 ) {
     for (i, row) in s.chunks_exact(m).enumerate() {
         let j = argmin(row);
-        let without_bias = match bias {
-            Some(bv) => row[j] - bv[j],
-            None => row[j],
-        };
         a[i] = j as u32;
-        d[i] = (xn[i] + without_bias).max(0.0);
+        d[i] = row[j];
     }
+    finish_rows(a, bias, xn, d);
 }
 
 /// Index of the smallest value (the first one on ties), in one pass: eight lanes each keep
