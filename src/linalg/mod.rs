@@ -7,15 +7,21 @@ use rayon::prelude::*;
 mod narrow;
 use narrow::Narrow;
 
-/// Whether the nearest of `d`-dimensional rows is found by the fused kernel, which holds no
-/// block of scores (rows of at most 32 values, on CPUs with AVX2 and FMA or AVX-512).
+/// Whether the nearest of `d`-dimensional rows is found by the fused kernel rather than a
+/// GEMM (rows of at most 32 values, on CPUs with AVX2 and FMA or AVX-512).
 pub(crate) fn fused_nearest(d: usize) -> bool {
     narrow::fits(d)
 }
 
-/// Bytes the fused kernel's copy of `m` centroids of `d` values takes.
-pub(crate) fn fused_bytes(m: usize, d: usize) -> usize {
-    narrow::layout_bytes(m, d)
+/// What finding the nearest of `m` centroids of `d` values holds, in bytes: per thread, a
+/// block of scores (GEMM) or nothing (fused kernel), and once, the centroids' copy laid out
+/// for the fused kernel (or nothing).
+pub(crate) fn nearest_bytes(m: usize, d: usize) -> (usize, usize) {
+    if narrow::fits(d) {
+        (0, narrow::layout_bytes(m, d))
+    } else {
+        (BLOCK * m * 4, 0)
+    }
 }
 
 /// Rows per block: the unit of parallel work. Fixed, so results never depend on threads.

@@ -3,7 +3,7 @@
 //! vectors not counted). Checked against measured peaks in `tests/memory_estimate.rs`.
 
 use crate::backend::streaming::wgpu_streamed_rows;
-use crate::linalg::{fused_bytes, fused_nearest, BLOCK};
+use crate::linalg::{fused_nearest, nearest_bytes, BLOCK};
 use crate::params::{Metric, Rotation, TrainParams};
 
 /// How a training of `n` x `d` vectors with `p` on `b` with `threads` threads fits under a
@@ -100,13 +100,10 @@ fn training_host_bytes(
         .min(8)
         .min((64 << 20) / (k * d * 8).max(1))
         .max(1);
-    // Rows of up to 32 values are scored in registers (`linalg::fused_nearest`): no scores.
+    // A nearest pass's block of scores, or the fused kernel's copy of the centroids.
     let scored = |m: usize, d: usize| {
-        if fused_nearest(d) {
-            fused_bytes(m, d)
-        } else {
-            BLOCK * m * f
-        }
+        let (scores, layout) = nearest_bytes(m, d);
+        scores + layout
     };
     let anchors = sample
         + ns * 3 * f
@@ -156,9 +153,9 @@ fn training_host_bytes(
     // Rebuilt residuals come in small blocks, which reuse what the anchors' step left
     // resident (measured).
     let kept = if held { KEPT_BYTES } else { 0 };
-    // Rows of up to 32 values are scored without a GEMM; a rotation of such rows packs
-    // little.
-    let gemm = !fused_nearest(d) || !fused_nearest(dsub) || (rotation > 0 && dp > 32);
+    // Rows narrow enough for the fused kernel are scored without a GEMM; a rotation of such
+    // rows packs little.
+    let gemm = !fused_nearest(d) || !fused_nearest(dsub) || (rotation > 0 && !fused_nearest(dp));
     let per_thread = if gemm { THREAD_BYTES } else { 0 };
     anchors.max(codebooks) + threads * per_thread + kept
 }
@@ -357,21 +354,12 @@ pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after:
     // sub-space's codewords) beside the residuals and their rotation, one sub-space's columns,
     // and a norm, a distance and an index per row.
     let dsub = s.dp / s.nsub.max(1);
-    // Rows of up to 32 values are scored in registers (`linalg::fused_nearest`): no scores.
-    let scores = |m: usize, d: usize| if fused_nearest(d) { 0 } else { m };
-    let per_thread =
-        BLOCK * (scores(s.anchors, s.d).max(scores(s.ksub, dsub)) + 2 * s.dp + dsub + 3) * f;
+    let (anchor_scores, anchor_layout) = nearest_bytes(s.anchors, s.d);
+    let (code_scores, code_layout) = nearest_bytes(s.ksub, dsub);
+    let per_thread = anchor_scores.max(code_scores) + BLOCK * (2 * s.dp + dsub + 3) * f;
     // The squared norms of the anchors and of every codeword, taken once per call, and their
     // copies laid out for the fused kernel.
-    let layout = |m: usize, d: usize| {
-        if fused_nearest(d) {
-            fused_bytes(m, d)
-        } else {
-            0
-        }
-    };
-    let norms =
-        (s.anchors + s.nsub * s.ksub) * f + layout(s.anchors, s.d) + s.nsub * layout(s.ksub, dsub);
+    let norms = (s.anchors + s.nsub * s.ksub) * f + anchor_layout + s.nsub * code_layout;
     let work = prepared + block + norms + threads.max(1) * per_thread;
     (filled + work).max(gathered + after)
 }
