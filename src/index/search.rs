@@ -461,6 +461,9 @@ impl Index {
         // 4-bit codes within the byte sums' reach are scanned in blocks (`fastscan`).
         let packed = self.scans_blocks().then(|| self.packed4()).flatten();
         let mut bytes = fastscan::ByteTable::new(nsub);
+        // List a's precomputed L2 terms, where they are kept.
+        let per = nsub * ks;
+        let terms_of = |a: usize| tables.l2_terms.as_ref().map(|t| &t[a * per..(a + 1) * per]);
         for i in 0..r {
             let qv = &qb[i * d..(i + 1) * d];
             let qn = linalg::dot(qv, qv);
@@ -482,16 +485,14 @@ impl Index {
                 // The next list's terms are a stream from memory the hardware prefetcher
                 // only finds after its first misses: asked for now, they arrive while this
                 // list is scanned.
-                if let (Some(t), Some(&next)) = (&tables.l2_terms, probes.get(pi + 1)) {
-                    let per = nsub * ks;
-                    let next = &t[next as usize * per..(next as usize + 1) * per];
+                if let Some(next) = probes.get(pi + 1).and_then(|&n| terms_of(n as usize)) {
                     for line in next.iter().step_by(16) {
                         prefetch(line);
                     }
                 }
                 if l2 {
-                    let terms: &[f32] = match &tables.l2_terms {
-                        Some(t) => &t[a * nsub * ks..(a + 1) * nsub * ks],
+                    let terms: &[f32] = match terms_of(a) {
+                        Some(t) => t,
                         None => {
                             tables.fly_terms(cb, a, &mut fly_anchor, &mut fly);
                             &fly
