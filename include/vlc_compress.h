@@ -289,6 +289,12 @@ typedef enum {
    * of fp32 assignments; faster on large sets; CUDA only). Default 0.
    */
   VLCC_PARAM_PRECISION = 22,
+  /**
+   * The last byte of each code holds the squared error of the rest, which L2 search adds to
+   * each code's distance: 0 auto (on for L2 with 8-bit codes and at least 8 dimensions per
+   * byte of code), 1 off, 2 on (L2 and 8-bit codes only). Default 0.
+   */
+  VLCC_PARAM_ERROR_CODE = 23,
 } vlcc_param;
 
 /**

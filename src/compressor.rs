@@ -37,6 +37,11 @@ impl Compressor {
             bits: cb.quantizer().bits,
             bytes_per_vector: cb.residual_code_size(),
             rotation: cb.rotation(),
+            error_code: if cb.quantizer().levels.is_empty() {
+                crate::ErrorCode::Off
+            } else {
+                crate::ErrorCode::On
+            },
             ..TrainParams::default()
         };
         params.anchor.anchors = cb.anchors();

@@ -52,7 +52,9 @@ pub use index::{
     recall_at, BoundedResults, DenseRaw, FetchRaw, Filter, Index, IndexStats, Predicate,
     RangeResults, RawVectors, Refine, SearchResults,
 };
-pub use params::{AnchorParams, Init, Metric, Precision, Rotation, SearchParams, TrainParams};
+pub use params::{
+    AnchorParams, ErrorCode, Init, Metric, Precision, Rotation, SearchParams, TrainParams,
+};
 pub use progress::{NoProgress, Phase, Progress, SharedProgress};
 pub use quant::estimate::Work;
 pub use quant::{Codebook, TrainReport, Vectors};

@@ -192,6 +192,7 @@ const (
 	ParamInit                Param = C.VLCC_PARAM_INIT
 	ParamOPQTrainPoints      Param = C.VLCC_PARAM_OPQ_TRAIN_POINTS
 	ParamPrecision           Param = C.VLCC_PARAM_PRECISION
+	ParamErrorCode           Param = C.VLCC_PARAM_ERROR_CODE
 )
 
 // NoID marks result slots that no vector fills.

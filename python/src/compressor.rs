@@ -19,7 +19,8 @@ pub struct PyCompressor {
     progress: progress::Slot,
 }
 
-/// Sets one parameter by its table name; metric, rotation and init also take their names.
+/// Sets one parameter by its table name; metric, rotation, init and error_code also take
+/// their names.
 fn set_param(c: &mut Compressor, name: &str, v: &Bound<'_, PyAny>) -> PyResult<()> {
     let p = c.params_mut();
     if let Ok(s) = v.extract::<String>() {
@@ -27,6 +28,7 @@ fn set_param(c: &mut Compressor, name: &str, v: &Bound<'_, PyAny>) -> PyResult<(
             "metric" => p.metric = s.parse::<Metric>().py_err()?,
             "rotation" => p.rotation = s.parse::<Rotation>().py_err()?,
             "init" => p.anchor.init = s.parse().py_err()?,
+            "error_code" => p.error_code = s.parse().py_err()?,
             _ => return Err(invalid(format!("{name} takes a number, not {s:?}"))),
         }
         return Ok(());

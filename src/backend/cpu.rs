@@ -43,7 +43,8 @@ impl Backend for CpuBackend {
         let (d, dp, nsub, dsub) = (cb.d, cb.dp(), cb.nsub, cb.dsub);
         let n = x.len() / d;
         let mut assign = try_vec(n, 0u32, "assignment")?;
-        let mut codes = try_vec(n * nsub, 0u8, "codes")?;
+        let rb = cb.row_bytes();
+        let mut codes = try_vec(n * rb, 0u8, "codes")?;
         let anchors = Centroids::new(cb.anchors, d);
         let per = cb.books.len() / nsub.max(1);
         let books: Vec<Centroids> = (0..nsub)
@@ -51,7 +52,7 @@ impl Backend for CpuBackend {
             .collect();
         x.par_chunks(BLOCK * d)
             .zip(assign.par_chunks_mut(BLOCK))
-            .zip(codes.par_chunks_mut(BLOCK * nsub))
+            .zip(codes.par_chunks_mut(BLOCK * rb))
             .for_each_init(EncodeScratch::default, |s, ((xb, ab), out)| {
                 let r = ab.len();
                 anchors.assign(xb, &mut s.scratch, ab);
@@ -68,8 +69,13 @@ impl Backend for CpuBackend {
                     s.sub.clear();
                     host::sub_columns_into(y, dp, j * dsub, dsub, &mut s.sub);
                     book.assign(&s.sub, &mut s.scratch, &mut s.ids);
-                    for (o, &c) in out.chunks_exact_mut(nsub).zip(&s.ids) {
+                    for (o, &c) in out.chunks_exact_mut(rb).zip(&s.ids) {
                         o[j] = c as u8;
+                    }
+                }
+                if rb > nsub {
+                    for (o, ys) in out.chunks_exact_mut(rb).zip(y.chunks_exact(dp)) {
+                        o[nsub] = host::error_level(cb, ys, &o[..nsub]);
                     }
                 }
             });
@@ -343,14 +349,16 @@ mod tests {
             (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
         };
         // d = 37 over 8 sub-spaces of 5 (padded to 40), and 40 unpadded; 700 rows: two whole
-        // blocks and a part.
+        // blocks and a part; 8-bit codes with an error level too.
         let cases = [
-            (37, 8u32, false),
-            (37, 8, true),
-            (37, 4, true),
-            (40, 8, true),
+            (37, 8u32, false, false),
+            (37, 8, true, false),
+            (37, 4, true, false),
+            (40, 8, true, false),
+            (37, 8, true, true),
+            (40, 8, false, true),
         ];
-        for (d, bits, rotated) in cases {
+        for (d, bits, rotated, levelled) in cases {
             let (nsub, dsub, n, m) = (8, 5, 700, 20);
             let dp = nsub * dsub;
             let ks = 1usize << bits;
@@ -362,6 +370,12 @@ mod tests {
                 Vec::new()
             };
             let x: Vec<f32> = (0..n * d).map(|_| u()).collect();
+            // Levels from 0.01 to about 2,600, spread over whatever errors these rows have.
+            let levels: Vec<f32> = if levelled {
+                (0..256).map(|i| 0.01 * 1.05f32.powi(i)).collect()
+            } else {
+                Vec::new()
+            };
             let cb = CodebookView {
                 key: 1,
                 d,
@@ -372,11 +386,21 @@ mod tests {
                 dsub,
                 bits,
                 books: &books,
+                levels: &levels,
             };
             let cpu = CpuBackend::default();
             let want = host::encode_in_steps(&cpu, &cb, &x).unwrap();
             let got = cpu.encode_residuals(&cb, &x).unwrap();
-            assert_eq!(got, want, "d {d} bits {bits} rotated {rotated}");
+            assert_eq!(
+                got, want,
+                "d {d} bits {bits} rotated {rotated} levels {levelled}"
+            );
+            if levelled {
+                // The level bytes are spread, not stuck at an end.
+                let lv: std::collections::BTreeSet<u8> =
+                    got.1.chunks_exact(nsub + 1).map(|c| c[nsub]).collect();
+                assert!(lv.len() > 20, "{} distinct levels", lv.len());
+            }
         }
     }
 }

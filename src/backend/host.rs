@@ -55,5 +55,59 @@ pub(crate) fn encode_in_steps<B: Backend + ?Sized>(
     } else {
         layout::rotate(cb.rotation, &r, dp)
     };
-    Ok((a, b.pq_assign(&y, cb.nsub, cb.dsub, cb.books)?))
+    let idx = b.pq_assign(&y, cb.nsub, cb.dsub, cb.books)?;
+    Ok((a, with_levels(cb, &y, idx)))
+}
+
+/// The index of the level of `levels` (ascending) nearest to the squared error of `code`'s
+/// sub-codes (one byte each, `nsub` of them) for the rotated residual `y` (nsub x dsub
+/// values), summed sub-space by sub-space in order: what every encoder writes after the
+/// sub-codes of a codebook with levels.
+pub(crate) fn error_level(cb: &CodebookView, y: &[f32], code: &[u8]) -> u8 {
+    let (dsub, per) = (cb.dsub, cb.ksub() * cb.dsub);
+    let mut e = 0f32;
+    for (j, (ys, &c)) in y.chunks_exact(dsub).zip(code).enumerate() {
+        let w = &cb.books[j * per + c as usize * dsub..][..dsub];
+        e += ys
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum::<f32>();
+    }
+    crate::quant::pq::level_of(cb.levels, e)
+}
+
+/// `idx` (n x nsub sub-codes of the rotated residuals `y`) with each row's error level after
+/// its sub-codes where `cb` has levels (`CodebookView::row_bytes`); `idx` itself otherwise.
+pub(crate) fn with_levels(cb: &CodebookView, y: &[f32], idx: Vec<u8>) -> Vec<u8> {
+    if cb.levels.is_empty() {
+        return idx;
+    }
+    let (nsub, dp, rb) = (cb.nsub, cb.dp(), cb.row_bytes());
+    let mut out = vec![0u8; idx.len() / nsub.max(1) * rb];
+    for ((o, code), ys) in out
+        .chunks_exact_mut(rb)
+        .zip(idx.chunks_exact(nsub))
+        .zip(y.chunks_exact(dp))
+    {
+        o[..nsub].copy_from_slice(code);
+        o[nsub] = error_level(cb, ys, code);
+    }
+    out
+}
+
+/// `with_levels` for a device encoder's sub-codes `idx` of `x` (n x d, prepared) given its
+/// anchors `a`: the rotated residuals are made again here.
+pub(crate) fn levels_after(cb: &CodebookView, x: &[f32], a: &[u32], idx: Vec<u8>) -> Vec<u8> {
+    if cb.levels.is_empty() {
+        return idx;
+    }
+    let (d, dp) = (cb.d, cb.dp());
+    let r = layout::residuals(x, d, cb.dsub, dp, cb.anchors, a);
+    let y = if cb.rotation.is_empty() {
+        r
+    } else {
+        layout::rotate(cb.rotation, &r, dp)
+    };
+    with_levels(cb, &y, idx)
 }

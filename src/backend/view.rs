@@ -23,6 +23,10 @@ pub struct CodebookView<'a> {
     pub bits: u32,
     /// M x 2^bits x dsub codewords.
     pub books: &'a [f32],
+    /// Empty, or the squared errors (ascending) a code's byte after its M sub-codes names:
+    /// encoders write there the level nearest to the row's squared error summed over its
+    /// sub-spaces (`host::error_level`), and L2 scans add the level named.
+    pub levels: &'a [f32],
 }
 
 impl CodebookView<'_> {
@@ -37,6 +41,10 @@ impl CodebookView<'_> {
     /// Codewords per sub-space.
     pub fn ksub(&self) -> usize {
         1 << self.bits
+    }
+    /// Bytes an encoder writes per row: one per sub-code (unpacked), and the error level's.
+    pub fn row_bytes(&self) -> usize {
+        self.nsub + usize::from(!self.levels.is_empty())
     }
 }
 
@@ -235,9 +243,11 @@ impl Caps {
 
     /// Whether a device scan takes these lists under this codebook with `want` candidates
     /// per query: the widths and sizes above, the L2 terms under L2, and vector offsets
-    /// within 32 bits.
+    /// within 32 bits. Codes with an error level are scanned on the host (device scans
+    /// read sub-codes only).
     pub fn scans(&self, cb: &CodebookView, lists: &ListsView, want: usize) -> bool {
         self.list_search
+            && cb.levels.is_empty()
             && self.scan_bits.contains(&cb.bits)
             && cb.nsub * cb.ksub() <= self.max_scan_table
             && want <= self.max_candidates

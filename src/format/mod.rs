@@ -20,8 +20,12 @@ use std::path::Path;
 
 /// First 8 bytes of every file.
 pub const MAGIC: [u8; 8] = *b"VLCCMPR\0";
-/// Format version this build writes and reads.
-pub const VERSION: u32 = 2;
+/// Format version this build writes and reads: 3 for files whose codes keep an error level
+/// (a LEVELS section), 2 for the rest, so that a reader of version 2 refuses the former with
+/// `UnsupportedVersion` instead of misreading their codes.
+pub const VERSION: u32 = 3;
+/// The version of files without error levels.
+pub(crate) const VERSION_PLAIN: u32 = 2;
 pub(crate) const HEADER: usize = 64;
 pub(crate) const ENTRY: usize = 32;
 pub(crate) const ALIGN: usize = 64;
@@ -45,6 +49,8 @@ pub(crate) mod sec {
     pub const CODES: u32 = 7;
     /// Refinement rows (index files whose META says so).
     pub const REFINE: u32 = 8;
+    /// Error levels a code's last byte names (`ProductQuantizer::levels`; version 3).
+    pub const LEVELS: u32 = 9;
 }
 
 /// META section: 48 bytes of little-endian fields (docs/format.md).

@@ -76,7 +76,7 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
         ));
     }
     let version = u32_at(b, 8);
-    if version != VERSION {
+    if version != VERSION && version != VERSION_PLAIN {
         return Err(Error::UnsupportedVersion {
             found: version,
             supported: VERSION,
@@ -130,7 +130,7 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
         let id = u32_at(e, 0);
         let off = u64_at(e, 8);
         let len = u64_at(e, 16);
-        if !(sec::META..=sec::REFINE).contains(&id) {
+        if !(sec::META..=sec::LEVELS).contains(&id) {
             return corrupt(format!("unknown section id {id}"));
         }
         if u32_at(e, 4) != 0 {
@@ -173,8 +173,18 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
         ));
     }
     zero_padding(b, pos..b.len())?;
+    if (version == VERSION) != sections.iter().any(|s| s.0 == sec::LEVELS) {
+        return corrupt(format!(
+            "a version {version} file {} a LEVELS section",
+            if version == VERSION {
+                "without"
+            } else {
+                "with"
+            }
+        ));
+    }
     let allowed: &[u32] = if kind == Kind::Codebook as u32 {
-        &[sec::META, sec::ANCHORS, sec::ROTATION, sec::PQ]
+        &[sec::META, sec::ANCHORS, sec::ROTATION, sec::PQ, sec::LEVELS]
     } else {
         &[
             sec::META,
@@ -185,6 +195,7 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
             sec::IDS,
             sec::CODES,
             sec::REFINE,
+            sec::LEVELS,
         ]
     };
     if let Some(s) = sections.iter().find(|s| !allowed.contains(&s.0)) {
@@ -284,11 +295,16 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
     };
     let pq_len = nsub.saturating_mul(1 << bits).saturating_mul(dsub);
     let centroids = floats(b, l.need(sec::PQ, "quantizer")?, pq_len, "quantizer")?;
+    let levels = match l.get(sec::LEVELS) {
+        Some(r) => floats(b, r, crate::quant::pq::NLEVELS, "error levels")?,
+        None => Vec::new(),
+    };
     let pq = ProductQuantizer {
         nsub,
         bits,
         dsub,
         centroids,
+        levels,
     };
     // Bad values in a file whose checksums hold are still a damaged file.
     let cb = Codebook::from_parts(d, metric, anchors, rotation, rot, pq).map_err(|e| match e {

@@ -68,6 +68,14 @@ fn codebook_sections<'a>(cb: &'a Codebook, meta: &'a [u8]) -> Vec<Section<'a>> {
     s
 }
 
+/// The error levels' section, last (sections go in id order), where the codes keep them.
+fn levels_section(cb: &Codebook) -> Option<Section<'_>> {
+    (!cb.pq.levels.is_empty()).then(|| Section {
+        id: sec::LEVELS,
+        parts: vec![bytemuck::cast_slice(&cb.pq.levels)],
+    })
+}
+
 fn emit(
     w: &mut impl Write,
     kind: Kind,
@@ -90,7 +98,9 @@ fn emit(
     let file_len = at;
     let mut h = Vec::with_capacity(HEADER);
     h.extend_from_slice(&MAGIC);
-    h.extend_from_slice(&VERSION.to_le_bytes());
+    let levels = sections.iter().any(|s| s.id == sec::LEVELS);
+    let version = if levels { VERSION } else { VERSION_PLAIN };
+    h.extend_from_slice(&version.to_le_bytes());
     h.extend_from_slice(&(kind as u32).to_le_bytes());
     h.extend_from_slice(&(sections.len() as u32).to_le_bytes());
     h.extend_from_slice(&0u32.to_le_bytes());
@@ -121,7 +131,9 @@ fn with_sections<R>(ix: IndexLists, cb: &Codebook, f: impl FnOnce(Kind, &[Sectio
     match ix {
         None => {
             let m = meta(cb, 0, Refine::None);
-            f(Kind::Codebook, &codebook_sections(cb, &m))
+            let mut s = codebook_sections(cb, &m);
+            s.extend(levels_section(cb));
+            f(Kind::Codebook, &s)
         }
         Some((ix, refine)) => {
             let nl = cb.anchors();
@@ -152,6 +164,7 @@ fn with_sections<R>(ix: IndexLists, cb: &Codebook, f: impl FnOnce(Kind, &[Sectio
                     parts: (0..nl).map(|j| ix.refine(j)).collect(),
                 });
             }
+            s.extend(levels_section(cb));
             f(Kind::Index, &s)
         }
     }

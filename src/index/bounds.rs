@@ -65,6 +65,32 @@ impl Index {
             .max(0.0))
     }
 
+    /// The smallest and largest error level (`ProductQuantizer::levels`) the codes of `id`
+    /// name: a hit's code score holds one of them, which its bounds take away again (zeros
+    /// for codes without levels).
+    fn levels_of(&self, id: u64) -> Result<(f32, f32)> {
+        let levels = &self.cb.pq.levels;
+        if levels.is_empty() {
+            return Ok((0.0, 0.0));
+        }
+        let (nsub, cs) = (self.cb.pq.nsub, self.cb.residual_code_size());
+        let map = self.id_map()?;
+        Ok(map
+            .locations(id)
+            .map(|l| levels[self.list(l.list as usize).1[l.row as usize * cs + nsub] as usize])
+            .fold((f32::INFINITY, 0f32), |(lo, hi), v| (lo.min(v), hi.max(v))))
+    }
+
+    /// Bounds of a hit's score `s` (smaller is better) for `id`: `score_bounds` of its code
+    /// distance, which is `s` less its error level.
+    fn hit_bounds(&self, l2: bool, s: f32, id: u64, qn: f32, amax: f32) -> Result<(f32, f32)> {
+        let b = self.bound_of(id)?;
+        let (lmin, lmax) = self.levels_of(id)?;
+        let lo = score_bounds(l2, s - lmax, b, qn, slack(s, qn, amax)).0;
+        let hi = score_bounds(l2, s - lmin.min(lmax), b, qn, slack(s, qn, amax)).1;
+        Ok((lo, hi))
+    }
+
     /// The largest error bound the index holds (+inf without side rows; 0 when empty).
     fn max_bound(&self) -> f32 {
         *self.max_bound.get_or_init(|| {
@@ -199,16 +225,17 @@ impl Index {
         let found = ids.iter().position(|&i| i == u64::MAX).unwrap_or(ids.len());
         let mut order = Vec::with_capacity(found);
         for (t, &id) in ids[..found].iter().enumerate() {
-            let s = score(t);
-            let lo = score_bounds(l2, s, self.bound_of(id)?, qn, slack(s, qn, amax)).0;
+            let lo = self.hit_bounds(l2, score(t), id, qn, amax)?.0;
             order.push(Cand(lo, id));
         }
         order.sort_unstable();
         // What a vector the scan did not keep can score at best: its code score is no better
         // than the last kept one's (when the scan kept as many as it could).
         let tail = if found == ids.len() && found > 0 {
+            // Its code distance is its score less its level, at most the largest.
             let s = score(found - 1);
-            score_bounds(l2, s, bmax, qn, slack(s, qn, amax)).0
+            let top_level = self.cb.pq.levels.last().copied().unwrap_or(0.0);
+            score_bounds(l2, s - top_level, bmax, qn, slack(s, qn, amax)).0
         } else {
             f32::INFINITY
         };
@@ -256,8 +283,7 @@ impl Index {
                     } else {
                         -res.distances[t]
                     };
-                    let b = self.bound_of(res.ids[t])?;
-                    let (lo, hi) = score_bounds(l2, s, b, qn, slack(s, qn, amax));
+                    let (lo, hi) = self.hit_bounds(l2, s, res.ids[t], qn, amax)?;
                     (lower[t], upper[t]) = if l2 { (lo, hi) } else { (-hi, -lo) };
                 }
             }

@@ -450,7 +450,12 @@ impl Index {
         // The query's own table, built right before its probes so it stays in cache:
         // -2 <Rq_j, c> for L2 (added to the list's terms), -<Rq_j, c> for inner product.
         let mut qci = vec![0f32; nsub * ks];
-        let mut lut = vec![0f32; nsub * ks];
+        // Codes with an error level (L2 only) end in one more byte, whose row of the table
+        // is the levels themselves: no query moves them.
+        let levels = &cb.pq.levels;
+        let rows = nsub + usize::from(!levels.is_empty());
+        let mut lut = vec![0f32; rows * ks];
+        lut[nsub * ks..].copy_from_slice(levels);
         let (mut fly, mut fly_anchor) = if tables.l2_terms.is_none() && l2 {
             (vec![0f32; nsub * ks], vec![0f32; dp])
         } else {
@@ -512,7 +517,7 @@ impl Index {
                     Some(p) => {
                         scan4_blocks(&list, table, nsub, p.list(a), &mut bytes, filter, &mut top)?
                     }
-                    None => scan(&list, table, cb.pq.bits, nsub, &mut pair, filter, &mut top)?,
+                    None => scan(&list, table, cb.pq.bits, rows, &mut pair, filter, &mut top)?,
                 }
             }
             done(i, top)?;

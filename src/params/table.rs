@@ -3,7 +3,9 @@
 //! `vlcc_param_bounds`, the command's flags and the bindings' constants all follow it
 //! (tests/drift.rs fails on any difference).
 
-use super::{Init, Metric, Precision, Rotation, SearchParams, TrainParams, MAX_BYTES_PER_VECTOR};
+use super::{
+    ErrorCode, Init, Metric, Precision, Rotation, SearchParams, TrainParams, MAX_BYTES_PER_VECTOR,
+};
 use crate::error::{num, Error, Result};
 
 /// 2^53: every whole number up to it is exact in a double.
@@ -113,6 +115,10 @@ const TABLE: &[ParamInfo] = &[
         "Anchor-assignment distances on GPU backends: 0 fp32, 1 TF32 tensor cores (CUDA only).",
         |p| (p.anchor.precision == Precision::Tf32) as u32 as f64,
         |p, v| p.anchor.precision = [Precision::Exact, Precision::Tf32][v as usize]),
+    param!(23, "error_code", true, 0.0, 2.0,
+        "Last byte of each code holds the squared error of the rest, added to L2 distances: 0 auto (L2, 8-bit codes, at least 8 dimensions per byte), 1 off, 2 on.",
+        |p| p.error_code.code() as f64,
+        |p, v| p.error_code = ErrorCode::from_code(v as u32).expect("bounded")),
 ];
 
 /// Every training parameter, defaults included, in id order.

@@ -34,7 +34,7 @@ pub fn training_fit(
 ) -> TrainingFit {
     let gathered = gathered(b, threads);
     let bytes = |a: usize, held: bool| training_host_bytes(p, n, d, threads, gathered, a, held);
-    let most = threads.max(1).min(p.subquantizers().max(1));
+    let most = threads.max(1).min(p.subquantizers(d).max(1));
     let fit = |a: usize, held: bool| TrainingFit {
         host_bytes: bytes(a, held),
         at_once: a,
@@ -118,7 +118,7 @@ fn training_host_bytes(
     // grouping of the rows: without it, 1M x 128 and GloVe peaked 1-2% over; with it for
     // every one, 8 threads' estimate rose 31% over their peak), and per thread a block of
     // scores, and of residuals where they are rebuilt.
-    let nsub = p.subquantizers().max(1);
+    let nsub = p.subquantizers(d).max(1);
     let dsub = d.div_ceil(nsub);
     let dp = nsub * dsub;
     let npq = if p.pq_train_points > 0 {
@@ -182,7 +182,7 @@ fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [(usize, usize, usi
     } else {
         n
     };
-    let nsub = p.subquantizers().max(1);
+    let nsub = p.subquantizers(d).max(1);
     let ksub = (1usize << p.bits).min(npq.max(1));
     let exact = p.anchor.precision == crate::Precision::Exact;
     [
@@ -202,7 +202,7 @@ fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usi
     } else {
         n
     };
-    let nsub = p.subquantizers().max(1);
+    let nsub = p.subquantizers(d).max(1);
     let dp = nsub * d.div_ceil(nsub);
     let rows = match (p.rotation, p.opq_iters, p.opq_train_points) {
         (Rotation::Learned, 1.., 0) => npq,
@@ -303,14 +303,14 @@ pub struct Shape {
 impl Shape {
     /// The shape training `p` on `n` x `d` vectors gives.
     pub fn of_params(p: &TrainParams, n: usize, d: usize) -> Shape {
-        let nsub = p.subquantizers().max(1);
+        let nsub = p.subquantizers(d).max(1);
         Shape {
             anchors: p.anchor.anchors.min(n.max(1)),
             d,
             dp: nsub * d.div_ceil(nsub),
             nsub,
             ksub: 1 << p.bits,
-            code: (nsub * p.bits as usize).div_ceil(8),
+            code: (nsub * p.bits as usize).div_ceil(8) + usize::from(p.error_code_for(d)),
             metric: p.metric,
             rotated: p.rotation != crate::params::Rotation::None,
         }

@@ -205,7 +205,7 @@ impl Codebook {
         let anchor_seconds = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
-        let nsub = p.subquantizers();
+        let nsub = p.subquantizers(d);
         let dsub = d.div_ceil(nsub);
         let dp = nsub * dsub;
         let rng = Rng::new(p.anchor.seed ^ 0x9a);
@@ -315,6 +315,10 @@ impl Codebook {
             watch,
             last,
         )?;
+        let mut pq = pq;
+        if p.error_code_for(d) {
+            pq.levels = sample_levels(backend, &pq, nr, &|j| resid.columns(&rot, j), watch)?;
+        }
         let pq_mse = err / nr.max(1) as f64;
         // The last report may still cancel: nothing has been handed out yet.
         watch.report(Phase::Codebooks, passes * nsub, passes * nsub)?;
@@ -366,6 +370,24 @@ impl Codebook {
         check_finite(&pq.centroids, "quantizer centroids")?;
         check_norms(&anchors, d, "anchors")?;
         check_norms(&pq.centroids, pq.dsub, "quantizer centroids")?;
+        if !pq.levels.is_empty() {
+            let ok = pq.levels.len() == pq::NLEVELS
+                && pq.bits == 8
+                && metric == Metric::L2
+                && pq.levels[0] >= 0.0
+                && pq.levels.windows(2).all(|w| w[0] <= w[1])
+                && pq
+                    .levels
+                    .iter()
+                    .all(|v| v.is_finite() && *v <= f32::MAX / 8.0);
+            if !ok {
+                return bad(format!(
+                    "{} error levels (8-bit codes under L2 keep {}, ascending, finite, >= 0)",
+                    pq.levels.len(),
+                    pq::NLEVELS
+                ));
+            }
+        }
         // An orthogonal matrix has no entry above 1 in magnitude.
         if let Some(v) = rot.iter().find(|v| v.abs() > 1.0 + 1e-3) {
             return bad(format!("rotation holds {v:e}, not an orthogonal matrix"));
@@ -404,6 +426,8 @@ impl Codebook {
         h.update(bytemuck::cast_slice(&self.anchors));
         h.update(bytemuck::cast_slice(&self.rot));
         h.update(bytemuck::cast_slice(&self.pq.centroids));
+        // Only codebooks with levels hash them: the others keep their fingerprints.
+        h.update(bytemuck::cast_slice(&self.pq.levels));
         h.digest()
     }
 
@@ -445,6 +469,7 @@ impl Codebook {
             dsub: self.pq.dsub,
             bits: self.pq.bits,
             books: &self.pq.centroids,
+            levels: &self.pq.levels,
         }
     }
     /// Bytes of the anchor id in codec mode: 1, 2 or 4.
@@ -690,6 +715,26 @@ impl Codebook {
         }
         self.decode_parts(&ids, &codes)
     }
+}
+
+/// Error levels fitted to the squared errors of `n` training rows under `pq` (sub-space j's
+/// columns given by `columns(j)`), summed over the sub-spaces in order.
+fn sample_levels(
+    backend: &dyn Backend,
+    pq: &ProductQuantizer,
+    n: usize,
+    columns: &dyn Fn(usize) -> Vec<f32>,
+    watch: &Watch,
+) -> Result<Vec<f32>> {
+    let mut errs = vec![0f32; n];
+    for j in 0..pq.nsub {
+        watch.poll()?;
+        let (_, dist) = backend.nearest(&columns(j), pq.dsub, pq.sub(j))?;
+        for (e, v) in errs.iter_mut().zip(dist) {
+            *e += v.max(0.0);
+        }
+    }
+    Ok(pq::fit_levels(&mut errs))
 }
 
 /// The shapes training can produce: d >= 1, 1..=2^32-1 anchors, 8-bit codes with 1..=4096

@@ -19,7 +19,13 @@ pub struct ProductQuantizer {
     pub dsub: usize,
     /// M x ksub x dsub, row-major.
     pub centroids: Vec<f32>,
+    /// Empty, or the `NLEVELS` squared errors (ascending) that a code's last byte picks from:
+    /// the error of the M sub-codes before it (`error_code`).
+    pub levels: Vec<f32>,
 }
+
+/// Error levels a code's last byte can name.
+pub const NLEVELS: usize = 256;
 
 /// How one quantizer fit runs within a training: fit `pass` of `passes` (for reports), with
 /// at most `at_once` sub-spaces training at a time.
@@ -38,9 +44,9 @@ impl ProductQuantizer {
     pub fn dim(&self) -> usize {
         self.nsub * self.dsub
     }
-    /// Bytes of one code.
+    /// Bytes of one code: the sub-codes', then one for the error level where there are levels.
     pub fn code_size(&self) -> usize {
-        (self.nsub * self.bits as usize).div_ceil(8)
+        (self.nsub * self.bits as usize).div_ceil(8) + usize::from(!self.levels.is_empty())
     }
     /// Centroids of sub-space `j` (ksub x dsub).
     pub fn sub(&self, j: usize) -> &[f32] {
@@ -132,6 +138,7 @@ impl ProductQuantizer {
             bits,
             dsub,
             centroids,
+            levels: Vec::new(),
         };
         Ok((pq, err))
     }
@@ -188,6 +195,42 @@ impl ProductQuantizer {
                 }
             });
     }
+}
+
+/// The error level (index into `levels`, ascending) nearest to the squared error `e`; the
+/// lower of two at a tie.
+pub(crate) fn level_of(levels: &[f32], e: f32) -> u8 {
+    let i = levels.partition_point(|&l| l < e);
+    let pick = match i {
+        0 => 0,
+        i if i == levels.len() => i - 1,
+        i if e - levels[i - 1] <= levels[i] - e => i - 1,
+        i => i,
+    };
+    pick as u8
+}
+
+/// `NLEVELS` error levels for the squared errors `errs` (sorted here): the means of equal
+/// shares of them in order, so that each level names as many training rows. Fewer rows than
+/// levels repeat the last.
+pub(crate) fn fit_levels(errs: &mut [f32]) -> Vec<f32> {
+    errs.sort_unstable_by(f32::total_cmp);
+    let n = errs.len();
+    let mut levels = Vec::with_capacity(NLEVELS);
+    for i in 0..NLEVELS {
+        let (a, b) = (i * n / NLEVELS, (i + 1) * n / NLEVELS);
+        let share = &errs[a..b];
+        levels.push(if share.is_empty() {
+            levels.last().copied().unwrap_or(0.0)
+        } else {
+            (share.iter().map(|&v| v as f64).sum::<f64>() / share.len() as f64) as f32
+        });
+    }
+    // Means of ordered shares ascend; rounding may tie, never reverse.
+    for i in 1..NLEVELS {
+        levels[i] = levels[i].max(levels[i - 1]);
+    }
+    levels
 }
 
 /// Sub-code `j` of one code (8 bits: byte j; 4 bits: nibble j, low nibble first).

@@ -448,8 +448,10 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        if let Some(r) = self.encode_resident(cb, Source::Host(x))? {
-            return Ok(r);
+        if let Some((a, idx)) = self.encode_resident(cb, Source::Host(x))? {
+            // Error levels from the host's residuals (not on the device yet).
+            let idx = super::host::levels_after(cb, x, &a, idx);
+            return Ok((a, idx));
         }
         // Shapes the kernels do not take, or no page-locked memory: step by step.
         crate::error::check_finite(x, "vectors")?;
@@ -466,8 +468,11 @@ impl Backend for CudaBackend {
             return Ok((Vec::new(), Vec::new()));
         }
         let bytes = self.device_rows(at, n, cb.d, "device vectors")?;
-        if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
-            return Ok(r);
+        // Error levels are made on the host, from the rows: they come to the host then.
+        if cb.levels.is_empty() {
+            if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
+                return Ok(r);
+            }
         }
         // Shapes the kernels do not take, or no page-locked memory: the rows come to the host
         // and take the host's path.

@@ -186,6 +186,7 @@ pub(super) fn encode_residuals(
         collect(pending.replace(next))?;
     }
     collect(pending.take())?;
+    let codes = crate::backend::host::levels_after(cb, x, &ids, codes);
     Ok((ids, codes))
 }
 

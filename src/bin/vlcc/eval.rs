@@ -389,6 +389,7 @@ pub(crate) fn demo(run: &RunOpts) -> AnyResult {
         opq_iters: None,
         opq_points: None,
         pq_train_points: None,
+        error_code: vlc_compress::TrainParams::default().error_code,
     };
     let rows = run_eval(
         &data,

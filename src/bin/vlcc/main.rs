@@ -149,6 +149,11 @@ pub(crate) struct TrainOpts {
     /// Training points for the PQ sub-codebooks (0 = all) [default: 65536].
     #[arg(long)]
     pq_train_points: Option<usize>,
+    /// The last byte of each code holds the squared error of the rest, which L2 search adds
+    /// to each code's distance: auto (L2, 8-bit codes, at least 8 dimensions per byte), on
+    /// or off
+    #[arg(long, default_value = "auto")]
+    error_code: vlc_compress::ErrorCode,
     #[command(flatten)]
     anneal: AnnealOpts,
 }
@@ -238,6 +243,7 @@ impl TrainOpts {
             bits: self.bits,
             rotation: self.rotation,
             pq_iters: self.pq_iters,
+            error_code: self.error_code,
             ..TrainParams::default()
         };
         let a = &mut p.anchor;
