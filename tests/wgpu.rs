@@ -10,8 +10,8 @@ use vlc_compress::backend::Cooperative;
 use vlc_compress::backend::WgpuOptions;
 use vlc_compress::train::train_anchors;
 use vlc_compress::{
-    vecio, AnchorParams, BackendKind, BackendOptions, Context, Error, Init, Metric, NoProgress,
-    Precision, Rotation,
+    vecio, AnchorParams, BackendKind, BackendOptions, Context, Error, ErrorCode, Init, Metric,
+    NoProgress, Precision, Rotation,
 };
 
 /// A WGPU context opened with `opts`.
@@ -234,11 +234,13 @@ fn device_search_matches_the_host() {
     let Some(g) = gpu() else { return };
     let s = small(5000, 100);
     let cases = [
-        (Metric::L2, Rotation::None, 0),
-        (Metric::L2, Rotation::Random, 0),
-        (Metric::L2, Rotation::None, 50),
-        (Metric::InnerProduct, Rotation::None, 0),
-        (Metric::Cosine, Rotation::None, 20),
+        (Metric::L2, Rotation::None, 0, ErrorCode::Auto),
+        (Metric::L2, Rotation::Random, 0, ErrorCode::Auto),
+        (Metric::L2, Rotation::None, 50, ErrorCode::Auto),
+        (Metric::InnerProduct, Rotation::None, 0, ErrorCode::Auto),
+        (Metric::Cosine, Rotation::None, 20, ErrorCode::Auto),
+        (Metric::L2, Rotation::Random, 0, ErrorCode::On),
+        (Metric::L2, Rotation::None, 50, ErrorCode::On),
     ];
     common::search_parity(&g, &s.base, &s.query, 64, 8, &cases, |_, _, d2h, what| {
         // The results came from the device, not from the host fallback.

@@ -243,13 +243,11 @@ impl Caps {
 
     /// Whether a device scan takes these lists under this codebook with `want` candidates
     /// per query: the widths and sizes above, the L2 terms under L2, and vector offsets
-    /// within 32 bits. Codes with an error level are scanned on the host (device scans
-    /// read sub-codes only).
+    /// within 32 bits. A code's error level takes a row of the table.
     pub fn scans(&self, cb: &CodebookView, lists: &ListsView, want: usize) -> bool {
         self.list_search
-            && cb.levels.is_empty()
             && self.scan_bits.contains(&cb.bits)
-            && cb.nsub * cb.ksub() <= self.max_scan_table
+            && cb.row_bytes() * cb.ksub() <= self.max_scan_table
             && want <= self.max_candidates
             && (cb.metric != Metric::L2 || lists.l2_terms.is_some())
             && lists.len < u32::MAX as usize

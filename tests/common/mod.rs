@@ -131,7 +131,12 @@ pub fn search_parity(
     query: &[f32],
     anchors: usize,
     nprobe: usize,
-    cases: &[(vlc_compress::Metric, vlc_compress::Rotation, usize)],
+    cases: &[(
+        vlc_compress::Metric,
+        vlc_compress::Rotation,
+        usize,
+        vlc_compress::ErrorCode,
+    )],
     check: impl Fn(&vlc_compress::SearchResults, &vlc_compress::SearchResults, u64, &str),
 ) {
     use vlc_compress::{DenseRaw, RawVectors, SearchParams};
@@ -140,10 +145,11 @@ pub fn search_parity(
         data: &base.data,
         d: base.cols,
     };
-    for &(metric, rotation, rerank) in cases {
+    for &(metric, rotation, rerank, error_code) in cases {
         let mut p = small_params(anchors, 16);
         p.metric = metric;
         p.rotation = rotation;
+        p.error_code = error_code;
         // Encoded on the host, searched on the device; the host's copy is the reference.
         let mut ix = indexed(&cpu, p, base).to_context(dev.clone()).unwrap();
         let sp = SearchParams {
@@ -153,7 +159,7 @@ pub fn search_parity(
         };
         let rawp = (rerank > 0).then_some(&raw as &dyn RawVectors);
         let compare = |ix: &Index, when: &str| {
-            let what = format!("{metric:?} {rotation:?} rerank {rerank} {when}");
+            let what = format!("{metric:?} {rotation:?} rerank {rerank} {error_code:?} {when}");
             let host_ix = ix.to_context(cpu.clone()).unwrap();
             let host = host_ix.search(query, &sp, rawp).unwrap();
             let before = dev.backend().transfers().d2h_bytes;

@@ -7,7 +7,11 @@ pub(super) struct DeviceLists {
     pub(super) m: usize,
     pub(super) d: usize,
     pub(super) dp: usize,
+    /// Table rows a code reads: its M sub-codes, and its error level where it has one (a
+    /// row of the lists' terms that no query moves: its query table row stays zero).
     pub(super) nsub: usize,
+    /// Sub-quantizers M (the query tables' rows made from the codebook).
+    pub(super) books: usize,
     /// Codewords per sub-quantizer: 256 (8-bit codes) or 16 (4-bit).
     pub(super) ksub: usize,
     pub(super) dsub: usize,
@@ -15,7 +19,8 @@ pub(super) struct DeviceLists {
     pub(super) codes: CudaSlice<u8>,
     pub(super) ids: CudaSlice<u64>,
     pub(super) start: CudaSlice<u64>,
-    /// m x nsub x ksub L2 table terms (one unused value for inner product).
+    /// m x nsub x ksub L2 table terms, the levels as each list's last row where the codes
+    /// have them (one unused value for inner product).
     pub(super) terms: CudaSlice<f32>,
 }
 
@@ -79,14 +84,24 @@ impl DeviceLists {
         let m = lists.nlist;
         let (start, ids, codes) = lists.flatten();
         let terms = match lists.l2_terms {
-            Some(t) if cb.metric == crate::Metric::L2 => b.up(s, t)?,
+            Some(t) if cb.metric == crate::Metric::L2 && cb.levels.is_empty() => b.up(s, t)?,
+            Some(t) if cb.metric == crate::Metric::L2 => {
+                let per = cb.nsub * cb.ksub();
+                let mut all = Vec::with_capacity(m * (per + cb.levels.len()));
+                for list in t.chunks_exact(per) {
+                    all.extend_from_slice(list);
+                    all.extend_from_slice(cb.levels);
+                }
+                b.up(s, &all)?
+            }
             _ => CudaBackend::zeros(s, 1)?,
         };
         Ok(DeviceLists {
             m,
             d: cb.d,
             dp: cb.dp(),
-            nsub: cb.nsub,
+            nsub: cb.row_bytes(),
+            books: cb.nsub,
             ksub: cb.ksub(),
             dsub: cb.dsub,
             l2: cb.metric == crate::Metric::L2,
@@ -453,7 +468,7 @@ impl CudaBackend {
                     .arg(&mut qt)
                     .arg(&nsi)
                     .launch(LaunchConfig {
-                        grid_dim: (nb as u32, nsub as u32, 1),
+                        grid_dim: (nb as u32, dl.books as u32, 1),
                         block_dim: (256, 1, 1),
                         shared_mem_bytes: (4 * dl.dsub) as u32,
                     })

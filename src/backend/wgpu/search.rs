@@ -42,12 +42,18 @@ fn scan_extra(want: usize) -> usize {
 }
 
 /// Under L2, the sum over sub-spaces of each vector's list term (`l2_terms`: |c|^2 + 2 a.c
-/// for its list's anchor a and its codeword c), list after list.
+/// for its list's anchor a and its codeword c), plus its error level where its code has one,
+/// list after list.
 fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
     use rayon::prelude::*;
     let (nsub, ksub) = (cb.nsub, cb.ksub());
     let per = nsub * ksub;
     let nbytes = nsub * cb.bits as usize / 8;
+    let row = nbytes + usize::from(!cb.levels.is_empty());
+    let level = move |c: &[u8]| match cb.levels {
+        [] => 0.0,
+        l => l[c[nbytes] as usize],
+    };
     // Sub-code s of a code: a byte at 8 bits, a nibble (low first) at 4.
     let sub = move |c: &[u8], s: usize| match ksub {
         256 => c[s] as usize,
@@ -62,8 +68,8 @@ fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
             let t = &terms[j * per..(j + 1) * per];
             let (_, codes) = (lists.list)(j);
             codes
-                .chunks_exact(nbytes)
-                .map(move |c| (0..nsub).map(|s| t[s * ksub + sub(c, s)]).sum::<f32>())
+                .chunks_exact(row)
+                .map(move |c| (0..nsub).map(|s| t[s * ksub + sub(c, s)]).sum::<f32>() + level(c))
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -72,7 +78,15 @@ fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
 impl DeviceLists {
     fn upload(b: &WgpuBackend, cb: &CodebookView, lists: &ListsView) -> Result<DeviceLists> {
         let m = lists.nlist;
-        let (start, ids, codes) = lists.flatten();
+        let (start, ids, mut codes) = lists.flatten();
+        // The kernel reads sub-codes only: an error level is in the vector's term.
+        if !cb.levels.is_empty() {
+            codes = codes
+                .chunks_exact(cb.nsub + 1)
+                .flat_map(|c| &c[..cb.nsub])
+                .copied()
+                .collect();
+        }
         // Fewer than 2^32 vectors (search_lists checks): offsets fit the kernel's words.
         let start: Vec<u32> = start.iter().map(|&v| v as u32).collect();
         let vterm = match cb.metric {
