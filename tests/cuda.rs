@@ -80,13 +80,16 @@ fn codes_and_recall_match_the_cpu() {
     // bytes are 4- and 8-d sub-vectors (PQ kernels built for their width), 2 bytes 25-d (a
     // padded kernel); 1 byte is a 50-d sub-vector: wider than the PQ kernel takes, so it runs
     // through `nearest`.
+    // With error levels: 6 sub-spaces of 9 columns read from raw rows, and 15 of 4 rotated.
     let cases = [
-        (16, 8, Rotation::None),
-        (7, 8, Rotation::None),
-        (16, 8, Rotation::Random),
-        (2, 8, Rotation::None),
-        (1, 8, Rotation::None),
-        (8, 4, Rotation::None),
+        (16, 8, Rotation::None, ErrorCode::Off),
+        (7, 8, Rotation::None, ErrorCode::Off),
+        (16, 8, Rotation::Random, ErrorCode::Off),
+        (2, 8, Rotation::None, ErrorCode::Off),
+        (1, 8, Rotation::None, ErrorCode::Off),
+        (8, 4, Rotation::None, ErrorCode::Off),
+        (7, 8, Rotation::None, ErrorCode::On),
+        (16, 8, Rotation::Random, ErrorCode::On),
     ];
     for case in cases {
         let frac = common::code_agreement(&cpu_ctx, &g, &demo.base, 256, case);

@@ -193,7 +193,7 @@ fn split_bindings_give_the_same_steps() {
         &split,
         &s.base,
         32,
-        (16, 8, Rotation::None),
+        (16, 8, Rotation::None, ErrorCode::Off),
     );
     assert!(frac >= 0.99, "blocks: only {frac} of codes are identical");
 }
@@ -206,13 +206,16 @@ fn codes_and_recall_match_the_cpu() {
     // One codebook, two backends. 1 byte is a 50-d sub-vector (through `nearest`); 2 bytes are
     // 25-d sub-vectors (the widest the PQ kernel takes: seven four-float pieces); 13 bytes
     // leave sub-spaces of 3 and 4 columns (the spread padding).
+    // With error levels (made on the host from the device's sub-codes): rotated and not.
     let cases = [
-        (16, 8, Rotation::None),
-        (16, 8, Rotation::Random),
-        (13, 8, Rotation::None),
-        (2, 8, Rotation::None),
-        (1, 8, Rotation::None),
-        (8, 4, Rotation::None),
+        (16, 8, Rotation::None, ErrorCode::Off),
+        (16, 8, Rotation::Random, ErrorCode::Off),
+        (13, 8, Rotation::None, ErrorCode::Off),
+        (2, 8, Rotation::None, ErrorCode::Off),
+        (1, 8, Rotation::None, ErrorCode::Off),
+        (8, 4, Rotation::None, ErrorCode::Off),
+        (13, 8, Rotation::None, ErrorCode::On),
+        (16, 8, Rotation::Random, ErrorCode::On),
     ];
     for case in cases {
         let frac = common::code_agreement(&cpu_ctx, &g, &s.base, 64, case);

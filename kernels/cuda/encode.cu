@@ -2,6 +2,8 @@
 // Header-free, like every kernel here (NVRTC 13 ships no standard headers).
 
 // Nearest codeword of each (row, subspace). Grid (row tiles, nsub); each thread takes R rows.
+// Row i's codes start at out + i * nsub: a caller passes the row's bytes as `nsub` where the
+// codes keep an error level after their sub-codes (the grid still has one column a sub-space).
 // The block's sub-codebook (ksub x dsub) and its squared norms sit in shared memory; the rows'
 // sub-vectors sit in registers, so one shared-memory read of a codeword value feeds R
 // multiply-adds. Score |c|^2 - 2 y.c, first minimum on ties.
@@ -110,6 +112,46 @@ __device__ __forceinline__ void pq_assign_rows(const float* __restrict__ y, int 
         pq_assign_rows<W, R, EXACT>(y, n, ld, dsub, ksub, books, out, nsub, anchors, assign, \
                                     rem, q);                                                 \
     }
+
+// The error level of each row's code (out, rows of `stride` bytes: the nsub sub-codes
+// written by a PQ kernel above, then the level, written here): the level of `levels`
+// (ascending, nlev of them) nearest to the squared error summed sub-space by sub-space, in
+// column order, without contractions (as the host's `host::error_level` sums it); the lower
+// of two at a tie. Rows are read as the PQ kernels read them. One thread per row.
+extern "C" __global__ void error_levels(const float* __restrict__ y, int n, int ld, int dsub,
+                                        int ksub, const float* __restrict__ books,
+                                        unsigned char* __restrict__ out, int stride, int nsub,
+                                        const float* __restrict__ anchors,
+                                        const unsigned* __restrict__ assign, int rem, int q,
+                                        const float* __restrict__ levels, int nlev) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float* row = y + (size_t)i * ld;
+    const float* a = anchors ? anchors + (size_t)assign[i] * ld : 0;
+    unsigned char* code = out + (size_t)i * stride;
+    float e = 0.f;
+    for (int j = 0; j < nsub; j++) {
+        const float* w = books + ((size_t)j * ksub + code[j]) * dsub;
+        float s = 0.f;
+        for (int t = 0; t < dsub; t++) {
+            const int col = j < rem ? j * dsub + t : (t < q ? rem * dsub + (j - rem) * q + t : -1);
+            const float v = col >= 0 ? __fsub_rn(row[col], a ? a[col] : 0.f) : 0.f;
+            const float diff = __fsub_rn(v, w[t]);
+            s = __fadd_rn(s, __fmul_rn(diff, diff));
+        }
+        e = __fadd_rn(e, s);
+    }
+    // The first level not below e, then the nearer of it and the one before.
+    int lo = 0, hi = nlev;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (levels[mid] < e) lo = mid + 1; else hi = mid;
+    }
+    int pick = lo;
+    if (lo == nlev) pick = nlev - 1;
+    else if (lo > 0 && __fsub_rn(e, levels[lo - 1]) <= __fsub_rn(levels[lo], e)) pick = lo - 1;
+    code[nsub] = (unsigned char)pick;
+}
 
 /* Rows per thread: as many as the registers comfortably hold. */
 PQ_ASSIGN(pq_assign_8, 8, 4, false)

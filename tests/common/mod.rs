@@ -66,18 +66,24 @@ pub fn code_agreement(
     dev: &Context,
     base: &vecio::Matrix<f32>,
     anchors: usize,
-    (bytes, bits, rotation): (usize, u32, vlc_compress::Rotation),
+    (bytes, bits, rotation, error_code): (
+        usize,
+        u32,
+        vlc_compress::Rotation,
+        vlc_compress::ErrorCode,
+    ),
 ) -> f64 {
     let mut p = small_params(anchors, bytes);
     p.bits = bits;
     p.rotation = rotation;
+    p.error_code = error_code;
     let mut c = Compressor::new(cpu.clone(), p);
     c.train(&base.data, base.cols).unwrap();
     let cb = c.codebook().unwrap().clone();
     let on_cpu = cpu.run(|b| cb.encode(b, base.data[..].into())).unwrap();
     let on_dev = dev.run(|b| cb.encode(b, base.data[..].into())).unwrap();
     let frac = same_records(&on_cpu, &on_dev, on_cpu.len() / base.rows);
-    eprintln!("{bytes} B, {bits} bits, {rotation:?}: identical codes {frac:.4}");
+    eprintln!("{bytes} B, {bits} bits, {rotation:?}, {error_code:?}: identical codes {frac:.4}");
     frac
 }
 

@@ -20,6 +20,7 @@ pub(super) struct Kernels {
     /// One per width of `PQ_EXACT`.
     pub(super) pq_exact: Vec<CudaFunction>,
     pub(super) residuals: CudaFunction,
+    pub(super) error_levels: CudaFunction,
     pub(super) first_non_finite: CudaFunction,
     pub(super) unit_rows: CudaFunction,
     pub(super) coarse_probe: CudaFunction,

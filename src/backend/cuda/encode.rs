@@ -92,7 +92,8 @@ impl CudaBackend {
         cb: &CodebookView,
         src: Source<'_>,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
-        let (d, nsub) = (cb.d, cb.nsub);
+        // Bytes of each row's codes: its sub-codes, and its error level where it has one.
+        let (d, nsub) = (cb.d, cb.row_bytes());
         let n = match src {
             Source::Host(x) => x.len() / d,
             Source::Device { n, .. } => n,
@@ -383,6 +384,7 @@ impl CudaBackend {
         trace: &mut Trace,
     ) -> Result<()> {
         let (d, dp, nsub, dsub, k) = (cb.d, cb.dp(), cb.nsub, cb.dsub, cb.m());
+        let stride = cb.row_bytes();
         let s = &dev.stream;
         let xb = &sc.x[b];
         row_norms(dev, xb, rows, d, &mut sc.xn)?;
@@ -421,7 +423,17 @@ impl CudaBackend {
                 anchors: &dc.anchors,
                 assign: &assign,
             };
-            pq_assign_into(dev, rows_in, rows, nsub, dsub, &dc.books, ksub, idx)?;
+            pq_assign_into(
+                dev,
+                &rows_in,
+                rows,
+                (nsub, stride),
+                dsub,
+                &dc.books,
+                ksub,
+                idx,
+            )?;
+            error_levels_into(dev, &rows_in, rows, (nsub, stride), dsub, dc, ksub, idx)?;
         } else {
             // SAFETY: the residual kernel writes every element, pads included.
             let mut y = unsafe { CudaBackend::filled_later::<f32>(s, rows * dp)? };
@@ -444,7 +456,17 @@ impl CudaBackend {
             )?;
             let y = rotated(dev, dc, y, rows, dp)?;
             let rows_in = PqRows::Padded(&y);
-            pq_assign_into(dev, rows_in, rows, nsub, dsub, &dc.books, ksub, idx)?;
+            pq_assign_into(
+                dev,
+                &rows_in,
+                rows,
+                (nsub, stride),
+                dsub,
+                &dc.books,
+                ksub,
+                idx,
+            )?;
+            error_levels_into(dev, &rows_in, rows, (nsub, stride), dsub, dc, ksub, idx)?;
         }
         trace.mark(s, "pq");
         Ok(())
@@ -471,26 +493,36 @@ pub(super) const PQ_EXACT: [(usize, usize); 6] =
 /// PQ indices (n x nsub bytes, into `out` on the device) of `n` rows against the codebooks
 /// `books` (nsub x ksub x dsub, on the device).
 #[allow(clippy::too_many_arguments)]
+/// The row width, padding split (first sub-spaces holding a column more) and columns per
+/// sub-space with which the kernels read `rows`' sub-vectors.
+fn read_shape(rows: &PqRows<'_>, nsub: usize, dsub: usize) -> (usize, usize, usize) {
+    match rows {
+        PqRows::Padded(_) => (nsub * dsub, nsub, 0),
+        PqRows::Residual { d, .. } => (*d, d % nsub, d / nsub),
+    }
+}
+
+/// Nearest codewords of `n` rows into `out`, rows of `stride` bytes whose first `nsub` are
+/// the sub-codes (`(nsub, stride)`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn pq_assign_into(
     dev: &Device,
-    rows: PqRows<'_>,
+    rows: &PqRows<'_>,
     n: usize,
-    nsub: usize,
+    (nsub, stride): (usize, usize),
     dsub: usize,
     books: &CudaSlice<f32>,
     ksub: usize,
     out: &mut CudaViewMut<'_, u8>,
 ) -> Result<()> {
-    let (ld, rem, q) = match rows {
-        PqRows::Padded(_) => (nsub * dsub, nsub, 0),
-        PqRows::Residual { d, .. } => (d, d % nsub, d / nsub),
-    };
+    let (ld, rem, q) = read_shape(rows, nsub, dsub);
+    // The kernels' `nsub` is the output's row stride; their grid has a column a sub-space.
     let (ni, ldi, dsi, ki, nsi) = (
         as_i32(n, "rows")?,
         ld as i32,
         dsub as i32,
         ksub as i32,
-        nsub as i32,
+        stride as i32,
     );
     let (remi, qi, none) = (rem as i32, q as i32, 0u64);
     // Rows per thread, as built into each kernel (kernels/cuda/encode.cu).
@@ -509,8 +541,8 @@ pub(super) fn pq_assign_into(
     };
     let mut lb = dev.stream.launch_builder(kernel);
     match rows {
-        PqRows::Padded(y) => lb.arg(y),
-        PqRows::Residual { x, .. } => lb.arg(x),
+        PqRows::Padded(y) => lb.arg(*y),
+        PqRows::Residual { x, .. } => lb.arg(*x),
     };
     lb.arg(&ni)
         .arg(&ldi)
@@ -523,13 +555,63 @@ pub(super) fn pq_assign_into(
         PqRows::Padded(_) => lb.arg(&none).arg(&none),
         PqRows::Residual {
             anchors, assign, ..
-        } => lb.arg(anchors).arg(assign),
+        } => lb.arg(*anchors).arg(*assign),
     };
     lb.arg(&remi).arg(&qi);
     // SAFETY: the rows hold n x ld floats (anchors k x ld, with every assignment below k),
-    // books nsub x ksub x dsub, out n x nsub bytes; the shared block holds one sub-codebook
-    // and its norms.
+    // books nsub x ksub x dsub, out n x stride bytes (stride >= nsub); the shared block holds
+    // one sub-codebook and its norms.
     ran(unsafe { lb.launch(cfg) }, "pq assign")
+}
+
+/// Where the codebook keeps error levels: each row's level into byte `nsub` of its `stride`
+/// bytes of `out`, from its sub-codes there (written by `pq_assign_into`) and its rows.
+#[allow(clippy::too_many_arguments)]
+fn error_levels_into(
+    dev: &Device,
+    rows: &PqRows<'_>,
+    n: usize,
+    (nsub, stride): (usize, usize),
+    dsub: usize,
+    dc: &DeviceCodebook,
+    ksub: usize,
+    out: &mut CudaViewMut<'_, u8>,
+) -> Result<()> {
+    let Some(levels) = &dc.levels else {
+        return Ok(());
+    };
+    let (ld, rem, q) = read_shape(rows, nsub, dsub);
+    let ints = [n, ld, dsub, ksub, stride, nsub, rem, q, levels.len()].map(|v| v as i32);
+    let [ni, ldi, dsi, ki, sti, nsi, remi, qi, nli] = ints;
+    let none = 0u64;
+    let mut lb = dev.stream.launch_builder(&dev.k.error_levels);
+    match rows {
+        PqRows::Padded(y) => lb.arg(*y),
+        PqRows::Residual { x, .. } => lb.arg(*x),
+    };
+    lb.arg(&ni)
+        .arg(&ldi)
+        .arg(&dsi)
+        .arg(&ki)
+        .arg(&dc.books)
+        .arg(out)
+        .arg(&sti)
+        .arg(&nsi);
+    match rows {
+        PqRows::Padded(_) => lb.arg(&none).arg(&none),
+        PqRows::Residual {
+            anchors, assign, ..
+        } => lb.arg(*anchors).arg(*assign),
+    };
+    lb.arg(&remi).arg(&qi).arg(levels).arg(&nli);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(128) as u32, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: as `pq_assign_into`'s reads, and out n x stride bytes whose first nsub of each
+    // row are sub-codes below ksub (written by the PQ kernel before, on the same stream).
+    ran(unsafe { lb.launch(cfg) }, "error levels")
 }
 
 /// The encoding results of rows `r0..r0 + rows` (into `ids` and `idx`, whole: one id and

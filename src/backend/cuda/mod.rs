@@ -195,6 +195,7 @@ pub fn open(ordinal: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
             .map(|&(w, _)| f(1, &format!("pq_exact_{w}")))
             .collect::<Result<_>>()?,
         residuals: f(1, "residuals")?,
+        error_levels: f(1, "error_levels")?,
         first_non_finite: f(1, "first_non_finite")?,
         unit_rows: f(1, "unit_rows")?,
         coarse_probe: f(2, "coarse_probe")?,
@@ -433,7 +434,8 @@ impl Backend for CudaBackend {
             // SAFETY: the PQ kernel writes every index.
             let mut idx = unsafe { CudaBackend::filled_later::<u8>(s, m * nsub)? };
             let rows = PqRows::Padded(&yd);
-            pq_assign_into(&dev, rows, m, nsub, dsub, &bd, ksub, &mut idx.slice_mut(..))?;
+            let out_rows = &mut idx.slice_mut(..);
+            pq_assign_into(&dev, &rows, m, (nsub, nsub), dsub, &bd, ksub, out_rows)?;
             out.extend(self.down(s, &idx)?);
         }
         Ok(out)
@@ -448,10 +450,8 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        if let Some((a, idx)) = self.encode_resident(cb, Source::Host(x))? {
-            // Error levels from the host's residuals (not on the device yet).
-            let idx = super::host::levels_after(cb, x, &a, idx);
-            return Ok((a, idx));
+        if let Some(r) = self.encode_resident(cb, Source::Host(x))? {
+            return Ok(r);
         }
         // Shapes the kernels do not take, or no page-locked memory: step by step.
         crate::error::check_finite(x, "vectors")?;
@@ -468,11 +468,8 @@ impl Backend for CudaBackend {
             return Ok((Vec::new(), Vec::new()));
         }
         let bytes = self.device_rows(at, n, cb.d, "device vectors")?;
-        // Error levels are made on the host, from the rows: they come to the host then.
-        if cb.levels.is_empty() {
-            if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
-                return Ok(r);
-            }
+        if let Some(r) = self.encode_resident(cb, Source::Device { at, n })? {
+            return Ok(r);
         }
         // Shapes the kernels do not take, or no page-locked memory: the rows come to the host
         // and take the host's path.

@@ -33,6 +33,8 @@ pub(super) struct DeviceCodebook {
     pub(super) anchors3: Split,
     pub(super) books: CudaSlice<f32>,
     pub(super) rot: Option<CudaSlice<f32>>,
+    /// The error levels, where the codes keep them.
+    pub(super) levels: Option<CudaSlice<f32>>,
 }
 
 /// `y` (n x dp) turned by the codebook's rotation (row-major y R^T, as `rotation::apply`), or
@@ -68,6 +70,11 @@ impl DeviceCodebook {
                 None
             } else {
                 Some(b.up(s, cb.rotation)?)
+            },
+            levels: if cb.levels.is_empty() {
+                None
+            } else {
+                Some(b.up(s, cb.levels)?)
             },
         })
     }

@@ -53,6 +53,9 @@ pub(crate) struct BenchArgs {
     /// Training seed (anchors and codebooks).
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
+    /// Error level in each code's last byte: auto, on or off (as `train --error-code`)
+    #[arg(long, default_value = "auto")]
+    error_code: vlc_compress::ErrorCode,
     #[command(flatten)]
     anneal: AnnealOpts,
     #[command(flatten)]
@@ -122,6 +125,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
     if has("encode") || has("search") {
         let mut params = TrainParams {
             bytes_per_vector: a.bytes,
+            error_code: a.error_code,
             ..TrainParams::default()
         };
         params.anchor.anchors = a.anchors;
