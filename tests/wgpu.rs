@@ -206,7 +206,7 @@ fn codes_and_recall_match_the_cpu() {
     // One codebook, two backends. 1 byte is a 50-d sub-vector (through `nearest`); 2 bytes are
     // 25-d sub-vectors (the widest the PQ kernel takes: seven four-float pieces); 13 bytes
     // leave sub-spaces of 3 and 4 columns (the spread padding).
-    // With error levels (made on the host from the device's sub-codes): rotated and not.
+    // With error levels: rotated and not.
     let cases = [
         (16, 8, Rotation::None, ErrorCode::Off),
         (16, 8, Rotation::Random, ErrorCode::Off),

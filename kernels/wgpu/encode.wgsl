@@ -21,6 +21,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read> books: array<f32>;
 @group(0) @binding(6) var<storage, read_write> idx: array<u32>;
 @group(0) @binding(7) var<storage, read_write> packed: array<u32>;
+@group(0) @binding(8) var<storage, read> levels: array<f32>;
 
 // Threads per workgroup and the largest sub-codebook (ksub x dsub floats) held in workgroup
 // memory: set from the adapter's limits when the pipelines are built.
@@ -164,4 +165,45 @@ fn pack(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         }
     }
     packed[w] = word;
+}
+
+// The error level of each row's code: idx holds rows of P.nsub indices, the dp / dsub
+// sub-codes (from pq_assign) then the level, written here: the level of `levels` (ascending)
+// nearest to the squared error of the sub-codes for the row of y, summed sub-space by
+// sub-space in column order (as the host's `host::error_level`); the lower of two at a tie.
+@compute @workgroup_size(WG)
+fn error_levels(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = linear(wg) * WG + lid.x;
+    if (i >= P.n) {
+        return;
+    }
+    let m = P.dp / P.dsub;
+    var e = 0.0;
+    for (var j = 0u; j < m; j++) {
+        let w = (j * P.ksub + idx[i * P.nsub + j]) * P.dsub;
+        var s = 0.0;
+        for (var t = 0u; t < P.dsub; t++) {
+            let diff = y[i * P.dp + j * P.dsub + t] - books[w + t];
+            s += diff * diff;
+        }
+        e += s;
+    }
+    let nl = arrayLength(&levels);
+    var lo = 0u;
+    var hi = nl;
+    while (lo < hi) {
+        let mid = (lo + hi) / 2u;
+        if (levels[mid] < e) {
+            lo = mid + 1u;
+        } else {
+            hi = mid;
+        }
+    }
+    var pick = lo;
+    if (lo == nl) {
+        pick = nl - 1u;
+    } else if (lo > 0u && e - levels[lo - 1u] <= levels[lo] - e) {
+        pick = lo - 1u;
+    }
+    idx[i * P.nsub + m] = pick;
 }

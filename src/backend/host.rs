@@ -95,19 +95,3 @@ pub(crate) fn with_levels(cb: &CodebookView, y: &[f32], idx: Vec<u8>) -> Vec<u8>
     }
     out
 }
-
-/// `with_levels` for a device encoder's sub-codes `idx` of `x` (n x d, prepared) given its
-/// anchors `a`: the rotated residuals are made again here.
-pub(crate) fn levels_after(cb: &CodebookView, x: &[f32], a: &[u32], idx: Vec<u8>) -> Vec<u8> {
-    if cb.levels.is_empty() {
-        return idx;
-    }
-    let (d, dp) = (cb.d, cb.dp());
-    let r = layout::residuals(x, d, cb.dsub, dp, cb.anchors, a);
-    let y = if cb.rotation.is_empty() {
-        r
-    } else {
-        layout::rotate(cb.rotation, &r, dp)
-    };
-    with_levels(cb, &y, idx)
-}

@@ -14,6 +14,8 @@ pub(super) struct DeviceCodebook {
     pub(super) anorm: Buf,
     pub(super) books: Buf,
     pub(super) rot: Option<Buf>,
+    /// The error levels, where the codes keep them.
+    pub(super) levels: Option<Buf>,
     /// The anchors' fp16 halves, for cooperative matrices.
     pub(super) halves: Option<super::mma::Halves>,
 }
@@ -42,6 +44,11 @@ impl DeviceCodebook {
                 None
             } else {
                 Some(b.upload(cb.rotation, "rotation")?)
+            },
+            levels: if cb.levels.is_empty() {
+                None
+            } else {
+                Some(b.upload(cb.levels, "error levels")?)
             },
         })
     }
@@ -179,14 +186,15 @@ pub(super) fn encode_residuals(
         let y = residuals(b, &mut enc, &xd, rows, cb, Some((&dc.anchors, &assigned)))?;
         let y = rotated(b, &mut enc, dc, y, rows, dp)?;
         trace.mark(b, &mut enc, "residuals");
-        let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, &dc.books, cb.ksub())?;
+        let books = (&dc.books, dc.levels.as_ref());
+        let packed = b.pq_on_device(&mut enc, &y, rows, nsub, dsub, books, cb.ksub())?;
         trace.mark(b, &mut enc, "pq");
-        let next = b.start_read(enc, &[(&assigned, rows * 4), (&packed, rows * nsub)], None)?;
+        let code = cb.row_bytes();
+        let next = b.start_read(enc, &[(&assigned, rows * 4), (&packed, rows * code)], None)?;
         // The previous block comes back while this one runs.
         collect(pending.replace(next))?;
     }
     collect(pending.take())?;
-    let codes = crate::backend::host::levels_after(cb, x, &ids, codes);
     Ok((ids, codes))
 }
 
@@ -196,8 +204,9 @@ pub(super) fn pq_pieces(dsub: usize) -> u32 {
 }
 
 impl WgpuBackend {
-    /// PQ indices of `y` (rows x nsub*dsub, on the device) packed as bytes (rows x nsub),
-    /// recorded into `enc`; returns the packed buffer.
+    /// PQ indices of `y` (rows x nsub*dsub, on the device) packed as bytes (rows x nsub, and
+    /// each row's error level after them where `levels` are given), recorded into `enc`;
+    /// returns the packed buffer.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn pq_on_device(
         &self,
@@ -206,11 +215,14 @@ impl WgpuBackend {
         rows: usize,
         nsub: usize,
         dsub: usize,
-        books: &Buf,
+        (books, levels): (&Buf, Option<&Buf>),
         ksub: usize,
     ) -> Result<Buf> {
-        let idx = self.zeros(rows * nsub * 4, "PQ indices")?;
-        let packed = self.zeros(rows * nsub, "codes")?;
+        // Bytes a row: the kernels' `nsub` parameter is this stride; their grid has a column
+        // a sub-space.
+        let stride = nsub + usize::from(levels.is_some());
+        let idx = self.zeros(rows * stride * 4, "PQ indices")?;
+        let packed = self.zeros(rows * stride, "codes")?;
         let dp = nsub * dsub;
         let pipe = self.pq_pipeline(dsub)?;
         // Two rows per thread (encode.wgsl).
@@ -226,7 +238,7 @@ impl WgpuBackend {
             dp as u32,
             dsub as u32,
             ksub as u32,
-            nsub as u32,
+            stride as u32,
             0,
             0,
         ]);
@@ -237,8 +249,23 @@ impl WgpuBackend {
             &[(4, y), (5, books), (6, &idx)],
             (tiles as u32, nsub as u32, 1),
         );
-        let g = self.groups_for((rows * nsub).div_ceil(4));
-        let p = Params::new(&[rows as u32, 0, 0, 0, 0, nsub as u32, 0, g.0]);
+        if let Some(levels) = levels {
+            let g = self.groups_for(rows);
+            let p = Params::new(&[
+                rows as u32,
+                0,
+                dp as u32,
+                dsub as u32,
+                ksub as u32,
+                stride as u32,
+                0,
+                g.0,
+            ]);
+            let bufs = [(4, y), (5, books), (6, &idx), (8, levels)];
+            self.dispatch(enc, &self.k.error_levels, p, &bufs, g);
+        }
+        let g = self.groups_for((rows * stride).div_ceil(4));
+        let p = Params::new(&[rows as u32, 0, 0, 0, 0, stride as u32, 0, g.0]);
         self.dispatch(enc, &self.k.pack, p, &[(6, &idx), (7, &packed)], g);
         Ok(packed)
     }

@@ -79,6 +79,7 @@ struct Pipelines {
     update_sums: wgpu::ComputePipeline,
     finalize: wgpu::ComputePipeline,
     residuals: wgpu::ComputePipeline,
+    error_levels: wgpu::ComputePipeline,
     pack: wgpu::ComputePipeline,
 }
 
@@ -228,6 +229,7 @@ pub fn open(device: usize, opts: &BackendOptions) -> Result<WgpuBackend> {
         update_sums: pipe(&kmeans, "update_sums")?,
         finalize: pipe(&kmeans, "finalize")?,
         residuals: pipe(&encode, "residuals")?,
+        error_levels: pipe(&encode, "error_levels")?,
         pack: pipe(&encode, "pack")?,
     };
     // Where the adapter offers cooperative matrices but their kernels do not build, the
@@ -362,7 +364,7 @@ impl Backend for WgpuBackend {
             let rows = block.len() / dp;
             let yd = self.upload(block, "PQ input")?;
             let mut enc = self.encoder();
-            let packed = self.pq_on_device(&mut enc, &yd, rows, nsub, dsub, &bd, ksub)?;
+            let packed = self.pq_on_device(&mut enc, &yd, rows, nsub, dsub, (&bd, None), ksub)?;
             out.extend(self.read(enc, &[(&packed, rows * nsub)])?.remove(0));
         }
         Ok(out)
