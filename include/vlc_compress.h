@@ -290,9 +290,9 @@ typedef enum {
    */
   VLCC_PARAM_PRECISION = 22,
   /**
-   * The last byte of each code holds the squared error of the rest, which L2 search adds to
-   * each code's distance: 0 auto (on for L2 with 8-bit codes and at least 8 dimensions per
-   * byte of code), 1 off, 2 on (L2 and 8-bit codes only). Default 0.
+   * The last sub-code of each code (a byte, or a nibble at 4 bits) names the squared error
+   * of the rest, which L2 search adds to each code's distance: 0 auto (on for L2 with at
+   * least 8 dimensions per byte of code), 1 off, 2 on (L2 only). Default 0.
    */
   VLCC_PARAM_ERROR_CODE = 23,
 } vlcc_param;

@@ -90,6 +90,7 @@ fn codes_and_recall_match_the_cpu() {
         (8, 4, Rotation::None, ErrorCode::Off),
         (7, 8, Rotation::None, ErrorCode::On),
         (16, 8, Rotation::Random, ErrorCode::On),
+        (8, 4, Rotation::None, ErrorCode::On),
     ];
     for case in cases {
         let frac = common::code_agreement(&cpu_ctx, &g, &demo.base, 256, case);
@@ -248,7 +249,7 @@ fn device_search_matches_the_host() {
 fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();
-    common::wide_table_search_parity(&g, &demo.base, &demo.query.data);
+    common::wide_table_search_parity(&g, &demo.base, &demo.query.data, true);
 }
 
 #[test]

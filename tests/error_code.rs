@@ -14,7 +14,7 @@ fn params(bytes: usize, error_code: ErrorCode) -> TrainParams {
 }
 
 #[test]
-fn auto_keeps_a_level_for_l2_8_bit_codes_of_8_dimensions_a_byte() {
+fn auto_keeps_a_level_for_l2_codes_of_8_dimensions_a_byte() {
     let p = |bytes, bits, metric| TrainParams {
         bytes_per_vector: bytes,
         bits,
@@ -27,7 +27,9 @@ fn auto_keeps_a_level_for_l2_8_bit_codes_of_8_dimensions_a_byte() {
     assert!(!p(49, 8, Metric::L2).error_code_for(384));
     assert!(!p(16, 8, Metric::L2).error_code_for(50));
     assert!(p(6, 8, Metric::L2).error_code_for(50));
-    assert!(!p(32, 4, Metric::L2).error_code_for(384));
+    assert!(p(32, 4, Metric::L2).error_code_for(384));
+    // At 4 bits the level takes a nibble: 63 sub-quantizers in 32 bytes.
+    assert_eq!(p(32, 4, Metric::L2).subquantizers(384), 63);
     assert!(!p(32, 8, Metric::InnerProduct).error_code_for(384));
     assert!(!p(32, 8, Metric::Cosine).error_code_for(384));
     assert!(!p(1, 8, Metric::L2).error_code_for(384));
@@ -35,7 +37,7 @@ fn auto_keeps_a_level_for_l2_8_bit_codes_of_8_dimensions_a_byte() {
     assert_eq!(p(16, 8, Metric::L2).subquantizers(50), 16);
     // Asked for where it cannot be: refused, not ignored.
     for (bits, metric) in [
-        (4, Metric::L2),
+        (4, Metric::InnerProduct),
         (8, Metric::InnerProduct),
         (8, Metric::Cosine),
     ] {
@@ -111,8 +113,20 @@ fn search_scores_are_the_reconstruction_plus_the_level_and_closer_to_the_truth()
         cols: d,
         data: demo.base.data[..n * d].to_vec(),
     };
-    let ix = common::indexed(&common::ctx(2), params(5, ErrorCode::On), &base);
+    for bits in [8u32, 4] {
+        scores_of(&demo, &base, bits);
+    }
+}
+
+fn scores_of(demo: &common::Demo, base: &vlc_compress::vecio::Matrix<f32>, bits: u32) {
+    let (d, n) = (base.cols, base.rows);
+    let mut p = params(5, ErrorCode::On);
+    p.bits = bits;
+    let ix = common::indexed(&common::ctx(2), p, base);
     let cb = ix.codebook();
+    // 5 bytes: 4 sub-codes and the level at 8 bits, 9 and the level at 4.
+    let m = cb.quantizer().nsub;
+    assert_eq!(m, if bits == 8 { 4 } else { 9 });
     let ids: Vec<u64> = (0..n as u64).collect();
     let codes = ix.get_codes(&ids).unwrap();
     let c = Compressor::with_codebook(common::ctx(2), cb.clone());
@@ -137,7 +151,9 @@ fn search_scores_are_the_reconstruction_plus_the_level_and_closer_to_the_truth()
                 .zip(&xh[id * d..(id + 1) * d])
                 .map(|(a, b)| (a - b) * (a - b))
                 .sum();
-            let level = levels[codes[id * cs + cs - 1] as usize];
+            // The level is the code's last sub-code: a byte, or the high nibble of the last.
+            let last = codes[id * cs + cs - 1];
+            let level = levels[if bits == 8 { last } else { last >> 4 } as usize];
             let want = recon + level;
             assert!(
                 (got - want).abs() <= 1e-3 * (1.0 + want),
@@ -153,11 +169,18 @@ fn search_scores_are_the_reconstruction_plus_the_level_and_closer_to_the_truth()
         }
     }
     eprintln!(
-        "mean |error| of the distances: reconstruction {:.4}, with levels {:.4}",
+        "{bits} bits: mean |error| of the distances: reconstruction {:.4}, with levels {:.4}",
         err_plain / (nq * n) as f64,
         err_level / (nq * n) as f64
     );
     assert!(err_level < 0.8 * err_plain, "{err_level} vs {err_plain}");
+    // Through a file and back: the same levels, the same scores.
+    let back = Index::from_bytes(common::ctx(1), &ix.to_bytes()).unwrap();
+    assert_eq!(back.codebook().quantizer().levels, *levels);
+    assert_eq!(
+        back.search(&demo.query.data[..nq * d], &all, None).unwrap(),
+        res
+    );
 }
 
 #[test]
@@ -235,4 +258,64 @@ fn bounds_hold_with_levels() {
             "query {i}"
         );
     }
+}
+
+#[test]
+fn files_with_bad_levels_or_versions_are_refused() {
+    use common::craft;
+    let demo = common::demo();
+    let n = 2000 * demo.base.cols;
+    let small = vlc_compress::vecio::Matrix {
+        rows: 2000,
+        cols: demo.base.cols,
+        data: demo.base.data[..n].to_vec(),
+    };
+    let ix = common::indexed(&common::ctx(2), params(5, ErrorCode::On), &small);
+    let good = ix.to_bytes();
+    let load = |b: &[u8]| Index::from_bytes(common::ctx(1), b);
+    assert!(load(&good).is_ok());
+    let corrupt = |b: Vec<u8>, what: &str| match load(&b) {
+        Err(Error::Corrupt(m)) => eprintln!("{what}: {m}"),
+        other => panic!("{what}: {:?}", other.map(|_| ())),
+    };
+    let (at, len) = craft::section(&good, 9);
+    assert_eq!(len, 256 * 4);
+    let level = |b: &mut [u8], i: usize, v: f32| {
+        b[at + 4 * i..at + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    };
+    for (what, i, v) in [
+        ("descending", 10, -1.0),
+        ("negative", 0, -1.0),
+        ("NaN", 7, f32::NAN),
+        ("infinite", 255, f32::INFINITY),
+    ] {
+        let mut b = good.clone();
+        if what == "descending" {
+            // Level 10 below level 9.
+            let prev = f32::from_le_bytes(b[at + 36..at + 40].try_into().unwrap());
+            level(&mut b, i, prev - 1.0);
+        } else {
+            level(&mut b, i, v);
+        }
+        craft::reseal(&mut b);
+        corrupt(b, what);
+    }
+    // The version says whether LEVELS is there: 2 with it, or 3 without it, is damage.
+    let version = |b: &mut Vec<u8>, v: u32| {
+        b[8..12].copy_from_slice(&v.to_le_bytes());
+        craft::reseal(b);
+    };
+    let mut b = good.clone();
+    version(&mut b, 2);
+    corrupt(b, "version 2 with levels");
+    let plain = common::indexed(&common::ctx(2), params(5, ErrorCode::Off), &small).to_bytes();
+    let mut b = plain.clone();
+    version(&mut b, 3);
+    corrupt(b, "version 3 without levels");
+    let mut b = good;
+    version(&mut b, 4);
+    assert!(matches!(
+        load(&b),
+        Err(Error::UnsupportedVersion { found: 4, .. })
+    ));
 }

@@ -837,3 +837,75 @@ func TestSearchBounds(t *testing.T) {
 		t.Fatalf("auto: %v %v %v", err, a.Certified, a.Reranked)
 	}
 }
+
+// An error level in each code's last byte: the same code size, another codebook, a search
+// that runs; asked for where it cannot be, training refuses it.
+func TestErrorCode(t *testing.T) {
+	ctx, err := NewContext(CPU, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := clustered(3000, 1)
+	train := func(code float64, metric float64) (*Compressor, error) {
+		c, err := NewCompressor(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, v := range map[Param]float64{ParamAnchors: 32, ParamBytesPerVector: 8, ParamMaxIters: 8, ParamPQIters: 8, ParamErrorCode: code, ParamMetric: metric} {
+			if err := c.SetParam(p, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c, c.Train(x, dim)
+	}
+	on, err := train(2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer on.Close()
+	off, err := train(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	son, _ := on.CodecSize()
+	soff, _ := off.CodecSize()
+	fon, _ := on.Fingerprint()
+	foff, _ := off.Fingerprint()
+	if son != soff || fon == foff {
+		t.Fatalf("code sizes %d %d, fingerprints %x %x", son, soff, fon, foff)
+	}
+	ix, err := NewIndex(on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if err := ix.Add(x, rowIDs(3000)); err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err := ix.Search(x[:dim*10], SearchParams{K: 5, NProbe: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for q := 0; q < 10; q++ {
+		for _, id := range ids[q*5 : q*5+5] {
+			if id == uint64(q) {
+				found++
+			}
+		}
+	}
+	if found < 8 {
+		t.Fatalf("a vector finds itself in %d of 10 searches", found)
+	}
+	var ve *Error
+	bad, err := train(2, 1)
+	defer bad.Close()
+	if !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
+		t.Fatalf("error code on with inner product: %v", err)
+	}
+	if err := bad.SetParam(ParamErrorCode, 3); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
+		t.Fatalf("error code 3: %v", err)
+	}
+}

@@ -119,3 +119,25 @@ def test_add_and_search_answer_to_the_cap(data):
     ctx.memory_cap = 0
     want = ix.search(x[:10], 10)
     assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
+
+
+def test_error_code_by_name_and_number(data):
+    x, q = data
+    kw = dict(anchors=32, bytes_per_vector=8, max_iters=8, pq_iters=8)
+    on = vc.Compressor(error_code="on", **kw)
+    assert on.params["error_code"] == 2
+    on.train(x)
+    off = vc.Compressor(error_code=1, **kw)
+    off.train(x)
+    # The same bytes, another codebook.
+    assert on.code_size == off.code_size
+    assert on.fingerprint != off.fingerprint
+    ix = on.new_index()
+    ix.add(x)
+    D, I = ix.search(x[:20], 5, nprobe=32)
+    assert (I == np.arange(20)[:, None]).any(1).mean() >= 0.8
+    with pytest.raises(vc.InvalidArgumentError):
+        vc.Compressor(error_code="sometimes")
+    bad = vc.Compressor(error_code="on", metric="ip", **kw)
+    with pytest.raises(vc.InvalidArgumentError):
+        bad.train(x)

@@ -23,7 +23,7 @@ pub struct CodebookView<'a> {
     pub bits: u32,
     /// M x 2^bits x dsub codewords.
     pub books: &'a [f32],
-    /// Empty, or the squared errors (ascending) a code's byte after its M sub-codes names:
+    /// Empty, or the squared errors (ascending) a code's sub-code after its M others names:
     /// encoders write there the level nearest to the row's squared error summed over its
     /// sub-spaces (`host::error_level`), and L2 scans add the level named.
     pub levels: &'a [f32],
@@ -42,7 +42,8 @@ impl CodebookView<'_> {
     pub fn ksub(&self) -> usize {
         1 << self.bits
     }
-    /// Bytes an encoder writes per row: one per sub-code (unpacked), and the error level's.
+    /// Bytes an encoder writes per row: one per sub-code (unpacked), the error level's
+    /// included.
     pub fn row_bytes(&self) -> usize {
         self.nsub + usize::from(!self.levels.is_empty())
     }

@@ -87,9 +87,9 @@ pub enum vlcc_param {
     /// re-checked in fp32 wherever no balancing bias is on (the final anchors are fp32 means
     /// of fp32 assignments; faster on large sets; CUDA only). Default 0.
     Precision = 22,
-    /// The last byte of each code holds the squared error of the rest, which L2 search adds to
-    /// each code's distance: 0 auto (on for L2 with 8-bit codes and at least 8 dimensions per
-    /// byte of code), 1 off, 2 on (L2 and 8-bit codes only). Default 0.
+    /// The last sub-code of each code (a byte, or a nibble at 4 bits) names the squared error
+    /// of the rest, which L2 search adds to each code's distance: 0 auto (on for L2 with at
+    /// least 8 dimensions per byte of code), 1 off, 2 on (L2 only). Default 0.
     ErrorCode = 23,
 }
 

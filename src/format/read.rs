@@ -280,7 +280,8 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
         .map_or_else(|| corrupt(format!("unknown metric {metric}")), Ok)?;
     let rotation = Rotation::from_code(rotation as u32)
         .map_or_else(|| corrupt(format!("unknown rotation {rotation}")), Ok)?;
-    crate::quant::check_shape(d, nlist, nsub, bits, dsub).map_err(Error::Corrupt)?;
+    let levelled = l.get(sec::LEVELS).is_some();
+    crate::quant::check_shape(d, nlist, nsub, bits, dsub, levelled).map_err(Error::Corrupt)?;
     let dp = nsub * dsub;
     // Each section's size must match the shape before anything is read from it.
     let anchors = floats(
@@ -296,7 +297,7 @@ fn codebook(b: &[u8], l: &Layout) -> Result<(Codebook, Meta)> {
     let pq_len = nsub.saturating_mul(1 << bits).saturating_mul(dsub);
     let centroids = floats(b, l.need(sec::PQ, "quantizer")?, pq_len, "quantizer")?;
     let levels = match l.get(sec::LEVELS) {
-        Some(r) => floats(b, r, crate::quant::pq::NLEVELS, "error levels")?,
+        Some(r) => floats(b, r, 1 << bits, "error levels")?,
         None => Vec::new(),
     };
     let pq = ProductQuantizer {

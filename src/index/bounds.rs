@@ -73,11 +73,14 @@ impl Index {
         if levels.is_empty() {
             return Ok((0.0, 0.0));
         }
-        let (nsub, cs) = (self.cb.pq.nsub, self.cb.residual_code_size());
+        let (pq, cs) = (&self.cb.pq, self.cb.residual_code_size());
         let map = self.id_map()?;
         Ok(map
             .locations(id)
-            .map(|l| levels[self.list(l.list as usize).1[l.row as usize * cs + nsub] as usize])
+            .map(|l| {
+                let code = &self.list(l.list as usize).1[l.row as usize * cs..][..cs];
+                levels[crate::quant::pq::get_code(code, pq.nsub, pq.bits) as usize]
+            })
             .fold((f32::INFINITY, 0f32), |(lo, hi), v| (lo.min(v), hi.max(v))))
     }
 

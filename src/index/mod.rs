@@ -293,13 +293,13 @@ impl Index {
 
     fn build_packed4(&self) -> &fastscan::Packed {
         self.packed4.get_or_init(|| {
-            fastscan::Packed::new(self.nlist(), self.cb.pq.nsub, |j| self.list(j).1)
+            fastscan::Packed::new(self.nlist(), self.cb.pq.code_fields(), |j| self.list(j).1)
         })
     }
 
     /// Whether this index's searches scan fast-scan blocks (4-bit codes within their reach).
     pub(crate) fn scans_blocks(&self) -> bool {
-        self.cb.pq.bits == 4 && self.cb.pq.nsub <= fastscan::MAX_NSUB
+        self.cb.pq.bits == 4 && self.cb.pq.code_fields() <= fastscan::MAX_NSUB
     }
 
     /// A search's memory under the context's caps: `OutOfMemory` where its device memory or

@@ -450,8 +450,8 @@ impl Index {
         // The query's own table, built right before its probes so it stays in cache:
         // -2 <Rq_j, c> for L2 (added to the list's terms), -<Rq_j, c> for inner product.
         let mut qci = vec![0f32; nsub * ks];
-        // Codes with an error level (L2 only) end in one more byte, whose row of the table
-        // is the levels themselves: no query moves them.
+        // Codes with an error level (L2 only) end in one more sub-code, whose row of the
+        // table is the levels themselves: no query moves them.
         let levels = &cb.pq.levels;
         let rows = nsub + usize::from(!levels.is_empty());
         let mut lut = vec![0f32; rows * ks];
@@ -465,7 +465,7 @@ impl Index {
         let scale = if l2 { -2.0 } else { -1.0 };
         // 4-bit codes within the byte sums' reach are scanned in blocks (`fastscan`).
         let packed = self.scans_blocks().then(|| self.packed4()).flatten();
-        let mut bytes = fastscan::ByteTable::new(nsub);
+        let mut bytes = fastscan::ByteTable::new(rows);
         // List a's precomputed L2 terms, where they are kept.
         let per = nsub * ks;
         let terms_of = |a: usize| tables.l2_terms.as_ref().map(|t| &t[a * per..(a + 1) * per]);
@@ -515,7 +515,7 @@ impl Index {
                 };
                 match packed {
                     Some(p) => {
-                        scan4_blocks(&list, table, nsub, p.list(a), &mut bytes, filter, &mut top)?
+                        scan4_blocks(&list, table, rows, p.list(a), &mut bytes, filter, &mut top)?
                     }
                     None => scan(&list, table, cb.pq.bits, rows, &mut pair, filter, &mut top)?,
                 }

@@ -123,11 +123,12 @@ pub enum Precision {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ErrorCode {
-    /// On where it pays (see `TrainParams::error_code_for`): L2, 8-bit codes, at least 8
-    /// dimensions per byte of code.
+    /// On where it pays (see `TrainParams::error_code_for`): L2, at least 8 dimensions per
+    /// byte of code.
     Auto,
     Off,
-    /// One byte of every code is the error level (L2 and 8-bit codes only).
+    /// The last sub-code of every code (a byte, or a nibble at 4 bits) is the error level
+    /// (L2 only).
     On,
 }
 
@@ -321,9 +322,10 @@ pub struct TrainParams {
     pub opq_iters: usize,
     /// Training points the learned rotation is fitted on (0 = the whole PQ sample).
     pub opq_train_points: usize,
-    /// Whether the last byte of each code holds the squared error of the others (L2 search
-    /// then adds it to each code's distance: the distance to the vector itself is, on
-    /// average, the distance to its reconstruction plus that error).
+    /// Whether the last sub-code of each code (a byte, or a nibble at 4 bits) names the
+    /// squared error of the others (L2 search then adds it to each code's distance: the
+    /// distance to the vector itself is, on average, the distance to its reconstruction plus
+    /// that error).
     pub error_code: ErrorCode,
 }
 
@@ -342,25 +344,26 @@ impl Default for TrainParams {
             pq_train_points: 65_536,
             opq_iters: 0,
             opq_train_points: 65_536,
-            // On the dev sets at the same bytes, one byte of error level in place of a
-            // sub-quantizer: recall@10 +0.04 on MiniLM (12 dimensions a byte), +0.03 on
-            // Fashion-MNIST (12), +0.01 at 6 a byte, none at 3 (GloVe at 16 B): `Auto`.
+            // On the dev sets at the same bytes, an error level in place of a sub-quantizer:
+            // recall@10 +0.04 on MiniLM (12 dimensions a byte), +0.03 on Fashion-MNIST (12),
+            // +0.05 and +0.045 with 4-bit codes, +0.01 at 6 a byte, none at 3 (GloVe at
+            // 16 B): `Auto`.
             error_code: ErrorCode::Auto,
         }
     }
 }
 
 impl TrainParams {
-    /// Number of sub-quantizers M for the chosen bytes and bits, on `d` dimensions: one byte
-    /// fewer where the codes keep an error level.
+    /// Number of sub-quantizers M for the chosen bytes and bits, on `d` dimensions: one
+    /// fewer where the codes keep an error level (which takes a sub-code's bits).
     pub fn subquantizers(&self, d: usize) -> usize {
-        (self.bytes_per_vector - self.error_code_for(d) as usize) * 8 / self.bits as usize
+        self.bytes_per_vector * 8 / self.bits as usize - self.error_code_for(d) as usize
     }
 
-    /// Whether codes of `d` dimensions keep an error level: `On`, or `Auto` with L2, 8-bit
-    /// codes of at least 2 bytes and at least 8 dimensions per byte.
+    /// Whether codes of `d` dimensions keep an error level: `On`, or `Auto` with L2, codes
+    /// of at least 2 bytes and at least 8 dimensions per byte.
     pub fn error_code_for(&self, d: usize) -> bool {
-        let fits = self.metric == Metric::L2 && self.bits == 8 && self.bytes_per_vector >= 2;
+        let fits = self.metric == Metric::L2 && self.bytes_per_vector >= 2;
         match self.error_code {
             ErrorCode::Off => false,
             ErrorCode::On => fits,
@@ -383,13 +386,11 @@ impl TrainParams {
             invalid!("pq_iters = 0: must be >= 1");
         }
         if self.error_code == ErrorCode::On
-            && (self.metric != Metric::L2 || self.bits != 8 || self.bytes_per_vector < 2)
+            && (self.metric != Metric::L2 || self.bytes_per_vector < 2)
         {
             invalid!(
-                "error_code = on needs the L2 metric, 8-bit codes and at least 2 bytes \
-                 (metric {:?}, bits {}, {} bytes)",
+                "error_code = on needs the L2 metric and at least 2 bytes (metric {:?}, {} bytes)",
                 self.metric,
-                self.bits,
                 self.bytes_per_vector
             );
         }

@@ -116,7 +116,7 @@ const TABLE: &[ParamInfo] = &[
         |p| (p.anchor.precision == Precision::Tf32) as u32 as f64,
         |p, v| p.anchor.precision = [Precision::Exact, Precision::Tf32][v as usize]),
     param!(23, "error_code", true, 0.0, 2.0,
-        "Last byte of each code holds the squared error of the rest, added to L2 distances: 0 auto (L2, 8-bit codes, at least 8 dimensions per byte), 1 off, 2 on.",
+        "Last sub-code of each code names the squared error of the rest, added to L2 distances: 0 auto (L2, at least 8 dimensions per byte of code), 1 off, 2 on (L2 only).",
         |p| p.error_code.code() as f64,
         |p, v| p.error_code = ErrorCode::from_code(v as u32).expect("bounded")),
 ];

@@ -310,7 +310,7 @@ impl Shape {
             dp: nsub * d.div_ceil(nsub),
             nsub,
             ksub: 1 << p.bits,
-            code: (nsub * p.bits as usize).div_ceil(8) + usize::from(p.error_code_for(d)),
+            code: ((nsub + usize::from(p.error_code_for(d))) * p.bits as usize).div_ceil(8),
             metric: p.metric,
             rotated: p.rotation != crate::params::Rotation::None,
         }

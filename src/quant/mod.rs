@@ -354,7 +354,8 @@ impl Codebook {
                 anchors.len()
             ));
         }
-        if let Err(m) = check_shape(d, anchors.len() / d, pq.nsub, pq.bits, pq.dsub) {
+        let levelled = !pq.levels.is_empty();
+        if let Err(m) = check_shape(d, anchors.len() / d, pq.nsub, pq.bits, pq.dsub, levelled) {
             return bad(m);
         }
         if pq.centroids.len() != pq.nsub * pq.ksub() * pq.dsub {
@@ -371,8 +372,7 @@ impl Codebook {
         check_norms(&anchors, d, "anchors")?;
         check_norms(&pq.centroids, pq.dsub, "quantizer centroids")?;
         if !pq.levels.is_empty() {
-            let ok = pq.levels.len() == pq::NLEVELS
-                && pq.bits == 8
+            let ok = pq.levels.len() == pq.ksub()
                 && metric == Metric::L2
                 && pq.levels[0] >= 0.0
                 && pq.levels.windows(2).all(|w| w[0] <= w[1])
@@ -382,9 +382,9 @@ impl Codebook {
                     .all(|v| v.is_finite() && *v <= f32::MAX / 8.0);
             if !ok {
                 return bad(format!(
-                    "{} error levels (8-bit codes under L2 keep {}, ascending, finite, >= 0)",
+                    "{} error levels (codes under L2 keep 2^bits = {}, ascending, finite, >= 0)",
                     pq.levels.len(),
-                    pq::NLEVELS
+                    pq.ksub()
                 ));
             }
         }
@@ -734,29 +734,33 @@ fn sample_levels(
             *e += v.max(0.0);
         }
     }
-    Ok(pq::fit_levels(&mut errs))
+    Ok(pq::fit_levels(&mut errs, pq.ksub()))
 }
 
 /// The shapes training can produce: d >= 1, 1..=2^32-1 anchors, 8-bit codes with 1..=4096
-/// sub-quantizers or 4-bit codes with an even 2..=8192 (`bytes_per_vector` in 1..=4096),
-/// and dsub = ceil(d / M). Anything else is refused before a table is sized from it.
+/// sub-quantizers or 4-bit codes with an even 2..=8192 (`bytes_per_vector` in 1..=4096), the
+/// error level taking one of them where `levelled`, and dsub = ceil(d / M). Anything else is
+/// refused before a table is sized from it.
 pub(crate) fn check_shape(
     d: usize,
     anchors: usize,
     nsub: usize,
     bits: u32,
     dsub: usize,
+    levelled: bool,
 ) -> std::result::Result<(), String> {
     let max_nsub = crate::params::MAX_BYTES_PER_VECTOR * 8 / bits.max(1) as usize;
+    let fields = nsub + usize::from(levelled);
     if d == 0 || d > u32::MAX as usize {
         Err(format!("dimension d = {d} is not in 1..={}", u32::MAX))
     } else if anchors == 0 || anchors > u32::MAX as usize {
         Err(format!("{anchors} anchors is not in 1..={}", u32::MAX))
     } else if bits != 8 && bits != 4 {
         Err(format!("bits = {bits}, expected 8 or 4"))
-    } else if nsub == 0 || nsub > max_nsub || !(nsub * bits as usize).is_multiple_of(8) {
+    } else if nsub == 0 || fields > max_nsub || !(fields * bits as usize).is_multiple_of(8) {
         Err(format!(
-            "M = {nsub} sub-quantizers of {bits} bits is not a whole number of bytes in 1..={}",
+            "M = {nsub} sub-quantizers of {bits} bits{} is not a whole number of bytes in 1..={}",
+            if levelled { " and an error level" } else { "" },
             crate::params::MAX_BYTES_PER_VECTOR
         ))
     } else if dsub != d.div_ceil(nsub) {

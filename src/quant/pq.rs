@@ -19,13 +19,11 @@ pub struct ProductQuantizer {
     pub dsub: usize,
     /// M x ksub x dsub, row-major.
     pub centroids: Vec<f32>,
-    /// Empty, or the `NLEVELS` squared errors (ascending) that a code's last byte picks from:
-    /// the error of the M sub-codes before it (`error_code`).
+    /// Empty, or the 2^bits squared errors (ascending) that a code's last sub-code (its
+    /// last byte, or nibble at 4 bits) picks from: the error of the M sub-codes before it
+    /// (`error_code`).
     pub levels: Vec<f32>,
 }
-
-/// Error levels a code's last byte can name.
-pub const NLEVELS: usize = 256;
 
 /// How one quantizer fit runs within a training: fit `pass` of `passes` (for reports), with
 /// at most `at_once` sub-spaces training at a time.
@@ -44,9 +42,13 @@ impl ProductQuantizer {
     pub fn dim(&self) -> usize {
         self.nsub * self.dsub
     }
-    /// Bytes of one code: the sub-codes', then one for the error level where there are levels.
+    /// Sub-codes a code holds: M, and the error level's where there are levels.
+    pub fn code_fields(&self) -> usize {
+        self.nsub + usize::from(!self.levels.is_empty())
+    }
+    /// Bytes of one code: its sub-codes', the error level's included.
     pub fn code_size(&self) -> usize {
-        (self.nsub * self.bits as usize).div_ceil(8) + usize::from(!self.levels.is_empty())
+        (self.code_fields() * self.bits as usize).div_ceil(8)
     }
     /// Centroids of sub-space `j` (ksub x dsub).
     pub fn sub(&self, j: usize) -> &[f32] {
@@ -168,11 +170,11 @@ impl ProductQuantizer {
             // One byte per index: the indices are the codes.
             return idx.to_vec();
         }
-        let cs = self.code_size();
-        let mut codes = vec![0u8; idx.len() / self.nsub.max(1) * cs];
+        let (cs, fields) = (self.code_size(), self.code_fields());
+        let mut codes = vec![0u8; idx.len() / fields.max(1) * cs];
         codes
             .par_chunks_mut(cs)
-            .zip(idx.par_chunks(self.nsub))
+            .zip(idx.par_chunks(fields))
             .for_each(|(code, row)| {
                 for (j, &c) in row.iter().enumerate() {
                     set_code(code, j, self.bits, c);
@@ -210,15 +212,15 @@ pub(crate) fn level_of(levels: &[f32], e: f32) -> u8 {
     pick as u8
 }
 
-/// `NLEVELS` error levels for the squared errors `errs` (sorted here): the means of equal
+/// `count` error levels for the squared errors `errs` (sorted here): the means of equal
 /// shares of them in order, so that each level names as many training rows. Fewer rows than
 /// levels repeat the last.
-pub(crate) fn fit_levels(errs: &mut [f32]) -> Vec<f32> {
+pub(crate) fn fit_levels(errs: &mut [f32], count: usize) -> Vec<f32> {
     errs.sort_unstable_by(f32::total_cmp);
     let n = errs.len();
-    let mut levels = Vec::with_capacity(NLEVELS);
-    for i in 0..NLEVELS {
-        let (a, b) = (i * n / NLEVELS, (i + 1) * n / NLEVELS);
+    let mut levels = Vec::with_capacity(count);
+    for i in 0..count {
+        let (a, b) = (i * n / count, (i + 1) * n / count);
         let share = &errs[a..b];
         levels.push(if share.is_empty() {
             levels.last().copied().unwrap_or(0.0)
@@ -227,7 +229,7 @@ pub(crate) fn fit_levels(errs: &mut [f32]) -> Vec<f32> {
         });
     }
     // Means of ordered shares ascend; rounding may tie, never reverse.
-    for i in 1..NLEVELS {
+    for i in 1..count {
         levels[i] = levels[i].max(levels[i - 1]);
     }
     levels

@@ -438,7 +438,14 @@ pub fn encoding_parity_and_bad_values(
 /// at 64 sub-quantizers (beyond WGPU's workgroup memory) on `base`, and 8-bit at 256 (beyond
 /// CUDA's shared memory) on 256-d clusters. The device's results are the host's, and they came
 /// from the device.
-pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
+/// With `levels_4bit_on_device`, 4-bit codes with an error level must be scanned on the
+/// device too (CUDA; WGPU leaves them to the host).
+pub fn wide_table_search_parity(
+    dev: &Arc<Context>,
+    base: &vecio::Matrix<f32>,
+    query: &[f32],
+    levels_4bit_on_device: bool,
+) {
     let cpu = ctx(0);
     let wide = vecio::Matrix {
         rows: 3000,
@@ -446,10 +453,12 @@ pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, q
         data: clustered(3000, 256, 24, 7),
     };
     let wide_q = clustered(60, 256, 24, 8);
-    let shapes: [(&vecio::Matrix<f32>, &[f32], usize, u32); 3] = [
+    // 8 bytes of 4-bit codes with an error level: 15 sub-codes and the level's nibble (L2).
+    let shapes: [(&vecio::Matrix<f32>, &[f32], usize, u32); 4] = [
         (base, query, 32, 4),
         (base, query, 64, 8),
         (&wide, &wide_q, 256, 8),
+        (base, query, 8, 4),
     ];
     for (base, query, bytes, bits) in shapes {
         for metric in [
@@ -457,9 +466,15 @@ pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, q
             vlc_compress::Metric::InnerProduct,
             vlc_compress::Metric::Cosine,
         ] {
-            let what = format!("{metric:?} {bytes} B {bits}-bit");
+            let levels = metric == vlc_compress::Metric::L2 && bytes == 8;
+            let what = format!("{metric:?} {bytes} B {bits}-bit levels {levels}");
             let mut p = small_params(64, bytes);
             (p.metric, p.bits) = (metric, bits);
+            p.error_code = if levels {
+                vlc_compress::ErrorCode::On
+            } else {
+                vlc_compress::ErrorCode::Off
+            };
             let host = indexed(&cpu, p, base);
             let on_dev = host.to_context(dev.clone()).unwrap();
             let sp = vlc_compress::SearchParams {
@@ -471,7 +486,7 @@ pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, q
             let before = dev.backend().transfers().d2h_bytes;
             let got = on_dev.search(query, &sp, None).unwrap();
             assert!(
-                dev.backend().transfers().d2h_bytes > before,
+                dev.backend().transfers().d2h_bytes > before || levels && !levels_4bit_on_device,
                 "{what}: searched on the host"
             );
             let frac = same_records(&want.ids, &got.ids, 1);

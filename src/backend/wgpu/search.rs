@@ -149,7 +149,10 @@ pub(super) fn search_lists(
     let room = b.limits.max_compute_workgroup_storage_size as usize;
     // A table beyond workgroup memory is read from the query tables in storage.
     let staged = lut * 4 + scan_extra(want_built) <= room;
-    let fits = scan_extra(want_built) + 16 <= room
+    // 4-bit codes with an error level: the level's nibble shares a byte with a sub-code,
+    // which the vector terms below do not take apart; the host scans them.
+    let fits = (cb.bits == 8 || cb.levels.is_empty())
+        && scan_extra(want_built) + 16 <= room
         && (lists.len * cb.nsub * cb.bits as usize / 8) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {

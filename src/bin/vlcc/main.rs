@@ -149,8 +149,8 @@ pub(crate) struct TrainOpts {
     /// Training points for the PQ sub-codebooks (0 = all) [default: 65536].
     #[arg(long)]
     pq_train_points: Option<usize>,
-    /// The last byte of each code holds the squared error of the rest, which L2 search adds
-    /// to each code's distance: auto (L2, 8-bit codes, at least 8 dimensions per byte), on
+    /// The last sub-code of each code names the squared error of the rest, which L2 search
+    /// adds to each code's distance: auto (L2, at least 8 dimensions per byte of code), on
     /// or off
     #[arg(long, default_value = "auto")]
     error_code: vlc_compress::ErrorCode,
