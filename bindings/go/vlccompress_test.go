@@ -839,7 +839,7 @@ func TestSearchBounds(t *testing.T) {
 }
 
 // An error level in each code's last byte: the same code size, another codebook, a search
-// that runs; asked for where it cannot be, training refuses it.
+// that runs; asked for where it cannot be, it is refused.
 func TestErrorCode(t *testing.T) {
 	ctx, err := NewContext(CPU, 0, 2)
 	if err != nil {
@@ -847,24 +847,24 @@ func TestErrorCode(t *testing.T) {
 	}
 	defer ctx.Close()
 	x := clustered(3000, 1)
-	train := func(code float64, metric float64) (*Compressor, error) {
+	train := func(code float64) (*Compressor, error) {
 		c, err := NewCompressor(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for p, v := range map[Param]float64{ParamAnchors: 32, ParamBytesPerVector: 8, ParamMaxIters: 8, ParamPQIters: 8, ParamErrorCode: code, ParamMetric: metric} {
+		for p, v := range map[Param]float64{ParamAnchors: 32, ParamBytesPerVector: 8, ParamMaxIters: 8, ParamPQIters: 8, ParamErrorCode: code} {
 			if err := c.SetParam(p, v); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return c, c.Train(x, dim)
 	}
-	on, err := train(2, 0)
+	on, err := train(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer on.Close()
-	off, err := train(1, 0)
+	off, err := train(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -899,10 +899,17 @@ func TestErrorCode(t *testing.T) {
 	if found < 8 {
 		t.Fatalf("a vector finds itself in %d of 10 searches", found)
 	}
+	// Inner product has no level: setting both is refused (whichever comes second).
 	var ve *Error
-	bad, err := train(2, 1)
+	bad, err := NewCompressor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer bad.Close()
-	if !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
+	if err := bad.SetParam(ParamMetric, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.SetParam(ParamErrorCode, 2); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {
 		t.Fatalf("error code on with inner product: %v", err)
 	}
 	if err := bad.SetParam(ParamErrorCode, 3); !errors.As(err, &ve) || ve.Status != StatusInvalidArgument {

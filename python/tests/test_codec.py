@@ -138,6 +138,6 @@ def test_error_code_by_name_and_number(data):
     assert (I == np.arange(20)[:, None]).any(1).mean() >= 0.8
     with pytest.raises(vc.InvalidArgumentError):
         vc.Compressor(error_code="sometimes")
-    bad = vc.Compressor(error_code="on", metric="ip", **kw)
+    # Inner product has no level: refused.
     with pytest.raises(vc.InvalidArgumentError):
-        bad.train(x)
+        vc.Compressor(error_code="on", metric="ip", **kw).train(x)
