@@ -76,6 +76,27 @@ void versions_and_params() {
     EXPECT_STATUS(VLCC_STATUS_INVALID_STATE, c.encode(std::vector<float>(d)));
 }
 
+// An error level in each code's last byte: the same code size, another codebook, a search that
+// finds each vector; with inner product it is refused.
+void error_code(const vlcc::Context& ctx, const std::vector<float>& x) {
+    vlcc::Compressor on(ctx), off(ctx);
+    on.set(VLCC_PARAM_ANCHORS, 32).set(VLCC_PARAM_BYTES_PER_VECTOR, 8).set(VLCC_PARAM_ERROR_CODE, 2);
+    off.set(VLCC_PARAM_ANCHORS, 32).set(VLCC_PARAM_BYTES_PER_VECTOR, 8).set(VLCC_PARAM_ERROR_CODE, 1);
+    on.train(x, d);
+    off.train(x, d);
+    EXPECT(on.codec_size() == off.codec_size() && on.fingerprint() != off.fingerprint());
+    vlcc::Index ix(on);
+    ix.add(x, iota(n));
+    const auto r = ix.search(vlcc::span<const float>(x).subspan(0, 20 * d), 5, 32);
+    size_t self = 0;
+    for (size_t i = 0; i < 20; i++)
+        for (size_t t = 0; t < 5; t++) self += r.ids[i * 5 + t] == i;
+    EXPECT(self >= 16);
+    vlcc::Compressor ip(ctx);
+    ip.set(VLCC_PARAM_METRIC, VLCC_METRIC_INNER_PRODUCT);
+    EXPECT_STATUS(VLCC_STATUS_INVALID_ARGUMENT, ip.set(VLCC_PARAM_ERROR_CODE, 2));
+}
+
 void codec(const vlcc::Context& ctx, const std::vector<float>& x) {
     vlcc::Compressor c = trained(ctx, x);
     const auto codes = c.encode(x);
@@ -267,6 +288,7 @@ int main(int argc, char** argv) {
     try {
         versions_and_params();
         codec(ctx, x);
+        error_code(ctx, x);
         memory_budget(x);
         progress_and_cancel(ctx, x);
         index_calls(ctx, x, dir);
