@@ -416,24 +416,15 @@ impl CudaBackend {
         trace.mark(s, "anchors");
         let assign = ids.as_view();
         let ksub = cb.ksub();
-        if dc.rot.is_none() {
-            let rows_in = PqRows::Residual {
+        // Without a rotation the PQ kernels read the residuals from the rows themselves.
+        let turned;
+        let rows_in = if dc.rot.is_none() {
+            PqRows::Residual {
                 x: xb,
                 d,
                 anchors: &dc.anchors,
                 assign: &assign,
-            };
-            pq_assign_into(
-                dev,
-                &rows_in,
-                rows,
-                (nsub, stride),
-                dsub,
-                &dc.books,
-                ksub,
-                idx,
-            )?;
-            error_levels_into(dev, &rows_in, rows, (nsub, stride), dsub, dc, ksub, idx)?;
+            }
         } else {
             // SAFETY: the residual kernel writes every element, pads included.
             let mut y = unsafe { CudaBackend::filled_later::<f32>(s, rows * dp)? };
@@ -454,20 +445,12 @@ impl CudaBackend {
                 },
                 "residuals",
             )?;
-            let y = rotated(dev, dc, y, rows, dp)?;
-            let rows_in = PqRows::Padded(&y);
-            pq_assign_into(
-                dev,
-                &rows_in,
-                rows,
-                (nsub, stride),
-                dsub,
-                &dc.books,
-                ksub,
-                idx,
-            )?;
-            error_levels_into(dev, &rows_in, rows, (nsub, stride), dsub, dc, ksub, idx)?;
-        }
+            turned = rotated(dev, dc, y, rows, dp)?;
+            PqRows::Padded(&turned)
+        };
+        let shape = (nsub, stride);
+        pq_assign_into(dev, &rows_in, rows, shape, dsub, &dc.books, ksub, idx)?;
+        error_levels_into(dev, &rows_in, rows, shape, dsub, dc, ksub, idx)?;
         trace.mark(s, "pq");
         Ok(())
     }

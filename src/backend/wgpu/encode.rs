@@ -232,37 +232,22 @@ impl WgpuBackend {
                 "WGPU: {rows} rows x {nsub} sub-spaces is too large for one dispatch"
             )));
         }
-        let p = Params::new(&[
-            rows as u32,
-            0,
-            dp as u32,
-            dsub as u32,
-            ksub as u32,
-            stride as u32,
-            0,
-            0,
-        ]);
+        // The PQ and level kernels' parameters, `gx` workgroups along x for a folded grid.
+        let shape = |gx: u32| {
+            let v = [rows, 0, dp, dsub, ksub, stride, 0].map(|v| v as u32);
+            Params::new(&[v[0], v[1], v[2], v[3], v[4], v[5], v[6], gx])
+        };
         self.dispatch(
             enc,
             &pipe,
-            p,
+            shape(0),
             &[(4, y), (5, books), (6, &idx)],
             (tiles as u32, nsub as u32, 1),
         );
         if let Some(levels) = levels {
             let g = self.groups_for(rows);
-            let p = Params::new(&[
-                rows as u32,
-                0,
-                dp as u32,
-                dsub as u32,
-                ksub as u32,
-                stride as u32,
-                0,
-                g.0,
-            ]);
             let bufs = [(4, y), (5, books), (6, &idx), (8, levels)];
-            self.dispatch(enc, &self.k.error_levels, p, &bufs, g);
+            self.dispatch(enc, &self.k.error_levels, shape(g.0), &bufs, g);
         }
         let g = self.groups_for((rows * stride).div_ceil(4));
         let p = Params::new(&[rows as u32, 0, 0, 0, 0, stride as u32, 0, g.0]);
