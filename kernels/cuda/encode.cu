@@ -118,12 +118,13 @@ __device__ __forceinline__ void pq_assign_rows(const float* __restrict__ y, int 
 // (ascending, nlev of them) nearest to the squared error summed sub-space by sub-space, in
 // column order, without contractions (as the host's `host::error_level` sums it); the lower
 // of two at a tie. Rows are read as the PQ kernels read them. One thread per row.
+// Its parameters begin as the PQ kernels' do (`stride` in place of their `nsub`).
 extern "C" __global__ void error_levels(const float* __restrict__ y, int n, int ld, int dsub,
                                         int ksub, const float* __restrict__ books,
-                                        unsigned char* __restrict__ out, int stride, int nsub,
+                                        unsigned char* __restrict__ out, int stride,
                                         const float* __restrict__ anchors,
                                         const unsigned* __restrict__ assign, int rem, int q,
-                                        const float* __restrict__ levels, int nlev) {
+                                        int nsub, const float* __restrict__ levels, int nlev) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float* row = y + (size_t)i * ld;

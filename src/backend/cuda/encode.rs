@@ -485,6 +485,59 @@ fn read_shape(rows: &PqRows<'_>, nsub: usize, dsub: usize) -> (usize, usize, usi
     }
 }
 
+/// Pushes the arguments the PQ and level kernels begin with: the rows, `ints` (rows, row
+/// width, dsub, ksub), the books, `out` and `ints`' row stride, the anchors and assignment
+/// (zeros for padded rows) and `ints`' padding split.
+fn push_rows<'a>(
+    lb: &mut cudarc::driver::LaunchArgs<'a>,
+    rows: &'a PqRows<'a>,
+    ints: &'a [i32; 7],
+    none: &'a u64,
+    books: &'a CudaSlice<f32>,
+    out: &'a mut CudaViewMut<'_, u8>,
+) {
+    match rows {
+        PqRows::Padded(y) => lb.arg(*y),
+        PqRows::Residual { x, .. } => lb.arg(*x),
+    };
+    let [n, ld, dsub, ksub, stride, rem, q] = ints;
+    lb.arg(n)
+        .arg(ld)
+        .arg(dsub)
+        .arg(ksub)
+        .arg(books)
+        .arg(out)
+        .arg(stride);
+    match rows {
+        PqRows::Padded(_) => lb.arg(none).arg(none),
+        PqRows::Residual {
+            anchors, assign, ..
+        } => lb.arg(*anchors).arg(*assign),
+    };
+    lb.arg(rem).arg(q);
+}
+
+/// `push_rows`' integers for `n` rows of `rows` into codes of `stride` bytes.
+fn row_ints(
+    rows: &PqRows<'_>,
+    n: usize,
+    (nsub, stride): (usize, usize),
+    dsub: usize,
+    ksub: usize,
+) -> Result<[i32; 7]> {
+    let (ld, rem, q) = read_shape(rows, nsub, dsub);
+    let n = as_i32(n, "rows")?;
+    Ok([
+        n,
+        ld as i32,
+        dsub as i32,
+        ksub as i32,
+        stride as i32,
+        rem as i32,
+        q as i32,
+    ])
+}
+
 /// Nearest codewords of `n` rows into `out`, rows of `stride` bytes whose first `nsub` are
 /// the sub-codes (`(nsub, stride)`).
 #[allow(clippy::too_many_arguments)]
@@ -498,16 +551,8 @@ pub(super) fn pq_assign_into(
     ksub: usize,
     out: &mut CudaViewMut<'_, u8>,
 ) -> Result<()> {
-    let (ld, rem, q) = read_shape(rows, nsub, dsub);
     // The kernels' `nsub` is the output's row stride; their grid has a column a sub-space.
-    let (ni, ldi, dsi, ki, nsi) = (
-        as_i32(n, "rows")?,
-        ld as i32,
-        dsub as i32,
-        ksub as i32,
-        stride as i32,
-    );
-    let (remi, qi, none) = (rem as i32, q as i32, 0u64);
+    let ints = row_ints(rows, n, (nsub, stride), dsub, ksub)?;
     // Rows per thread, as built into each kernel (kernels/cuda/encode.cu).
     let (kernel, rows_per_thread) = match PQ_EXACT.iter().position(|&(w, _)| w == dsub) {
         Some(i) => (&dev.k.pq_exact[i], PQ_EXACT[i].1),
@@ -522,25 +567,9 @@ pub(super) fn pq_assign_into(
         block_dim: (128, 1, 1),
         shared_mem_bytes: (4 * ksub * (dsub + 1)) as u32,
     };
+    let none = 0u64;
     let mut lb = dev.stream.launch_builder(kernel);
-    match rows {
-        PqRows::Padded(y) => lb.arg(*y),
-        PqRows::Residual { x, .. } => lb.arg(*x),
-    };
-    lb.arg(&ni)
-        .arg(&ldi)
-        .arg(&dsi)
-        .arg(&ki)
-        .arg(books)
-        .arg(out)
-        .arg(&nsi);
-    match rows {
-        PqRows::Padded(_) => lb.arg(&none).arg(&none),
-        PqRows::Residual {
-            anchors, assign, ..
-        } => lb.arg(*anchors).arg(*assign),
-    };
-    lb.arg(&remi).arg(&qi);
+    push_rows(&mut lb, rows, &ints, &none, books, out);
     // SAFETY: the rows hold n x ld floats (anchors k x ld, with every assignment below k),
     // books nsub x ksub x dsub, out n x stride bytes (stride >= nsub); the shared block holds
     // one sub-codebook and its norms.
@@ -563,30 +592,11 @@ fn error_levels_into(
     let Some(levels) = &dc.levels else {
         return Ok(());
     };
-    let (ld, rem, q) = read_shape(rows, nsub, dsub);
-    let ints = [n, ld, dsub, ksub, stride, nsub, rem, q, levels.len()].map(|v| v as i32);
-    let [ni, ldi, dsi, ki, sti, nsi, remi, qi, nli] = ints;
-    let none = 0u64;
+    let ints = row_ints(rows, n, (nsub, stride), dsub, ksub)?;
+    let (nsi, nli, none) = (nsub as i32, levels.len() as i32, 0u64);
     let mut lb = dev.stream.launch_builder(&dev.k.error_levels);
-    match rows {
-        PqRows::Padded(y) => lb.arg(*y),
-        PqRows::Residual { x, .. } => lb.arg(*x),
-    };
-    lb.arg(&ni)
-        .arg(&ldi)
-        .arg(&dsi)
-        .arg(&ki)
-        .arg(&dc.books)
-        .arg(out)
-        .arg(&sti)
-        .arg(&nsi);
-    match rows {
-        PqRows::Padded(_) => lb.arg(&none).arg(&none),
-        PqRows::Residual {
-            anchors, assign, ..
-        } => lb.arg(*anchors).arg(*assign),
-    };
-    lb.arg(&remi).arg(&qi).arg(levels).arg(&nli);
+    push_rows(&mut lb, rows, &ints, &none, &dc.books, out);
+    lb.arg(&nsi).arg(levels).arg(&nli);
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(128) as u32, 1, 1),
         block_dim: (128, 1, 1),
