@@ -74,7 +74,7 @@ pub(crate) fn error_level(cb: &CodebookView, y: &[f32], code: &[u8]) -> u8 {
             .map(|(a, b)| (a - b) * (a - b))
             .sum::<f32>();
     }
-    crate::quant::pq::level_of(cb.levels, e)
+    nearest_level(cb.levels, e)
 }
 
 /// `idx` (n x nsub sub-codes of the rotated residuals `y`) with each row's error level after
@@ -94,4 +94,16 @@ pub(crate) fn with_levels(cb: &CodebookView, y: &[f32], idx: Vec<u8>) -> Vec<u8>
         o[nsub] = error_level(cb, ys, code);
     }
     out
+}
+
+/// The index of the value of `levels` (ascending) nearest to `e`; the lower of two at a tie.
+fn nearest_level(levels: &[f32], e: f32) -> u8 {
+    let i = levels.partition_point(|&l| l < e);
+    let pick = match i {
+        0 => 0,
+        i if i == levels.len() => i - 1,
+        i if e - levels[i - 1] <= levels[i] - e => i - 1,
+        i => i,
+    };
+    pick as u8
 }

@@ -199,19 +199,6 @@ impl ProductQuantizer {
     }
 }
 
-/// The error level (index into `levels`, ascending) nearest to the squared error `e`; the
-/// lower of two at a tie.
-pub(crate) fn level_of(levels: &[f32], e: f32) -> u8 {
-    let i = levels.partition_point(|&l| l < e);
-    let pick = match i {
-        0 => 0,
-        i if i == levels.len() => i - 1,
-        i if e - levels[i - 1] <= levels[i] - e => i - 1,
-        i => i,
-    };
-    pick as u8
-}
-
 /// `count` error levels for the squared errors `errs` (sorted here): the means of equal
 /// shares of them in order, so that each level names as many training rows. Fewer rows than
 /// levels repeat the last.
