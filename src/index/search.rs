@@ -453,7 +453,7 @@ impl Index {
         // Codes with an error level (L2 only) end in one more sub-code, whose row of the
         // table is the levels themselves: no query moves them.
         let levels = &cb.pq.levels;
-        let rows = nsub + usize::from(!levels.is_empty());
+        let rows = cb.pq.code_fields();
         let mut lut = vec![0f32; rows * ks];
         lut[nsub * ks..].copy_from_slice(levels);
         let (mut fly, mut fly_anchor) = if tables.l2_terms.is_none() && l2 {
