@@ -249,7 +249,7 @@ fn device_search_matches_the_host() {
 fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();
-    common::wide_table_search_parity(&g, &demo.base, &demo.query.data, true);
+    common::wide_table_search_parity(&g, &demo.base, &demo.query.data);
 }
 
 #[test]

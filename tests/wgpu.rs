@@ -256,7 +256,7 @@ fn device_search_matches_the_host() {
 fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
     let Some(g) = gpu() else { return };
     let s = small(6000, 100);
-    common::wide_table_search_parity(&g, &s.base, &s.query, false);
+    common::wide_table_search_parity(&g, &s.base, &s.query);
 }
 
 #[test]

@@ -196,7 +196,7 @@ fn block_top(kd: ptr<function, array<f32, WANT>>, kp: ptr<function, array<u32, W
 }
 
 // One workgroup per query: its table in workgroup memory (or read from storage), a scan of the codes of every list it
-// probes (8-bit: a byte per sub-code; 4-bit: two per byte, low nibble first, nsub even), and
+// probes (8-bit: a byte per sub-code; 4-bit: two per byte, low nibble first), and
 // its `want` best as ids (two words, little-endian; none = all ones) and distances.
 @compute @workgroup_size(WG)
 fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -238,13 +238,20 @@ fn scan_lists(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
                 v += vterm[i];
             }
             if (P.ksub == 16u) {
+                // An odd count of sub-codes leaves a last byte whose high nibble (an error
+                // level, already in the vector's term) is not read.
                 let nb = P.nsub / 2u;
-                let c0 = i * nb;
+                let c0 = i * ((P.nsub + 1u) / 2u);
                 for (var j = 0u; j < nb; j++) {
                     let byte = c0 + j;
                     let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 255u;
                     v += entry(qi, j * 32u + (code & 15u));
                     v += entry(qi, j * 32u + 16u + (code >> 4u));
+                }
+                if (P.nsub % 2u == 1u) {
+                    let byte = c0 + nb;
+                    let code = (codes[byte >> 2u] >> ((byte & 3u) * 8u)) & 15u;
+                    v += entry(qi, nb * 32u + code);
                 }
                 offer(&kd, &kp, v, i);
                 continue;

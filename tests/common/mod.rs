@@ -438,14 +438,7 @@ pub fn encoding_parity_and_bad_values(
 /// at 64 sub-quantizers (beyond WGPU's workgroup memory) on `base`, and 8-bit at 256 (beyond
 /// CUDA's shared memory) on 256-d clusters. The device's results are the host's, and they came
 /// from the device.
-/// With `levels_4bit_on_device`, 4-bit codes with an error level must be scanned on the
-/// device too (CUDA; WGPU leaves them to the host).
-pub fn wide_table_search_parity(
-    dev: &Arc<Context>,
-    base: &vecio::Matrix<f32>,
-    query: &[f32],
-    levels_4bit_on_device: bool,
-) {
+pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
     let cpu = ctx(0);
     let wide = vecio::Matrix {
         rows: 3000,
@@ -486,7 +479,7 @@ pub fn wide_table_search_parity(
             let before = dev.backend().transfers().d2h_bytes;
             let got = on_dev.search(query, &sp, None).unwrap();
             assert!(
-                dev.backend().transfers().d2h_bytes > before || levels && !levels_4bit_on_device,
+                dev.backend().transfers().d2h_bytes > before,
                 "{what}: searched on the host"
             );
             let frac = same_records(&want.ids, &got.ids, 1);

@@ -41,6 +41,11 @@ fn scan_extra(want: usize) -> usize {
     SEARCH_WG as usize * 12 + want * 8
 }
 
+/// Bytes of one packed code in the lists: its sub-codes and error level, at `bits` each.
+fn packed_row(cb: &CodebookView) -> usize {
+    (cb.row_bytes() * cb.bits as usize).div_ceil(8)
+}
+
 /// Under L2, the sum over sub-spaces of each vector's list term (`l2_terms`: |c|^2 + 2 a.c
 /// for its list's anchor a and its codeword c), plus its error level where its code has one,
 /// list after list.
@@ -48,16 +53,16 @@ fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
     use rayon::prelude::*;
     let (nsub, ksub) = (cb.nsub, cb.ksub());
     let per = nsub * ksub;
-    let nbytes = nsub * cb.bits as usize / 8;
-    let row = nbytes + usize::from(!cb.levels.is_empty());
-    let level = move |c: &[u8]| match cb.levels {
-        [] => 0.0,
-        l => l[c[nbytes] as usize],
-    };
-    // Sub-code s of a code: a byte at 8 bits, a nibble (low first) at 4.
+    let row = packed_row(cb);
+    // Sub-code s of a code: a byte at 8 bits, a nibble (low first) at 4; the error level
+    // is the field after the last sub-code.
     let sub = move |c: &[u8], s: usize| match ksub {
         256 => c[s] as usize,
         _ => ((c[s / 2] >> ((s & 1) * 4)) & 15) as usize,
+    };
+    let level = move |c: &[u8]| match cb.levels {
+        [] => 0.0,
+        l => l[sub(c, nsub)],
     };
     let Some(terms) = lists.l2_terms else {
         return Vec::new();
@@ -79,8 +84,9 @@ impl DeviceLists {
     fn upload(b: &WgpuBackend, cb: &CodebookView, lists: &ListsView) -> Result<DeviceLists> {
         let m = lists.nlist;
         let (start, ids, mut codes) = lists.flatten();
-        // The kernel reads sub-codes only: an error level is in the vector's term.
-        if !cb.levels.is_empty() {
+        // The kernel reads sub-codes only: an error level is in the vector's term. A 4-bit
+        // level's nibble stays (the kernel steps over it), an 8-bit level's byte goes.
+        if !cb.levels.is_empty() && cb.bits == 8 {
             codes = codes
                 .chunks_exact(cb.nsub + 1)
                 .flat_map(|c| &c[..cb.nsub])
@@ -149,11 +155,8 @@ pub(super) fn search_lists(
     let room = b.limits.max_compute_workgroup_storage_size as usize;
     // A table beyond workgroup memory is read from the query tables in storage.
     let staged = lut * 4 + scan_extra(want_built) <= room;
-    // 4-bit codes with an error level: the level's nibble shares a byte with a sub-code,
-    // which the vector terms below do not take apart; the host scans them.
-    let fits = (cb.bits == 8 || cb.levels.is_empty())
-        && scan_extra(want_built) + 16 <= room
-        && (lists.len * cb.nsub * cb.bits as usize / 8) as u64 <= b.max_binding()
+    let fits = scan_extra(want_built) + 16 <= room
+        && (lists.len * packed_row(cb)) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
         return Ok(None);
