@@ -292,6 +292,8 @@ pub struct Shape {
     /// The padded dimension the sub-quantizers split.
     pub dp: usize,
     pub nsub: usize,
+    /// Fields of a code an encoder writes a row: the sub-codes and the error level, if any.
+    pub fields: usize,
     pub ksub: usize,
     /// Bytes of residual code per vector.
     pub code: usize,
@@ -304,13 +306,15 @@ impl Shape {
     /// The shape training `p` on `n` x `d` vectors gives.
     pub fn of_params(p: &TrainParams, n: usize, d: usize) -> Shape {
         let nsub = p.subquantizers(d).max(1);
+        let fields = nsub + usize::from(p.error_code_for(d));
         Shape {
             anchors: p.anchor.anchors.min(n.max(1)),
             d,
             dp: nsub * d.div_ceil(nsub),
             nsub,
+            fields,
             ksub: 1 << p.bits,
-            code: ((nsub + usize::from(p.error_code_for(d))) * p.bits as usize).div_ceil(8),
+            code: (fields * p.bits as usize).div_ceil(8),
             metric: p.metric,
             rotated: p.rotation != crate::params::Rotation::None,
         }
@@ -322,6 +326,7 @@ impl Shape {
             d: cb.dim(),
             dp: cb.pq.dim(),
             nsub: cb.pq.nsub,
+            fields: cb.pq.code_fields(),
             ksub: cb.pq.ksub(),
             code: cb.residual_code_size(),
             metric: cb.metric(),
@@ -349,7 +354,7 @@ pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after:
     };
     // Anchor ids and sub-space indices; 4-bit indices are then packed into a copy.
     let packed = if s.ksub == 16 { s.code } else { 0 };
-    let block = rows * (4 + s.nsub + packed);
+    let block = rows * (4 + s.fields + packed);
     // Each thread's buffers, kept from block to block: the scores (anchors, then each
     // sub-space's codewords) beside the residuals and their rotation, one sub-space's columns,
     // and a norm, a distance and an index per row.
@@ -485,7 +490,7 @@ pub fn device_build_bytes(b: &dyn crate::Backend, s: &Shape, n: usize) -> usize 
         + b * (6 * s.d + 4)
         + chunk * s.anchors * 4
         + residuals
-        + b * (4 + s.nsub);
+        + b * (4 + s.fields);
     block + device_codebook_bytes(s)
 }
 
@@ -500,8 +505,9 @@ const WGPU_ENCODE_BLOCK: usize = 65_536;
 /// (`tests/wgpu.rs`).
 fn wgpu_build_bytes(s: &Shape, n: usize, free: Option<usize>, halves: bool) -> usize {
     let rotated = if s.rotated { 2 } else { 1 };
-    let block = |rows: usize| rows * (4 * s.d + 12 + rotated * 4 * s.dp + 5 * s.nsub + 4 + s.nsub);
-    let row = 4 * s.d + 16 + rotated * 4 * s.dp + 6 * s.nsub;
+    let block =
+        |rows: usize| rows * (4 * s.d + 12 + rotated * 4 * s.dp + 5 * s.fields + 4 + s.fields);
+    let row = 4 * s.d + 16 + rotated * 4 * s.dp + 6 * s.fields;
     let per = free.map_or(WGPU_ENCODE_BLOCK, |f| {
         (f / 4 / row).clamp(256, WGPU_ENCODE_BLOCK)
     });

@@ -123,7 +123,7 @@ pub(super) fn encode_residuals(
     // the next block overlaps the device's work on this one.
     // Under a device memory cap, two blocks in flight take half of what it leaves.
     let copies = if dc.rot.is_some() { 2 } else { 1 };
-    let row = 4 * d + 16 + copies * 4 * dp + 6 * nsub;
+    let row = 4 * d + 16 + copies * 4 * dp + 6 * cb.row_bytes();
     let cap = (MAX_GROUPS as usize * b.wg as usize)
         .min(ENCODE_BLOCK)
         .min(b.rows_in_cap(row, 4, 256));
