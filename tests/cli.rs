@@ -392,6 +392,17 @@ fn bench_times_small_runs_and_refuses_device_input_without_cuda() {
     assert_eq!(names, ["train", "encode", "search"]);
     assert_eq!(stages[1]["input"], "host");
     assert!(stages.iter().all(|r| r["seconds"].as_f64().unwrap() > 0.0));
+    assert_eq!(stages[2]["bits"], 8);
+    let mut four = small.to_vec();
+    four.extend(["--bits", "4", "--stages", "search"]);
+    let (ok, out, err) = vlc(&four, &dir);
+    assert!(ok, "{err}");
+    let row: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!((&row["stage"], &row["bits"]), (&"search".into(), &4.into()));
+    let mut odd = small.to_vec();
+    odd.extend(["--bits", "5"]);
+    let (ok, _, err) = vlc(&odd, &dir);
+    assert!(!ok && err.contains("bits"), "{err}");
     let mut cpu = small.to_vec();
     cpu.extend(["--stages", "encode", "--from-device"]);
     let (ok, _, err) = vlc(&cpu, &dir);

@@ -32,6 +32,9 @@ pub(crate) struct BenchArgs {
     /// Code bytes per vector for the encode and search stages.
     #[arg(long, default_value_t = 16)]
     bytes: usize,
+    /// Bits per sub-code for the encode and search stages (8 or 4).
+    #[arg(long, default_value_t = 8)]
+    bits: u32,
     /// Queries for the search stage (taken from the data, the first rows).
     #[arg(long, default_value_t = 1000)]
     queries: usize,
@@ -125,6 +128,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
     if has("encode") || has("search") {
         let mut params = TrainParams {
             bytes_per_vector: a.bytes,
+            bits: a.bits,
             error_code: a.error_code,
             ..TrainParams::default()
         };
@@ -149,7 +153,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
                 best(a.repeat, || Ok(ctx.run(|b| cb.encode(b, x[..].into()))?))?
             };
             let input = if a.from_device { "device" } else { "host" };
-            rows.push(with(serde_json::json!({"stage": "encode", "bytes": a.bytes, "input": input, "seconds": secs, "vectors_per_second": n as f64 / secs})));
+            rows.push(with(serde_json::json!({"stage": "encode", "bytes": a.bytes, "bits": a.bits, "input": input, "seconds": secs, "vectors_per_second": n as f64 / secs})));
         }
         if has("search") {
             let mut index = c.new_index()?;
@@ -171,7 +175,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
                 }?)
             })?;
             let raw_at = if xd.is_some() { "device" } else { "host" };
-            rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "queries": nq, "nprobe": a.nprobe, "rerank": a.rerank, "raw": raw_at, "seconds": secs, "qps": nq as f64 / secs})));
+            rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "bits": a.bits, "queries": nq, "nprobe": a.nprobe, "rerank": a.rerank, "raw": raw_at, "seconds": secs, "qps": nq as f64 / secs})));
         }
     }
     if a.run.json {
