@@ -446,12 +446,14 @@ pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, q
         data: clustered(3000, 256, 24, 7),
     };
     let wide_q = clustered(60, 256, 24, 8);
-    // 8 bytes of 4-bit codes with an error level: 15 sub-codes and the level's nibble (L2).
-    let shapes: [(&vecio::Matrix<f32>, &[f32], usize, u32); 4] = [
+    // 8 and 7 bytes of 4-bit codes with an error level (L2): 15 sub-codes and the level's
+    // nibble; 13 and the level, in rows of an odd count of bytes.
+    let shapes: [(&vecio::Matrix<f32>, &[f32], usize, u32); 5] = [
         (base, query, 32, 4),
         (base, query, 64, 8),
         (&wide, &wide_q, 256, 8),
         (base, query, 8, 4),
+        (base, query, 7, 4),
     ];
     for (base, query, bytes, bits) in shapes {
         for metric in [
@@ -459,7 +461,7 @@ pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, q
             vlc_compress::Metric::InnerProduct,
             vlc_compress::Metric::Cosine,
         ] {
-            let levels = metric == vlc_compress::Metric::L2 && bytes == 8;
+            let levels = metric == vlc_compress::Metric::L2 && bytes < 32;
             let what = format!("{metric:?} {bytes} B {bits}-bit levels {levels}");
             let mut p = small_params(64, bytes);
             (p.metric, p.bits) = (metric, bits);
