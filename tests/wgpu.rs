@@ -253,6 +253,12 @@ fn device_search_matches_the_host() {
 }
 
 #[test]
+fn lists_probed_with_bounds_match_the_device() {
+    let Some(g) = gpu() else { return };
+    common::bounded_probe_parity(&g);
+}
+
+#[test]
 fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
     let Some(g) = gpu() else { return };
     let s = small(6000, 100);

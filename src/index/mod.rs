@@ -7,6 +7,7 @@ mod fastscan;
 mod filter;
 mod ids;
 mod keep;
+pub(crate) mod probe;
 mod range;
 mod raw;
 mod refine;

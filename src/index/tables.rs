@@ -1,5 +1,6 @@
 //! Lookup-table terms derived from a codebook once per index (`search` reads them).
 
+use super::probe::{probe_bytes, Probe};
 use crate::backend::layout;
 use crate::error::{try_vec, Result};
 use crate::linalg;
@@ -24,6 +25,9 @@ pub(crate) struct Tables {
     /// PQ centroids transposed to M x dsub x ksub: a query's table is then a run of
     /// contiguous multiply-adds over the centroids.
     cent_t: Vec<f32>,
+    /// The anchors' leading axes, for probing with bounds (None where they would not pay,
+    /// or do not fit the cap).
+    pub(crate) probe: Option<Probe>,
 }
 
 impl Tables {
@@ -33,7 +37,7 @@ impl Tables {
             + self.rot_anchors.as_ref().map_or(0, |t| t.len())
             + self.anchor_norms.len()
             + self.cent_t.len();
-        n * 4
+        n * 4 + self.probe.as_ref().map_or(0, Probe::heap_bytes)
     }
 
     /// A query's table into `out` (M x `ks`): `scale <y_j, c>` for each sub-space j and its
@@ -102,7 +106,14 @@ impl Tables {
         }
         // m values: no larger than the anchors already held.
         let anchor_norms = linalg::row_norms(&cb.anchors, d);
+        let (held, building) = probe_bytes(m, d);
+        let probe = if held > 0 && held + building <= cap_bytes {
+            Probe::new(&cb.anchors, d)
+        } else {
+            None
+        };
         Ok(Tables {
+            probe,
             l2_terms,
             rot_anchors,
             max_anchor_norm: anchor_norms.iter().fold(0f32, |m, &v| m.max(v)).sqrt(),

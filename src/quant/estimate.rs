@@ -402,8 +402,9 @@ pub fn decode_bytes(s: &Shape, n: usize, gathered: usize) -> usize {
 }
 
 /// Bytes of the search tables an index builds at its first search: every list's terms under
-/// L2 (M x ksub floats a list) and the rotated anchors, each where within `cap` (512 MB), and
-/// the anchors' norms and the transposed sub-quantizer centroids.
+/// L2 (M x ksub floats a list), the rotated anchors and the anchors' axes for probing, each
+/// where within `cap` (512 MB), and the anchors' norms and the transposed sub-quantizer
+/// centroids.
 pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     let f = 4;
     let fits = |v: usize| if v * f <= cap { v * f } else { 0 };
@@ -413,7 +414,15 @@ pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     } else {
         0
     };
-    rotated + terms + s.anchors * f + s.dp * s.ksub * f
+    // The anchors' axes for probing with bounds. Finding them holds a few MB more for a
+    // moment, at the first search's start, before its queries' buffers are taken.
+    let (probe, building) = crate::index::probe::probe_bytes(s.anchors, s.d);
+    let probe = if probe > 0 && probe + building <= cap {
+        probe
+    } else {
+        0
+    };
+    rotated + terms + probe + s.anchors * f + s.dp * s.ksub * f
 }
 
 /// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, at most

@@ -1,0 +1,387 @@
+//! Coarse probing with bounds: a query's `nprobe` nearest anchors without every anchor's full
+//! product. The anchors' leading principal axes, found once per index, give each anchor a
+//! lower bound on its coarse score from a few products; only the anchors whose bound is under
+//! the `nprobe`-th score found first are scored in full. The probes are those scoring every
+//! anchor gives (the bounds carry a slack for rounding).
+
+use crate::linalg;
+use crate::rng::Rng;
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatRef, Par};
+
+/// Dimensions below which every anchor is scored in full: the bounds would save too little.
+const MIN_DIM: usize = 128;
+/// Anchors below which every anchor is scored in full.
+const MIN_ANCHORS: usize = 256;
+/// Share of the anchors' spread the axes must hold: the fewest axes that hold it are kept.
+/// Below it (MiniLM's 384 dimensions need 128 axes for 90%), so many anchors are left to
+/// score one by one that scoring every anchor in one GEMM is faster.
+const HELD: f64 = 0.9;
+/// Axes come in multiples of this.
+const STEP: usize = 16;
+/// Most axes: an eighth of the dimensions, and no more than this.
+const MAX_AXES: usize = 128;
+/// Extra columns of the randomized range finder beyond the axes it may keep.
+const OVERSAMPLE: usize = 8;
+/// Probes with bounds only where the anchors are at least this many times `nprobe`.
+pub(crate) const FEW_PROBES: usize = 128;
+/// Most bytes finding the axes may hold (its matrices cannot be allocated fallibly).
+const MAX_BUILDING: usize = 64 << 20;
+
+/// The axes, and the anchors seen through them.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    k: usize,
+    /// k x d: the axes, orthonormal rows.
+    axes: Vec<f32>,
+    /// The anchors' mean (d).
+    mean: Vec<f32>,
+    /// The mean on the axes (k).
+    mean_on: Vec<f32>,
+    /// m x k: each anchor less the mean, on the axes.
+    on: Vec<f32>,
+    /// m: |P(a - mean)|^2.
+    on_norms: Vec<f32>,
+    /// m: the length of a - mean off the axes.
+    off: Vec<f32>,
+    /// m: <mean, a> - |mean|^2, the mean's share of an inner product.
+    shift: Vec<f32>,
+}
+
+/// The most axes `Probe::new` keeps for `d` dimensions and `m` anchors (0: none).
+fn max_axes(m: usize, d: usize) -> usize {
+    if d < MIN_DIM || m < MIN_ANCHORS {
+        return 0;
+    }
+    (d / 8).min(MAX_AXES) / STEP * STEP
+}
+
+/// Bytes a `Probe` holds, at most, and bytes its construction holds besides; (0, 0) where
+/// none is made.
+pub(crate) fn probe_bytes(m: usize, d: usize) -> (usize, usize) {
+    let k = max_axes(m, d);
+    let l = k + OVERSAMPLE;
+    let held = (k * d + d + k + m * k + 3 * m) * 4;
+    // The range finder's m x l and d x l products (f32, two of each at once), its l x l
+    // (f64, and the eigenvectors) and the axes before they are made orthonormal (f64).
+    let building = (2 * m * l + 3 * d * l) * 4 + (2 * l * l + 2 * d * k) * 8;
+    if k == 0 || building > MAX_BUILDING {
+        return (0, 0);
+    }
+    (held, building)
+}
+
+/// A query block's view through the axes, from `Probe::block`.
+pub(crate) struct Block {
+    /// r x m: <P(q - mean), P(a - mean)>.
+    dots: Vec<f32>,
+    /// r: |P(q - mean)|^2.
+    on_norms: Vec<f32>,
+    /// r: the length of q - mean off the axes.
+    off: Vec<f32>,
+}
+
+impl Probe {
+    /// `None` where a few axes do not hold most of the anchors' spread (then their bounds
+    /// would rule out too few anchors to pay for themselves), or the anchors are too few or
+    /// too short for bounds to be worth computing.
+    pub(crate) fn new(anchors: &[f32], d: usize) -> Option<Probe> {
+        let m = anchors.len() / d.max(1);
+        let kmax = max_axes(m, d);
+        if probe_bytes(m, d).0 == 0 {
+            return None;
+        }
+        let l = (kmax + OVERSAMPLE).min(m).min(d);
+        let mut mean = vec![0f64; d];
+        for a in anchors.chunks_exact(d) {
+            for (s, &v) in mean.iter_mut().zip(a) {
+                *s += v as f64;
+            }
+        }
+        mean.iter_mut().for_each(|s| *s /= m as f64);
+        let mean: Vec<f32> = mean.iter().map(|&v| v as f32).collect();
+        let total: f64 = anchors
+            .chunks_exact(d)
+            .map(|a| linalg::l2_sq(a, &mean) as f64)
+            .sum();
+        if !total.is_finite() || total <= 0.0 {
+            return None;
+        }
+        // A randomized range finder with one power step (Halko, Martinsson and Tropp), in
+        // f32 on the anchors as they are (the mean taken out of each product): orthonormal
+        // columns spanning the anchors' leading directions.
+        let a = MatRef::from_row_major_slice(anchors, m, d);
+        let mut rng = Rng::new(0x9e37_79b9);
+        let omega = Mat::<f32>::from_fn(d, l, |_, _| rng.normal() as f32);
+        let y = centred_product(a, omega.as_ref(), &mean);
+        let q = y.qr().compute_thin_Q();
+        let mut z = Mat::<f32>::zeros(d, l);
+        matmul(
+            z.as_mut(),
+            Accum::Replace,
+            a.transpose(),
+            q.as_ref(),
+            1.0,
+            Par::Seq,
+        );
+        for c in 0..l {
+            let sum: f32 = (0..m).map(|i| q[(i, c)]).sum();
+            for t in 0..d {
+                z[(t, c)] -= mean[t] * sum;
+            }
+        }
+        let basis = z.qr().compute_thin_Q();
+        // The anchors on that basis, and the axes within it that diagonalize their spread.
+        let b = centred_product(a, basis.as_ref(), &mean);
+        let g = Mat::<f64>::from_fn(l, l, |i, j| {
+            (0..m).map(|r| b[(r, i)] as f64 * b[(r, j)] as f64).sum()
+        });
+        let evd = g.self_adjoint_eigen(faer::Side::Lower).ok()?;
+        let (w, s) = (evd.U(), evd.S().column_vector());
+        // Eigenvalues come in nondecreasing order: the largest last.
+        let held = |k: usize| (0..k).map(|e| s[l - 1 - e].max(0.0)).sum::<f64>() / total;
+        let k = (STEP..=kmax).step_by(STEP).find(|&k| held(k) >= HELD)?;
+        // The axes, made orthonormal again in f64: the bounds rest on it.
+        let raw = Mat::<f64>::from_fn(d, k, |t, e| {
+            (0..l)
+                .map(|c| basis[(t, c)] as f64 * w[(c, l - 1 - e)])
+                .sum()
+        });
+        let ortho = raw.qr().compute_thin_Q();
+        let mut axes = vec![0f32; k * d];
+        for (e, row) in axes.chunks_exact_mut(d).enumerate() {
+            for (t, v) in row.iter_mut().enumerate() {
+                *v = ortho[(t, e)] as f32;
+            }
+        }
+        let mut mean_on = vec![0f32; k];
+        linalg::dot_block(&mean, &axes, d, &mut mean_on);
+        let mut on = vec![0f32; m * k];
+        linalg::dot_block(anchors, &axes, d, &mut on);
+        let (mut on_norms, mut off, mut shift) = (vec![0f32; m], vec![0f32; m], vec![0f32; m]);
+        let cc = linalg::dot(&mean, &mean);
+        for (i, a) in anchors.chunks_exact(d).enumerate() {
+            let row = &mut on[i * k..(i + 1) * k];
+            row.iter_mut().zip(&mean_on).for_each(|(v, c)| *v -= c);
+            on_norms[i] = linalg::dot(row, row);
+            off[i] = off_axes(linalg::l2_sq(a, &mean), on_norms[i]);
+            shift[i] = linalg::dot(&mean, a) - cc;
+        }
+        Some(Probe {
+            k,
+            axes,
+            mean,
+            mean_on,
+            on,
+            on_norms,
+            off,
+            shift,
+        })
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let per_anchor = self.on_norms.len() + self.off.len() + self.shift.len();
+        (self.axes.len() + self.mean.len() + self.mean_on.len() + self.on.len() + per_anchor) * 4
+    }
+
+    /// The queries `qb` (r x d) on the axes: two GEMMs, of r x k and r x m products.
+    pub(crate) fn block(&self, qb: &[f32], d: usize) -> Block {
+        let (k, r, m) = (self.k, qb.len() / d, self.off.len());
+        let mut on = vec![0f32; r * k];
+        linalg::dot_block(qb, &self.axes, d, &mut on);
+        let mut on_norms = vec![0f32; r];
+        let mut off = vec![0f32; r];
+        for (i, q) in qb.chunks_exact(d).enumerate() {
+            let row = &mut on[i * k..(i + 1) * k];
+            row.iter_mut().zip(&self.mean_on).for_each(|(v, c)| *v -= c);
+            on_norms[i] = linalg::dot(row, row);
+            off[i] = off_axes(linalg::l2_sq(q, &self.mean), on_norms[i]);
+        }
+        let mut dots = vec![0f32; r * m];
+        linalg::dot_block(&on, &self.on, k, &mut dots);
+        Block {
+            dots,
+            on_norms,
+            off,
+        }
+    }
+
+    /// Query `i` of `blk` (`qv`, its squared norm `qn`): its coarse scores into `coarse`
+    /// (every anchor's entry: exact where scored, +inf where its bound ruled it out) and its
+    /// `nprobe` nearest anchors into `probes`. Scores are `qn + |a|^2 - 2 <q, a>` under L2
+    /// (`anorm` the anchors' squared norms), `-<q, a>` otherwise. `reach` is the longest
+    /// anchor's length, for the rounding slack. `bound` is scratch (m values).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn nearest(
+        &self,
+        blk: &Block,
+        i: usize,
+        (qv, qn, l2): (&[f32], f32, bool),
+        anchors: &[f32],
+        anorm: &[f32],
+        nprobe: usize,
+        reach: f32,
+        (bound, coarse, probes): (&mut [f32], &mut [f32], &mut Vec<u32>),
+    ) {
+        let m = self.off.len();
+        let d = qv.len();
+        let dots = &blk.dots[i * m..(i + 1) * m];
+        let (qon, qoff) = (blk.on_norms[i], blk.off[i]);
+        // With c the mean and P' off the axes: |q - a|^2 = |P(q - c) - P(a - c)|^2 +
+        // |P'(q - c) - P'(a - c)|^2, the second at least (|P'(q - c)| - |P'(a - c)|)^2;
+        // <q, a> = <q - c, a - c> + <q, c> + <c, a> - |c|^2, where <q - c, a - c> is
+        // <P(q - c), P(a - c)> plus at most |P'(q - c)| |P'(a - c)|.
+        if l2 {
+            for (j, b) in bound.iter_mut().enumerate() {
+                let gap = qoff - self.off[j];
+                *b = qon + self.on_norms[j] - 2.0 * dots[j] + gap * gap;
+            }
+        } else {
+            let qc = linalg::dot(qv, &self.mean);
+            for (j, b) in bound.iter_mut().enumerate() {
+                *b = -(dots[j] + qoff * self.off[j] + qc + self.shift[j]);
+            }
+        }
+        coarse.fill(f32::INFINITY);
+        linalg::smallest_k(bound, nprobe, probes);
+        let mut limit = f32::NEG_INFINITY;
+        for &j in probes.iter() {
+            let j = j as usize;
+            let s = score(qv, qn, l2, &anchors[j * d..(j + 1) * d], anorm[j]);
+            coarse[j] = s;
+            limit = limit.max(s);
+        }
+        // Every term of a bound or a score is at most (|q| + reach)^2 and each is a sum of
+        // at most d + k products: its rounding is within that many epsilons of it.
+        let scale = qn.sqrt() + reach;
+        let slack = 4.0 * (d + self.k + 16) as f32 * f32::EPSILON * scale * scale;
+        let limit = limit + slack;
+        for j in 0..m {
+            if bound[j] <= limit && coarse[j] == f32::INFINITY {
+                coarse[j] = score(qv, qn, l2, &anchors[j * d..(j + 1) * d], anorm[j]);
+            }
+        }
+        linalg::smallest_k(coarse, nprobe, probes);
+    }
+}
+
+/// `(A - 1 mean^T) X`: the anchors less their mean, times `x` (d x l).
+fn centred_product(a: MatRef<'_, f32>, x: MatRef<'_, f32>, mean: &[f32]) -> Mat<f32> {
+    let (m, l) = (a.nrows(), x.ncols());
+    let mut out = Mat::<f32>::zeros(m, l);
+    matmul(out.as_mut(), Accum::Replace, a, x, 1.0, Par::Seq);
+    for c in 0..l {
+        let shift: f32 = (0..mean.len()).map(|t| mean[t] * x[(t, c)]).sum();
+        for i in 0..m {
+            out[(i, c)] -= shift;
+        }
+    }
+    out
+}
+
+/// A coarse score, as `nearest` defines it. Inlined into the scan's AVX2 build.
+#[inline(always)]
+fn score(q: &[f32], qn: f32, l2: bool, a: &[f32], an: f32) -> f32 {
+    let dt = linalg::dot(q, a);
+    if l2 {
+        qn + an - 2.0 * dt
+    } else {
+        -dt
+    }
+}
+
+/// The length off the axes of a vector whose squared length is `all` and on them `on`.
+fn off_axes(all: f32, on: f32) -> f32 {
+    (all - on).max(0.0).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `m` anchors and `nq` queries in `d` dimensions whose spread lies mostly in `rank`
+    /// directions (plus a little everywhere, and an offset from the origin).
+    fn low_rank(m: usize, nq: usize, d: usize, rank: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+        let mut rng = Rng::new(seed);
+        let dirs: Vec<f32> = (0..rank * d).map(|_| rng.normal() as f32).collect();
+        let offset: Vec<f32> = (0..d).map(|_| 3.0 * rng.normal() as f32).collect();
+        let row = |rng: &mut Rng| -> Vec<f32> {
+            let w: Vec<f32> = (0..rank).map(|_| rng.normal() as f32).collect();
+            (0..d)
+                .map(|t| {
+                    let s: f32 = (0..rank).map(|e| w[e] * dirs[e * d + t]).sum();
+                    offset[t] + s + 0.05 * rng.normal() as f32
+                })
+                .collect()
+        };
+        let a = (0..m).flat_map(|_| row(&mut rng)).collect();
+        let q = (0..nq).flat_map(|_| row(&mut rng)).collect();
+        (a, q)
+    }
+
+    /// The probes of scoring every anchor, with the same scores.
+    fn every_anchor(a: &[f32], q: &[f32], l2: bool, nprobe: usize) -> Vec<u32> {
+        let d = q.len();
+        let qn = linalg::dot(q, q);
+        let scores: Vec<f32> = a
+            .chunks_exact(d)
+            .map(|a| {
+                let dt = linalg::dot(q, a);
+                if l2 {
+                    qn + linalg::dot(a, a) - 2.0 * dt
+                } else {
+                    -dt
+                }
+            })
+            .collect();
+        let mut out = Vec::new();
+        linalg::smallest_k(&scores, nprobe, &mut out);
+        out
+    }
+
+    #[test]
+    fn bounds_probe_what_scoring_every_anchor_probes() {
+        let (m, nq, d) = (1024, 200, 128);
+        let (a, q) = low_rank(m, nq, d, 12, 5);
+        let p = Probe::new(&a, d).expect("a few axes hold the spread");
+        assert!(p.k <= 32, "{} axes", p.k);
+        let anorm = linalg::row_norms(&a, d);
+        let reach = anorm.iter().fold(0f32, |x, &v| x.max(v)).sqrt();
+        let blk = p.block(&q, d);
+        let (mut bound, mut coarse, mut probes) = (vec![0f32; m], vec![0f32; m], Vec::new());
+        let mut scored = 0;
+        for l2 in [true, false] {
+            for nprobe in [1, 4, 16, 64] {
+                for (i, qv) in q.chunks_exact(d).enumerate() {
+                    let qn = linalg::dot(qv, qv);
+                    let out = (&mut bound[..], &mut coarse[..], &mut probes);
+                    p.nearest(&blk, i, (qv, qn, l2), &a, &anorm, nprobe, reach, out);
+                    assert_eq!(
+                        probes,
+                        every_anchor(&a, qv, l2, nprobe),
+                        "l2 {l2} nprobe {nprobe}"
+                    );
+                    scored += coarse.iter().filter(|v| v.is_finite()).count();
+                }
+            }
+        }
+        // The point of it: most anchors are ruled out without their full product.
+        let share = scored as f64 / (2 * 4 * nq * m) as f64;
+        assert!(share < 0.25, "scored {share:.3} of the anchors");
+    }
+
+    #[test]
+    fn no_probe_where_axes_would_not_pay() {
+        // Spread evenly over every direction: no few axes hold 90% of it.
+        let d = 128;
+        let a: Vec<f32> = crate::synth::gaussian(1024, d, 3);
+        assert!(Probe::new(&a, d).is_none());
+        // Too few dimensions, too few anchors.
+        let (a, _) = low_rank(1024, 1, 64, 4, 1);
+        assert!(Probe::new(&a, 64).is_none());
+        let (a, _) = low_rank(128, 1, 128, 4, 1);
+        assert!(Probe::new(&a, 128).is_none());
+    }
+}
