@@ -156,17 +156,12 @@ impl Probe {
         }
         let mut mean_on = vec![0f32; k];
         linalg::dot_block(&mean, &axes, d, &mut mean_on);
-        let mut on = vec![0f32; m * k];
-        linalg::dot_block(anchors, &axes, d, &mut on);
-        let (mut on_norms, mut off, mut shift) = (vec![0f32; m], vec![0f32; m], vec![0f32; m]);
+        let (on, on_norms, off) = onto((&axes, &mean, &mean_on), anchors, d);
         let cc = linalg::dot(&mean, &mean);
-        for (i, a) in anchors.chunks_exact(d).enumerate() {
-            let row = &mut on[i * k..(i + 1) * k];
-            row.iter_mut().zip(&mean_on).for_each(|(v, c)| *v -= c);
-            on_norms[i] = linalg::dot(row, row);
-            off[i] = off_axes(linalg::l2_sq(a, &mean), on_norms[i]);
-            shift[i] = linalg::dot(&mean, a) - cc;
-        }
+        let shift = anchors
+            .chunks_exact(d)
+            .map(|a| linalg::dot(&mean, a) - cc)
+            .collect();
         Some(Probe {
             k,
             axes,
@@ -187,19 +182,10 @@ impl Probe {
 
     /// The queries `qb` (r x d) on the axes: two GEMMs, of r x k and r x m products.
     pub(crate) fn block(&self, qb: &[f32], d: usize) -> Block {
-        let (k, r, m) = (self.k, qb.len() / d, self.off.len());
-        let mut on = vec![0f32; r * k];
-        linalg::dot_block(qb, &self.axes, d, &mut on);
-        let mut on_norms = vec![0f32; r];
-        let mut off = vec![0f32; r];
-        for (i, q) in qb.chunks_exact(d).enumerate() {
-            let row = &mut on[i * k..(i + 1) * k];
-            row.iter_mut().zip(&self.mean_on).for_each(|(v, c)| *v -= c);
-            on_norms[i] = linalg::dot(row, row);
-            off[i] = off_axes(linalg::l2_sq(q, &self.mean), on_norms[i]);
-        }
+        let (r, m) = (qb.len() / d, self.off.len());
+        let (on, on_norms, off) = onto((&self.axes, &self.mean, &self.mean_on), qb, d);
         let mut dots = vec![0f32; r * m];
-        linalg::dot_block(&on, &self.on, k, &mut dots);
+        linalg::dot_block(&on, &self.on, self.k, &mut dots);
         Block {
             dots,
             on_norms,
@@ -292,9 +278,26 @@ fn score(q: &[f32], qn: f32, l2: bool, a: &[f32], an: f32) -> f32 {
     }
 }
 
-/// The length off the axes of a vector whose squared length is `all` and on them `on`.
-fn off_axes(all: f32, on: f32) -> f32 {
-    (all - on).max(0.0).sqrt()
+/// `rows` (r x d) less the mean, on the axes (r x k; `mean_on` is the mean on them), each
+/// row's squared length there and its length off the axes: what the bounds take of anchors
+/// and of queries alike.
+fn onto(
+    (axes, mean, mean_on): (&[f32], &[f32], &[f32]),
+    rows: &[f32],
+    d: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (k, r) = (mean_on.len(), rows.len() / d);
+    let mut on = vec![0f32; r * k];
+    linalg::dot_block(rows, axes, d, &mut on);
+    let (mut on_norms, mut off) = (vec![0f32; r], vec![0f32; r]);
+    for (i, x) in rows.chunks_exact(d).enumerate() {
+        let row = &mut on[i * k..(i + 1) * k];
+        row.iter_mut().zip(mean_on).for_each(|(v, c)| *v -= c);
+        on_norms[i] = linalg::dot(row, row);
+        // The length off the axes, from the whole length and the length on them.
+        off[i] = (linalg::l2_sq(x, mean) - on_norms[i]).max(0.0).sqrt();
+    }
+    (on, on_norms, off)
 }
 
 #[cfg(test)]
