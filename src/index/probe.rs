@@ -267,15 +267,22 @@ fn centred_product(a: MatRef<'_, f32>, x: MatRef<'_, f32>, mean: &[f32]) -> Mat<
     out
 }
 
-/// A coarse score, as `nearest` defines it. Inlined into the scan's AVX2 build.
+/// A query's coarse score for an anchor, from their product `dt`: `qn + an - 2 dt` under L2
+/// (`qn`, `an` their squared norms), `-dt` otherwise. The one formula of every coarse score,
+/// whether `dt` comes from a GEMM over all anchors or one dot product here.
 #[inline(always)]
-fn score(q: &[f32], qn: f32, l2: bool, a: &[f32], an: f32) -> f32 {
-    let dt = linalg::dot(q, a);
+pub(super) fn coarse_score(dt: f32, qn: f32, an: f32, l2: bool) -> f32 {
     if l2 {
         qn + an - 2.0 * dt
     } else {
         -dt
     }
+}
+
+/// Anchor `a`'s coarse score for query `q`, scored alone. Inlined into the scan's AVX2 build.
+#[inline(always)]
+fn score(q: &[f32], qn: f32, l2: bool, a: &[f32], an: f32) -> f32 {
+    coarse_score(linalg::dot(q, a), qn, an, l2)
 }
 
 /// `rows` (r x d) less the mean, on the axes (r x k; `mean_on` is the mean on them), each
@@ -330,14 +337,7 @@ mod tests {
         let qn = linalg::dot(q, q);
         let scores: Vec<f32> = a
             .chunks_exact(d)
-            .map(|a| {
-                let dt = linalg::dot(q, a);
-                if l2 {
-                    qn + linalg::dot(a, a) - 2.0 * dt
-                } else {
-                    -dt
-                }
-            })
+            .map(|a| score(q, qn, l2, a, linalg::dot(a, a)))
             .collect();
         let mut out = Vec::new();
         linalg::smallest_k(&scores, nprobe, &mut out);

@@ -495,8 +495,7 @@ impl Index {
                 }
                 None => {
                     for j in 0..m {
-                        let dt = dots[i * m + j];
-                        coarse[j] = if l2 { qn + anorm[j] - 2.0 * dt } else { -dt };
+                        coarse[j] = probe::coarse_score(dots[i * m + j], qn, anorm[j], l2);
                     }
                     linalg::smallest_k(&coarse, nprobe, &mut probes);
                 }
