@@ -436,22 +436,14 @@ impl Index {
         let mut light = None;
         let tables = self.tables(&mut light)?;
         let anorm = &tables.anchor_norms;
-        // Every anchor's product with each query, or the queries on the anchors' axes
-        // (`probe`), whose bounds leave only a few anchors to score in full: while the
-        // probes are few (more probes leave more anchors to score one by one, and past
-        // 1/128 of them on Fashion-MNIST one GEMM over all is faster).
-        let probe = (nprobe * probe::FEW_PROBES <= m)
-            .then_some(tables.probe.as_ref())
-            .flatten()
-            .map(|p| (p, p.block(qb, d)));
-        let mut dots = Vec::new();
-        let mut bound = Vec::new();
-        match probe {
-            Some(_) => bound = vec![0f32; m],
-            None => {
-                dots = vec![0f32; r * m];
-                linalg::dot_block(qb, &cb.anchors, d, &mut dots);
-            }
+        // The queries on the anchors' axes, whose bounds leave a few anchors to score in full
+        // (`probe`, where it serves this nprobe), or every anchor's product with each query.
+        let probe = tables.probe.as_ref().filter(|p| p.serves(nprobe));
+        let probe = probe.map(|p| (p, p.block(qb, d)));
+        let mut bound = vec![0f32; if probe.is_some() { m } else { 0 }];
+        let mut dots = vec![0f32; if probe.is_some() { 0 } else { r * m }];
+        if probe.is_none() {
+            linalg::dot_block(qb, &cb.anchors, d, &mut dots);
         }
         let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
         let qy = if cb.rot.is_empty() {
