@@ -21,3 +21,23 @@ pub fn clustered(n: usize, d: usize, clusters: usize, seed: u64) -> Vec<f32> {
     }
     x
 }
+
+/// n x d points spread mostly along `rank` random directions (standard normal weights), a
+/// little along every direction (noise 0.05), around a common offset off the origin: data
+/// whose spread a few axes hold. Rows of one seed share directions and offset, so a prefix
+/// and the rows after it (a base and its queries) come from one distribution.
+pub fn low_rank(n: usize, d: usize, rank: usize, seed: u64) -> Vec<f32> {
+    let basis = gaussian(rank + 1, d, seed);
+    let weights = gaussian(n, rank, seed + 1);
+    let noise = gaussian(n, d, seed + 2);
+    let mut out = vec![0f32; n * d];
+    for (i, row) in out.chunks_exact_mut(d).enumerate() {
+        for (t, v) in row.iter_mut().enumerate() {
+            let s: f32 = (0..rank)
+                .map(|e| weights[i * rank + e] * basis[e * d + t])
+                .sum();
+            *v = 3.0 * basis[rank * d + t] + s + 0.05 * noise[i * d + t];
+        }
+    }
+    out
+}

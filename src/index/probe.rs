@@ -318,26 +318,6 @@ fn onto(
 mod tests {
     use super::*;
 
-    /// `m` anchors and `nq` queries in `d` dimensions whose spread lies mostly in `rank`
-    /// directions (plus a little everywhere, and an offset from the origin).
-    fn low_rank(m: usize, nq: usize, d: usize, rank: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
-        let mut rng = Rng::new(seed);
-        let dirs: Vec<f32> = (0..rank * d).map(|_| rng.normal() as f32).collect();
-        let offset: Vec<f32> = (0..d).map(|_| 3.0 * rng.normal() as f32).collect();
-        let row = |rng: &mut Rng| -> Vec<f32> {
-            let w: Vec<f32> = (0..rank).map(|_| rng.normal() as f32).collect();
-            (0..d)
-                .map(|t| {
-                    let s: f32 = (0..rank).map(|e| w[e] * dirs[e * d + t]).sum();
-                    offset[t] + s + 0.05 * rng.normal() as f32
-                })
-                .collect()
-        };
-        let a = (0..m).flat_map(|_| row(&mut rng)).collect();
-        let q = (0..nq).flat_map(|_| row(&mut rng)).collect();
-        (a, q)
-    }
-
     /// The probes of scoring every anchor, with the same scores.
     fn every_anchor(a: &[f32], q: &[f32], l2: bool, nprobe: usize) -> Vec<u32> {
         let d = q.len();
@@ -354,7 +334,8 @@ mod tests {
     #[test]
     fn bounds_probe_what_scoring_every_anchor_probes() {
         let (m, nq, d) = (1024, 200, 128);
-        let (a, q) = low_rank(m, nq, d, 12, 5);
+        let mut a = crate::synth::low_rank(m + nq, d, 12, 5);
+        let q = a.split_off(m * d);
         let p = Probe::new(&a, d).expect("a few axes hold the spread");
         assert!(p.k <= 32, "{} axes", p.k);
         let anorm = linalg::row_norms(&a, d);
@@ -389,9 +370,9 @@ mod tests {
         let a: Vec<f32> = crate::synth::gaussian(1024, d, 3);
         assert!(Probe::new(&a, d).is_none());
         // Too few dimensions, too few anchors.
-        let (a, _) = low_rank(1024, 1, 64, 4, 1);
+        let a = crate::synth::low_rank(1024, 64, 4, 1);
         assert!(Probe::new(&a, 64).is_none());
-        let (a, _) = low_rank(128, 1, 128, 4, 1);
+        let a = crate::synth::low_rank(128, 128, 4, 1);
         assert!(Probe::new(&a, 128).is_none());
     }
 }

@@ -790,36 +790,19 @@ pub fn cancel_leaves_objects_as_they_were(dev: &Arc<Context>) {
     assert!(ix.to_bytes() == grown.to_bytes());
 }
 
-/// `n` rows in `d` dimensions whose spread lies mostly along `rank` directions (and a little
-/// along all), off the origin.
-pub fn low_rank(n: usize, d: usize, rank: usize, seed: u64) -> Vec<f32> {
-    let basis = vlc_compress::synth::gaussian(rank + 1, d, seed);
-    let weights = vlc_compress::synth::gaussian(n, rank, seed + 1);
-    let noise = vlc_compress::synth::gaussian(n, d, seed + 2);
-    let mut out = vec![0f32; n * d];
-    for (i, row) in out.chunks_exact_mut(d).enumerate() {
-        for (t, v) in row.iter_mut().enumerate() {
-            let s: f32 = (0..rank)
-                .map(|e| weights[i * rank + e] * basis[e * d + t])
-                .sum();
-            *v = 3.0 * basis[rank * d + t] + s + 0.05 * noise[i * d + t];
-        }
-    }
-    out
-}
-
 /// An index whose anchors' spread lies along a few directions, searched with few probes: the
 /// host chooses its lists from bounds on those directions (`index/probe.rs`), the device by
 /// scoring every anchor. Both give the same results, 8-bit and 4-bit, under each metric.
 pub fn bounded_probe_parity(dev: &Arc<Context>) {
     let cpu = ctx(0);
-    let (n, d) = (6000, 256);
+    let (n, nq, d) = (6000, 100, 256);
+    let mut data = vlc_compress::synth::low_rank(n + nq, d, 12, 41);
+    let query = data.split_off(n * d);
     let base = vecio::Matrix {
         rows: n,
         cols: d,
-        data: low_rank(n, d, 12, 41),
+        data,
     };
-    let query = low_rank(100, d, 12, 41 + 7);
     for bits in [8, 4] {
         for metric in [vlc_compress::Metric::L2, vlc_compress::Metric::InnerProduct] {
             let mut p = small_params(512, 32);
