@@ -47,6 +47,11 @@ impl CodebookView<'_> {
     pub fn row_bytes(&self) -> usize {
         self.nsub + usize::from(!self.levels.is_empty())
     }
+    /// Bytes of one code as the lists hold it: those fields packed at `bits` each (two to a
+    /// byte, low nibble first, at 4 bits).
+    pub fn code_bytes(&self) -> usize {
+        (self.row_bytes() * self.bits as usize).div_ceil(8)
+    }
 }
 
 /// Training rows where they lie: `pick`'s rows of `x` (every row where `None`), each made
@@ -164,7 +169,7 @@ pub struct ListsView<'a> {
     pub nlist: usize,
     /// Vectors held over all lists.
     pub len: usize,
-    /// List j's ids and codes (`len x nsub` bytes at 8 bits).
+    /// List j's ids and codes (`len x CodebookView::code_bytes` bytes).
     pub list: &'a (dyn Fn(usize) -> (&'a [u64], &'a [u8]) + Sync),
     /// Under L2, per list, sub-space and codeword: `|c|^2 + 2 <(R a)_j, c>`, the part of a
     /// distance that does not depend on the query (nlist x M x ksub); None where the host

@@ -41,11 +41,6 @@ fn scan_extra(want: usize) -> usize {
     SEARCH_WG as usize * 12 + want * 8
 }
 
-/// Bytes of one packed code in the lists: its sub-codes and error level, at `bits` each.
-fn packed_row(cb: &CodebookView) -> usize {
-    (cb.row_bytes() * cb.bits as usize).div_ceil(8)
-}
-
 /// Under L2, the sum over sub-spaces of each vector's list term (`l2_terms`: |c|^2 + 2 a.c
 /// for its list's anchor a and its codeword c), plus its error level where its code has one,
 /// list after list.
@@ -53,7 +48,7 @@ fn vector_terms(cb: &CodebookView, lists: &ListsView) -> Vec<f32> {
     use rayon::prelude::*;
     let (nsub, ksub) = (cb.nsub, cb.ksub());
     let per = nsub * ksub;
-    let row = packed_row(cb);
+    let row = cb.code_bytes();
     // Sub-code s of a code: a byte at 8 bits, a nibble (low first) at 4; the error level
     // is the field after the last sub-code.
     let sub = move |c: &[u8], s: usize| match ksub {
@@ -88,7 +83,7 @@ impl DeviceLists {
         // level's nibble stays (the kernel steps over it), an 8-bit level's byte goes.
         if !cb.levels.is_empty() && cb.bits == 8 {
             codes = codes
-                .chunks_exact(cb.nsub + 1)
+                .chunks_exact(cb.code_bytes())
                 .flat_map(|c| &c[..cb.nsub])
                 .copied()
                 .collect();
@@ -156,7 +151,7 @@ pub(super) fn search_lists(
     // A table beyond workgroup memory is read from the query tables in storage.
     let staged = lut * 4 + scan_extra(want_built) <= room;
     let fits = scan_extra(want_built) + 16 <= room
-        && (lists.len * packed_row(cb)) as u64 <= b.max_binding()
+        && (lists.len * cb.code_bytes()) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
         return Ok(None);
