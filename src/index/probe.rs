@@ -58,19 +58,20 @@ fn max_axes(m: usize, d: usize) -> usize {
     (d / 8).min(MAX_AXES) / STEP * STEP
 }
 
-/// Bytes a `Probe` holds, at most, and bytes its construction holds besides; (0, 0) where
-/// none is made.
-pub(crate) fn probe_bytes(m: usize, d: usize) -> (usize, usize) {
+/// Bytes a `Probe` of `m` anchors of `d` dimensions holds at most, where `Probe::new` tries
+/// one under a table cap of `cap` bytes (what it holds and, for a moment, what finding it
+/// holds must fit); 0 where it does not try.
+pub(crate) fn held_under(m: usize, d: usize, cap: usize) -> usize {
     let k = max_axes(m, d);
     let l = k + OVERSAMPLE;
     let held = (k * d + d + k + m * k + 3 * m) * 4;
     // The range finder's m x l and d x l products (f32, two of each at once), its l x l
     // (f64, and the eigenvectors) and the axes before they are made orthonormal (f64).
     let building = (2 * m * l + 3 * d * l) * 4 + (2 * l * l + 2 * d * k) * 8;
-    if k == 0 || building > MAX_BUILDING {
-        return (0, 0);
+    if k == 0 || building > MAX_BUILDING || held + building > cap {
+        return 0;
     }
-    (held, building)
+    held
 }
 
 /// A query block's view through the axes, from `Probe::block`.
@@ -86,11 +87,11 @@ pub(crate) struct Block {
 impl Probe {
     /// `None` where a few axes do not hold most of the anchors' spread (then their bounds
     /// would rule out too few anchors to pay for themselves), or the anchors are too few or
-    /// too short for bounds to be worth computing.
-    pub(crate) fn new(anchors: &[f32], d: usize) -> Option<Probe> {
+    /// too short for bounds to be worth computing, or it does not fit `cap` (`held_under`).
+    pub(crate) fn new(anchors: &[f32], d: usize, cap: usize) -> Option<Probe> {
         let m = anchors.len() / d.max(1);
         let kmax = max_axes(m, d);
-        if probe_bytes(m, d).0 == 0 {
+        if held_under(m, d, cap) == 0 {
             return None;
         }
         let l = (kmax + OVERSAMPLE).min(m).min(d);
@@ -336,7 +337,7 @@ mod tests {
         let (m, nq, d) = (1024, 200, 128);
         let mut a = crate::synth::low_rank(m + nq, d, 12, 5);
         let q = a.split_off(m * d);
-        let p = Probe::new(&a, d).expect("a few axes hold the spread");
+        let p = Probe::new(&a, d, usize::MAX).expect("a few axes hold the spread");
         assert!(p.k <= 32, "{} axes", p.k);
         let anorm = linalg::row_norms(&a, d);
         let reach = anorm.iter().fold(0f32, |x, &v| x.max(v)).sqrt();
@@ -368,11 +369,11 @@ mod tests {
         // Spread evenly over every direction: no few axes hold 90% of it.
         let d = 128;
         let a: Vec<f32> = crate::synth::gaussian(1024, d, 3);
-        assert!(Probe::new(&a, d).is_none());
+        assert!(Probe::new(&a, d, usize::MAX).is_none());
         // Too few dimensions, too few anchors.
         let a = crate::synth::low_rank(1024, 64, 4, 1);
-        assert!(Probe::new(&a, 64).is_none());
+        assert!(Probe::new(&a, 64, usize::MAX).is_none());
         let a = crate::synth::low_rank(128, 128, 4, 1);
-        assert!(Probe::new(&a, 128).is_none());
+        assert!(Probe::new(&a, 128, usize::MAX).is_none());
     }
 }

@@ -1,6 +1,6 @@
 //! Lookup-table terms derived from a codebook once per index (`search` reads them).
 
-use super::probe::{probe_bytes, Probe};
+use super::probe::Probe;
 use crate::backend::layout;
 use crate::error::{try_vec, Result};
 use crate::linalg;
@@ -106,14 +106,8 @@ impl Tables {
         }
         // m values: no larger than the anchors already held.
         let anchor_norms = linalg::row_norms(&cb.anchors, d);
-        let (held, building) = probe_bytes(m, d);
-        let probe = if held > 0 && held + building <= cap_bytes {
-            Probe::new(&cb.anchors, d)
-        } else {
-            None
-        };
         Ok(Tables {
-            probe,
+            probe: Probe::new(&cb.anchors, d, cap_bytes),
             l2_terms,
             rot_anchors,
             max_anchor_norm: anchor_norms.iter().fold(0f32, |m, &v| m.max(v)).sqrt(),

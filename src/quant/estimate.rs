@@ -416,12 +416,7 @@ pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     };
     // The anchors' axes for probing with bounds. Finding them holds a few MB more for a
     // moment, at the first search's start, before its queries' buffers are taken.
-    let (probe, building) = crate::index::probe::probe_bytes(s.anchors, s.d);
-    let probe = if probe > 0 && probe + building <= cap {
-        probe
-    } else {
-        0
-    };
+    let probe = crate::index::probe::held_under(s.anchors, s.d, cap);
     rotated + terms + probe + s.anchors * f + s.dp * s.ksub * f
 }
 
