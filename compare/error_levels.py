@@ -18,17 +18,12 @@ import os
 import subprocess
 import tempfile
 
+import sys
+
 import numpy as np
 
-
-def fvecs(p):
-    a = np.fromfile(p, dtype=np.int32)
-    return a.reshape(-1, a[0] + 1)[:, 1:].view(np.float32)
-
-
-def ivecs(p):
-    a = np.fromfile(p, dtype=np.int32)
-    return a.reshape(-1, a[0] + 1)[:, 1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vecs import read_vecs  # noqa: E402
 
 
 def recall(scores, gt):
@@ -54,9 +49,9 @@ def main():
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp()
     base = os.path.join(a.dataset, "base.fvecs")
-    x = fvecs(base).astype(np.float64)
-    q = fvecs(os.path.join(a.dataset, "query.fvecs")).astype(np.float64)
-    gt = ivecs(os.path.join(a.dataset, "gt_l2.ivecs"))
+    x = read_vecs(base, np.float32).astype(np.float64)
+    q = read_vecs(os.path.join(a.dataset, "query.fvecs"), np.float32).astype(np.float64)
+    gt = read_vecs(os.path.join(a.dataset, "gt_l2.ivecs"), np.int32)
     rows = {}
     for nbytes in (a.bytes, a.bytes - 1):
         xh = reconstruct(a.vlcc, base, nbytes, out)

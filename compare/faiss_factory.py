@@ -17,7 +17,7 @@ import faiss
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import read_vecs  # noqa: E402
+from vecs import read_vecs  # noqa: E402
 
 
 def main():
