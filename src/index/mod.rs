@@ -3,6 +3,7 @@
 //! once; `add`/`remove` take `&mut self`.
 
 mod bounds;
+pub(crate) mod coarse8;
 mod fastscan;
 mod filter;
 mod ids;

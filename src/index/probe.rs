@@ -238,27 +238,74 @@ impl Probe {
                 *b = -(dots[j] + qoff * self.off[j] + qc + self.shift[j]);
             }
         }
-        coarse.fill(f32::INFINITY);
-        linalg::smallest_k(bound, nprobe, probes);
-        let mut limit = f32::NEG_INFINITY;
-        for &j in probes.iter() {
-            let j = j as usize;
-            let s = score(qv, qn, l2, &anchors[j * d..(j + 1) * d], anorm[j]);
-            coarse[j] = s;
-            limit = limit.max(s);
+        let slack = slack(d + self.k, qn, reach);
+        settle(
+            bound,
+            (qv, qn, l2),
+            anchors,
+            anorm,
+            nprobe,
+            slack,
+            (coarse, probes),
+        );
+    }
+}
+
+/// The rounding slack of bounds and scores for a query of squared norm `qn`, `reach` the
+/// longest anchor's length: every term of a bound or a score is at most (|q| + reach)^2, and
+/// each is a sum of at most `terms` products, so its rounding is within that many epsilons.
+#[inline(always)]
+pub(super) fn slack(terms: usize, qn: f32, reach: f32) -> f32 {
+    let scale = qn.sqrt() + reach;
+    4.0 * (terms + 16) as f32 * f32::EPSILON * scale * scale
+}
+
+/// A query's `nprobe` nearest anchors into `probes`, from a lower `bound` on every anchor's
+/// coarse score (within `slack` of rounding): the anchors of the `nprobe` least bounds are
+/// scored in full, then every other anchor whose bound is not above the worst of them.
+/// `coarse` gets every anchor's entry: its exact score where scored, +inf where its bound
+/// ruled it out. The probes are those scoring every anchor gives.
+#[inline(always)]
+pub(super) fn settle(
+    bound: &[f32],
+    (qv, qn, l2): (&[f32], f32, bool),
+    anchors: &[f32],
+    anorm: &[f32],
+    nprobe: usize,
+    slack: f32,
+    (coarse, probes): (&mut [f32], &mut Vec<u32>),
+) {
+    let d = qv.len();
+    coarse.fill(f32::INFINITY);
+    linalg::smallest_k(bound, nprobe, probes);
+    let mut limit = f32::NEG_INFINITY;
+    for &j in probes.iter() {
+        let j = j as usize;
+        let s = score(qv, qn, l2, &anchors[j * d..(j + 1) * d], anorm[j]);
+        coarse[j] = s;
+        limit = limit.max(s);
+    }
+    let limit = limit + slack;
+    // Nearly every anchor is ruled out: 16 bounds at a time are passed over in a few vector
+    // compares.
+    const CHUNK: usize = 16;
+    for (c, chunk) in bound.chunks(CHUNK).enumerate() {
+        if !chunk.iter().fold(false, |any, &b| any | (b <= limit)) {
+            continue;
         }
-        // Every term of a bound or a score is at most (|q| + reach)^2 and each is a sum of
-        // at most d + k products: its rounding is within that many epsilons of it.
-        let scale = qn.sqrt() + reach;
-        let slack = 4.0 * (d + self.k + 16) as f32 * f32::EPSILON * scale * scale;
-        let limit = limit + slack;
-        for j in 0..m {
-            if bound[j] <= limit && coarse[j] == f32::INFINITY {
+        for (t, &b) in chunk.iter().enumerate() {
+            let j = c * CHUNK + t;
+            if b <= limit && coarse[j] == f32::INFINITY {
                 coarse[j] = score(qv, qn, l2, &anchors[j * d..(j + 1) * d], anorm[j]);
+                probes.push(j as u32);
             }
         }
-        linalg::smallest_k(coarse, nprobe, probes);
     }
+    // The scored anchors, in `smallest_k`'s order (score, then anchor): a few, where
+    // selecting over every anchor's entry again would read them all.
+    let key = |&j: &u32| (linalg::order_key(coarse[j as usize]), j);
+    probes.sort_unstable_by_key(key);
+    probes.truncate(nprobe);
 }
 
 /// `(A - 1 mean^T) X`: the anchors less their mean, times `x` (d x l).

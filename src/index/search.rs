@@ -436,13 +436,20 @@ impl Index {
         let mut light = None;
         let tables = self.tables(&mut light)?;
         let anorm = &tables.anchor_norms;
-        // The queries on the anchors' axes, whose bounds leave a few anchors to score in full
-        // (`probe`, where it serves this nprobe), or every anchor's product with each query.
+        // Bounds that leave a few anchors to score in full: from the queries on the anchors'
+        // axes (`probe`) or from their products in integers (`coarse8`), where one serves this
+        // nprobe; else every anchor's product with each query in f32.
         let probe = tables.probe.as_ref().filter(|p| p.serves(nprobe));
         let probe = probe.map(|p| (p, p.block(qb, d)));
-        let mut bound = vec![0f32; if probe.is_some() { m } else { 0 }];
-        let mut dots = vec![0f32; if probe.is_some() { 0 } else { r * m }];
-        if probe.is_none() {
+        let ints = tables
+            .coarse8
+            .as_ref()
+            .filter(|c| probe.is_none() && c.serves(nprobe));
+        let ints = ints.map(|c| (c, c.block(qb, d)));
+        let bounded = probe.is_some() || ints.is_some();
+        let mut bound = vec![0f32; if bounded { m } else { 0 }];
+        let mut dots = vec![0f32; if bounded { 0 } else { r * m }];
+        if !bounded {
             linalg::dot_block(qb, &cb.anchors, d, &mut dots);
         }
         let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
@@ -479,13 +486,16 @@ impl Index {
         for i in 0..r {
             let qv = &qb[i * d..(i + 1) * d];
             let qn = linalg::dot(qv, qv);
-            match &probe {
-                Some((p, blk)) => {
-                    let reach = tables.max_anchor_norm;
-                    let out = (&mut bound[..], &mut coarse[..], &mut probes);
-                    p.nearest(blk, i, (qv, qn, l2), &cb.anchors, anorm, nprobe, reach, out);
+            let reach = tables.max_anchor_norm;
+            let out = (&mut bound[..], &mut coarse[..], &mut probes);
+            match (&probe, &ints) {
+                (Some((p, blk)), _) => {
+                    p.nearest(blk, i, (qv, qn, l2), &cb.anchors, anorm, nprobe, reach, out)
                 }
-                None => {
+                (None, Some((c, blk))) => {
+                    c.nearest(blk, i, (qv, qn, l2), &cb.anchors, anorm, nprobe, reach, out)
+                }
+                (None, None) => {
                     for j in 0..m {
                         coarse[j] = probe::coarse_score(dots[i * m + j], qn, anorm[j], l2);
                     }

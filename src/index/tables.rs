@@ -1,5 +1,6 @@
 //! Lookup-table terms derived from a codebook once per index (`search` reads them).
 
+use super::coarse8::Coarse8;
 use super::probe::Probe;
 use crate::backend::layout;
 use crate::error::{try_vec, Result};
@@ -28,6 +29,9 @@ pub(crate) struct Tables {
     /// The anchors' leading axes, for probing with bounds (None where they would not pay,
     /// or do not fit the cap).
     pub(crate) probe: Option<Probe>,
+    /// The anchors in 8-bit integers, for probing from integer products where the CPU has
+    /// their kernel (None elsewhere).
+    pub(crate) coarse8: Option<Coarse8>,
 }
 
 impl Tables {
@@ -37,7 +41,9 @@ impl Tables {
             + self.rot_anchors.as_ref().map_or(0, |t| t.len())
             + self.anchor_norms.len()
             + self.cent_t.len();
-        n * 4 + self.probe.as_ref().map_or(0, Probe::heap_bytes)
+        n * 4
+            + self.probe.as_ref().map_or(0, Probe::heap_bytes)
+            + self.coarse8.as_ref().map_or(0, Coarse8::heap_bytes)
     }
 
     /// A query's table into `out` (M x `ks`): `scale <y_j, c>` for each sub-space j and its
@@ -108,6 +114,7 @@ impl Tables {
         let anchor_norms = linalg::row_norms(&cb.anchors, d);
         Ok(Tables {
             probe: Probe::new(&cb.anchors, d, cap_bytes),
+            coarse8: Coarse8::new(&cb.anchors, d),
             l2_terms,
             rot_anchors,
             max_anchor_norm: anchor_norms.iter().fold(0f32, |m, &v| m.max(v)).sqrt(),

@@ -294,7 +294,7 @@ const SMALL_K: usize = 64;
 
 /// `v` as an integer in `f32::total_cmp`'s order.
 #[inline(always)]
-fn order_key(v: f32) -> i32 {
+pub(crate) fn order_key(v: f32) -> i32 {
     let b = v.to_bits() as i32;
     b ^ (((b >> 31) as u32) >> 1) as i32
 }

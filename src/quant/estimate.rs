@@ -403,7 +403,7 @@ pub fn decode_bytes(s: &Shape, n: usize, gathered: usize) -> usize {
 
 /// Bytes of the search tables an index builds at its first search: every list's terms under
 /// L2 (M x ksub floats a list), the rotated anchors and the anchors' axes for probing, each
-/// where within `cap` (512 MB), and the anchors' norms and the transposed sub-quantizer
+/// where within `cap` (512 MB), the anchors in 8-bit integers, and the anchors' norms and the transposed sub-quantizer
 /// centroids.
 pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     let f = 4;
@@ -417,7 +417,9 @@ pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     // The anchors' axes for probing with bounds. Finding them holds a few MB more for a
     // moment, at the first search's start, before its queries' buffers are taken.
     let probe = crate::index::probe::held_under(s.anchors, s.d, cap);
-    rotated + terms + probe + s.anchors * f + s.dp * s.ksub * f
+    // The anchors in 8-bit integers, where the CPU has their kernel.
+    let coarse8 = crate::index::coarse8::held(s.anchors, s.d);
+    rotated + terms + probe + coarse8 + s.anchors * f + s.dp * s.ksub * f
 }
 
 /// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, at most
@@ -444,7 +446,11 @@ pub fn search_bytes(s: &Shape, nq: usize, k: usize, want: usize, threads: usize)
         0
     };
     let rows = nq.min(128);
-    let per_task = rows * (s.anchors + 2 * s.dp) * f
+    // Every anchor's product with each query: f32, or integers in padded tiles.
+    let scores =
+        (rows * s.anchors * f).max(crate::index::coarse8::block_bytes(s.anchors, s.d, rows));
+    let per_task = scores
+        + rows * 2 * s.dp * f
         + s.anchors * (f + 8)
         + 2 * s.nsub * s.ksub * f
         + s.dp * f
