@@ -193,18 +193,17 @@ impl ByteTable {
         let (sc, half, top) = (
             _mm256_set1_ps(scale),
             _mm256_set1_ps(0.5),
-            _mm256_set1_epi32(255),
+            _mm256_set1_ps(255.0),
         );
         let rows = lut.chunks_exact(16).zip(&self.mins);
         for ((t, &lo), out) in rows.zip(self.bytes.chunks_exact_mut(16)) {
             let l = _mm256_set1_ps(lo);
-            // (v - lo) * scale + 0.5, truncated: `as u8` on values within 0..=255.5.
+            // (v - lo) * scale + 0.5, at most 255 (the widest row's may be far above it),
+            // truncated: `as u8`, which saturates.
             let q = |v: __m256| {
                 let x = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, l), sc), half);
-                _mm256_min_epi32(
-                    _mm256_max_epi32(_mm256_cvttps_epi32(x), _mm256_setzero_si256()),
-                    top,
-                )
+                let x = _mm256_min_ps(x, top);
+                _mm256_max_epi32(_mm256_cvttps_epi32(x), _mm256_setzero_si256())
             };
             // SAFETY: `t` is 16 floats, `out` 16 bytes; unaligned loads and store.
             unsafe {
@@ -221,12 +220,19 @@ impl ByteTable {
     /// From each sub-quantizer's smallest (`mins`, filled) and largest entries: the offset,
     /// scale and slack, summed in sub-quantizer order by both kernels. Returns the scale.
     fn scales(&mut self, his: impl Iterator<Item = f32>, nsub: usize) -> f32 {
-        let (mut offset, mut span, mut magnitude) = (0f32, 0f32, 0f32);
+        let (mut offset, mut magnitude) = (0f32, 0f32);
+        // The two widest sub-quantizers' spans. The scale fits the second: the widest
+        // (often the error level's row, two to four times the others') saturates at 255
+        // where it is above it, which only lowers a byte sum, so the sums stay lower bounds
+        // with steps up to a few times finer for every other row.
+        let (mut widest, mut span) = (0f32, 0f32);
         for (&lo, hi) in self.mins[..nsub].iter().zip(his) {
             offset += lo;
-            span = span.max(hi - lo);
+            let w = hi - lo;
+            (widest, span) = (widest.max(w), span.max(widest.min(w)));
             magnitude += lo.abs().max(hi.abs());
         }
+        let span = if nsub == 1 { widest } else { span };
         let scale = if span > 0.0 { 255.0 / span } else { 1.0 };
         // Each entry is off by at most half a step (the rounding) plus a hair for the float
         // arithmetic of the scaling, hence 0.501; the float scan's own sums round by half an
@@ -534,14 +540,53 @@ mod tests {
         }
     }
 
+    /// A random float table (`nsub` x 16) of values within `spread` of 3, its last row
+    /// `wide` times wider (as an error level's row is, to a few times).
+    fn table(seed: &mut u64, nsub: usize, spread: f32, wide: f32) -> Vec<f32> {
+        (0..nsub * 16)
+            .map(|i| {
+                let w = if i / 16 == nsub - 1 { wide } else { 1.0 };
+                (lcg(seed) as f32 / (1u64 << 31) as f32 - 0.5) * spread * w + 3.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn byte_sums_bound_the_float_sums_from_below() {
+        let mut seed = 5;
+        for nsub in [1usize, 2, 7, 64, 256] {
+            for (spread, wide) in [(1e-3f32, 1.0), (1.0, 1.0), (1.0, 4.0), (1.0, 1e9)] {
+                let lut = table(&mut seed, nsub, spread, wide);
+                let mut t = ByteTable::new(nsub);
+                t.fill(&lut);
+                for _ in 0..200 {
+                    let code: Vec<usize> =
+                        (0..nsub).map(|_| lcg(&mut seed) as usize % 16).collect();
+                    let exact: f32 = code.iter().enumerate().map(|(j, &c)| lut[j * 16 + c]).sum();
+                    let s: u32 = code
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &c)| t.bytes[j * 16 + c] as u32)
+                        .sum();
+                    let lower = t.offset + s as f32 / t.scale - t.slack;
+                    assert!(lower <= exact, "nsub {nsub} wide {wide}: {lower} > {exact}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_simd_table_equals_the_reference_bit_for_bit() {
         let mut seed = 11;
         for nsub in [1usize, 2, 7, 64, 256] {
-            for spread in [0.0f32, 1e-3, 1.0, 1e4] {
-                let lut: Vec<f32> = (0..nsub * 16)
-                    .map(|_| (lcg(&mut seed) as f32 / (1u64 << 31) as f32 - 0.5) * spread + 3.0)
-                    .collect();
+            for (spread, wide) in [
+                (0.0f32, 1.0),
+                (1e-3, 1.0),
+                (1.0, 1.0),
+                (1e4, 1.0),
+                (1.0, 1e9),
+            ] {
+                let lut = table(&mut seed, nsub, spread, wide);
                 let (mut want, mut got) = (ByteTable::new(nsub), ByteTable::new(nsub));
                 want.fill_scalar(&lut);
                 got.fill(&lut);
