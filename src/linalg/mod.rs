@@ -53,11 +53,48 @@ pub(crate) fn row_norms(x: &[f32], d: usize) -> Vec<f32> {
     x.par_chunks(d).map(|r| dot(r, r)).collect()
 }
 
-/// Inlined everywhere, so that callers' AVX2 builds (the scan's coarse scores) vectorize it
-/// at their width; the sums are the same in every build.
+/// `sum_lanes`' sums of products: with AVX where the CPU has it (the compiler keeps the eight
+/// partial sums in pairs of 128-bit halves otherwise), the same float operations in the same
+/// order, so the same bits in every build.
 #[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX checked.
+        return unsafe { dot_avx(a, b) };
+    }
     sum_lanes(a, b, |x, y| x * y)
+}
+
+/// # Safety
+/// The CPU has AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let whole = n / 8 * 8;
+    let mut acc = _mm256_setzero_ps();
+    for i in (0..whole).step_by(8) {
+        // SAFETY: i + 8 <= n, within both slices; unaligned loads.
+        let (x, y) = unsafe {
+            (
+                _mm256_loadu_ps(a.as_ptr().add(i)),
+                _mm256_loadu_ps(b.as_ptr().add(i)),
+            )
+        };
+        // A multiply, then an add: no fused rounding, as in `sum_lanes`.
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
+    }
+    let mut s = 0f32;
+    for (x, y) in a[whole..n].iter().zip(&b[whole..n]) {
+        s += x * y;
+    }
+    let mut t = [0f32; 4];
+    let halves = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    // SAFETY: four floats into `t`.
+    unsafe { _mm_storeu_ps(t.as_mut_ptr(), halves) };
+    t[0] + t[1] + t[2] + t[3] + s
 }
 
 #[inline]
@@ -375,6 +412,17 @@ mod tests {
                     .fold(0, |b, (i, &v)| if v < row[b] { i } else { b });
                 assert_eq!(argmin(&row), want, "{row:?}");
             }
+        }
+    }
+
+    #[test]
+    fn dot_equals_the_portable_sums_bit_for_bit() {
+        let mut rng = crate::rng::Rng::new(4);
+        for n in [0usize, 1, 7, 8, 9, 50, 384, 785] {
+            let a: Vec<f32> = (0..n).map(|_| rng.normal() as f32 * 3.0).collect();
+            let b: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+            let want = sum_lanes(&a, &b, |x, y| x * y);
+            assert_eq!(dot(&a, &b).to_bits(), want.to_bits(), "n {n}");
         }
     }
 
