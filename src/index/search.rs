@@ -598,11 +598,23 @@ fn scan4_blocks(
             prefetch(&ids[v0 + t]);
             ahead &= !(0xFF << (t & !7));
         }
+        // Least byte sum first: the likeliest to get in tighten the bound soonest, and the
+        // rest of the block is then passed over by the test below. The kept set is the same
+        // in any order (ties go by id).
+        let mut order = [(0u16, 0u8); fastscan::BLOCK];
+        let mut n = 0;
         while lanes != 0 {
             let t = lanes.trailing_zeros() as usize;
             lanes &= lanes - 1;
+            order[n] = (sums[t], t as u8);
+            n += 1;
+        }
+        let order = &mut order[..n];
+        order.sort_unstable();
+        for &(_, t) in order.iter() {
+            let t = t as usize;
             if floor + sums[t] as f32 * step > top.bound() {
-                continue;
+                break;
             }
             // The block is in cache where the list's codes and ids are not: its codes are
             // scored there, and an id is read only for a vector that gets in.
