@@ -17,8 +17,9 @@ const ROWS: usize = 4;
 /// Probes from integers only where the anchors are at least this many times `nprobe`: the
 /// anchors left to score one by one grow with `nprobe`.
 const FEW_PROBES: usize = 8;
-/// Fewest dimensions: below them one f32 GEMM costs next to nothing.
-const MIN_DIM: usize = 16;
+/// Fewest dimensions: below them one f32 GEMM over every anchor costs about what the bounds'
+/// own work does (GloVe's 50: faster at nprobe 4, slower at 16).
+const MIN_DIM: usize = 64;
 /// Most dimensions: a product's i32 sum of 255 x 127 a dimension stays in range.
 const MAX_DIM: usize = 1 << 16;
 
@@ -323,7 +324,7 @@ mod tests {
             return;
         }
         let mut rng = crate::rng::Rng::new(17);
-        for (m, d) in [(64, 16), (100, 50), (1024, 384), (70, 785)] {
+        for (m, d) in [(64, 64), (100, 66), (1024, 384), (70, 785)] {
             let a = crate::synth::gaussian(m, d, 3);
             let c = Coarse8::new(&a, d).unwrap();
             let rows = 8;
@@ -387,6 +388,6 @@ mod tests {
 
     #[test]
     fn no_integers_for_short_anchors() {
-        assert!(Coarse8::new(&crate::synth::gaussian(64, 8, 1), 8).is_none());
+        assert!(Coarse8::new(&crate::synth::gaussian(64, 50, 1), 50).is_none());
     }
 }
