@@ -10,7 +10,6 @@ pub(super) use super::keep::{Cand, Keep, TopK, Within};
 pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
 pub(crate) use super::tables::Tables;
 use super::{fastscan, probe, Filter, Index};
-use crate::backend::layout;
 use crate::backend::{Backend, DeviceRerank};
 use crate::error::{check_finite, raw_not_finite, try_vec, Error, Result};
 use crate::linalg;
@@ -452,12 +451,7 @@ impl Index {
         if !bounded {
             linalg::dot_block(qb, &cb.anchors, d, &mut dots);
         }
-        let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
-        let qy = if cb.rot.is_empty() {
-            qpad
-        } else {
-            layout::rotate(&cb.rot, &qpad, dp)
-        };
+        let qy = tables.rotated_queries(cb, qb);
         let l2 = cb.metric == Metric::L2;
         let mut coarse = vec![0f32; m];
         let mut probes = Vec::new();
@@ -818,11 +812,11 @@ mod tests {
         let ids: Vec<u64> = (0..base.rows as u64).collect();
         ix.add(&base.data[..], &ids).unwrap();
         let cb = &*ix.cb;
-        let (d, dp, nsub, ds, ks) = (cb.d, cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.pq.ksub());
+        let (dp, nsub, ds, ks) = (cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.pq.ksub());
         let mut light = None;
         let tables = ix.tables(&mut light).unwrap();
         let terms = tables.l2_terms.as_ref().unwrap();
-        let qy = layout::rotate(&cb.rot, &layout::pad_rows(&query.data, d, ds, dp), dp);
+        let qy = tables.rotated_queries(cb, &query.data);
         let mut table = fastscan::ByteTable::new(nsub);
         for y in qy.chunks_exact(dp).take(40) {
             let mut qci = vec![0f32; nsub * ks];

@@ -32,6 +32,10 @@ pub(crate) struct Tables {
     /// The anchors in 8-bit integers, for probing from integer products where the CPU has
     /// their kernel (None elsewhere).
     pub(crate) coarse8: Option<Coarse8>,
+    /// dp x d: the rotation's columns that meet a query's own dimensions (the rest meet
+    /// padding, zero), so that a query is rotated without being padded first, in fewer
+    /// products (None without a rotation).
+    rot_in: Option<Vec<f32>>,
 }
 
 impl Tables {
@@ -39,6 +43,7 @@ impl Tables {
     pub(crate) fn heap_bytes(&self) -> usize {
         let n = self.l2_terms.as_ref().map_or(0, |t| t.len())
             + self.rot_anchors.as_ref().map_or(0, |t| t.len())
+            + self.rot_in.as_ref().map_or(0, |t| t.len())
             + self.anchor_norms.len()
             + self.cent_t.len();
         n * 4
@@ -110,17 +115,54 @@ impl Tables {
                 }
             }
         }
+        // No larger than the rotation already held: made under any cap, so that a search
+        // rotates its queries alike with or without room for the larger tables (and so
+        // gives the same bits).
+        let rot_in = if !cb.rot.is_empty() {
+            let mut t = try_vec(dp * d, 0f32, "rotation")?;
+            for p in 0..dp {
+                if let Some(c) = layout::source_column(p, d, cb.pq.dsub, dp) {
+                    for (row, r) in t.chunks_exact_mut(d).zip(cb.rot.chunks_exact(dp)) {
+                        row[c] = r[p];
+                    }
+                }
+            }
+            Some(t)
+        } else {
+            None
+        };
         // m values: no larger than the anchors already held.
         let anchor_norms = linalg::row_norms(&cb.anchors, d);
         Ok(Tables {
             probe: Probe::new(&cb.anchors, d, cap_bytes),
             coarse8: Coarse8::new(&cb.anchors, d),
+            rot_in,
             l2_terms,
             rot_anchors,
             max_anchor_norm: anchor_norms.iter().fold(0f32, |m, &v| m.max(v)).sqrt(),
             anchor_norms,
             cent_t,
         })
+    }
+
+    /// The queries `qb` (r x d) padded to the sub-spaces' layout and rotated (r x dp).
+    pub(super) fn rotated_queries(&self, cb: &Codebook, qb: &[f32]) -> Vec<f32> {
+        let (d, dp) = (cb.d, cb.pq.dim());
+        match &self.rot_in {
+            Some(r) => {
+                let mut out = vec![0f32; qb.len() / d.max(1) * dp];
+                linalg::dot_block(qb, r, d, &mut out);
+                out
+            }
+            None => {
+                let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
+                if cb.rot.is_empty() {
+                    qpad
+                } else {
+                    layout::rotate(&cb.rot, &qpad, dp)
+                }
+            }
+        }
     }
 
     /// List `a`'s terms into `out` (M x ksub), from the stored rotated anchor or one made now

@@ -403,7 +403,8 @@ pub fn decode_bytes(s: &Shape, n: usize, gathered: usize) -> usize {
 
 /// Bytes of the search tables an index builds at its first search: every list's terms under
 /// L2 (M x ksub floats a list), the rotated anchors and the anchors' axes for probing, each
-/// where within `cap` (512 MB), the anchors in 8-bit integers, and the anchors' norms and the transposed sub-quantizer
+/// where within `cap` (512 MB), the anchors in 8-bit integers and the rotation's columns that
+/// meet a query's dimensions, and the anchors' norms and the transposed sub-quantizer
 /// centroids.
 pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     let f = 4;
@@ -417,9 +418,7 @@ pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
     // The anchors' axes for probing with bounds. Finding them holds a few MB more for a
     // moment, at the first search's start, before its queries' buffers are taken.
     let probe = crate::index::probe::held_under(s.anchors, s.d, cap);
-    // The anchors in 8-bit integers, where the CPU has their kernel.
-    let coarse8 = crate::index::coarse8::held(s.anchors, s.d);
-    rotated + terms + probe + coarse8 + s.anchors * f + s.dp * s.ksub * f
+    rotated + terms + probe + always_bytes(s) + s.anchors * f + s.dp * s.ksub * f
 }
 
 /// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, at most
@@ -464,9 +463,19 @@ pub fn search_tasks(nq: usize, threads: usize) -> usize {
 }
 
 /// Bytes each search task makes where the index's tables are not built (under a memory cap
-/// that leaves them no room): the anchors' norms, the transposed centroids and a list's terms.
+/// that leaves them no room): the anchors' norms, the transposed centroids, a list's terms,
+/// and the rotation's columns and the anchors in 8-bit integers that every search uses.
 pub fn light_tables_bytes(s: &Shape) -> usize {
-    (s.anchors + s.dp * s.ksub + s.nsub * s.ksub + s.dp) * 4
+    (s.anchors + s.dp * s.ksub + s.nsub * s.ksub + s.dp) * 4 + always_bytes(s)
+}
+
+/// The tables' parts made under any cap, as they are no larger than what the codebook holds:
+/// the rotation's columns that meet a query's dimensions, and the anchors in 8-bit integers
+/// where the CPU has their kernel. A search uses them with or without room for the rest, so
+/// that it gives the same results.
+fn always_bytes(s: &Shape) -> usize {
+    let rot_in = if s.rotated { s.dp * s.d * 4 } else { 0 };
+    rot_in + crate::index::coarse8::held(s.anchors, s.d)
 }
 
 /// Values per staged block on CUDA (`STAGE` there).
