@@ -316,7 +316,6 @@ unsafe fn products_vnni(qs: &[u8], packed: &[i8], bias: &[i32], d4: usize, out: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linalg;
 
     #[test]
     fn kernel_equals_the_scalar_reference() {
@@ -338,21 +337,6 @@ mod tests {
         }
     }
 
-    /// The probes of scoring every anchor, with the same scores.
-    fn every_anchor(a: &[f32], q: &[f32], l2: bool, nprobe: usize) -> Vec<u32> {
-        let d = q.len();
-        let qn = linalg::dot(q, q);
-        let an = linalg::row_norms(a, d);
-        let scores: Vec<f32> = a
-            .chunks_exact(d)
-            .zip(&an)
-            .map(|(a, &n)| probe::coarse_score(linalg::dot(q, a), qn, n, l2))
-            .collect();
-        let mut out = Vec::new();
-        linalg::smallest_k(&scores, nprobe, &mut out);
-        out
-    }
-
     #[test]
     fn integer_bounds_probe_what_scoring_every_anchor_probes() {
         if !supported() {
@@ -365,24 +349,11 @@ mod tests {
         let q = a.split_off(m * d);
         a.copy_within(0..d, 5 * d);
         let c = Coarse8::new(&a, d).unwrap();
-        let anorm = linalg::row_norms(&a, d);
-        let reach = anorm.iter().fold(0f32, |x, &v| x.max(v)).sqrt();
         let blk = c.block(&q, d);
-        let (mut bound, mut coarse, mut probes) = (vec![0f32; m], vec![0f32; m], Vec::new());
-        let mut scored = 0;
-        for l2 in [true, false] {
-            for nprobe in [1, 4, 16, 64] {
-                for (i, qv) in q.chunks_exact(d).enumerate() {
-                    let qn = linalg::dot(qv, qv);
-                    let out = (&mut bound[..], &mut coarse[..], &mut probes);
-                    c.nearest(&blk, i, (qv, qn, l2), &a, &anorm, nprobe, reach, out);
-                    let want = every_anchor(&a, qv, l2, nprobe);
-                    assert_eq!(probes, want, "l2 {l2} nprobe {nprobe} query {i}");
-                    scored += coarse.iter().filter(|v| v.is_finite()).count();
-                }
-            }
-        }
-        let share = scored as f64 / (2 * 4 * nq * m) as f64;
+        let share =
+            probe::probes_match_every_anchor(&a, &q, d, &mut |i, qx, an, np, reach, out| {
+                c.nearest(&blk, i, qx, &a, an, np, reach, out)
+            });
         assert!(share < 0.1, "scored {share:.3} of the anchors");
     }
 

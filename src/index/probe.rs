@@ -362,22 +362,53 @@ fn onto(
     (on, on_norms, off)
 }
 
+/// One query's probes from bounds, as the tests call them: (query number, (query, its
+/// squared norm, L2?), the anchors' squared norms, nprobe, the longest anchor's length,
+/// (bound, coarse, probes)).
+#[cfg(test)]
+pub(super) type Nearest<'n> = dyn FnMut(usize, (&[f32], f32, bool), &[f32], usize, f32, (&mut [f32], &mut [f32], &mut Vec<u32>))
+    + 'n;
+
+/// Checks that `nearest` probes what scoring every anchor of `a` probes, for each query of
+/// `q`, L2 and inner product, nprobe 1 to 64; returns the share of anchors it scored.
+#[cfg(test)]
+pub(super) fn probes_match_every_anchor(
+    a: &[f32],
+    q: &[f32],
+    d: usize,
+    nearest: &mut Nearest,
+) -> f64 {
+    let m = a.len() / d;
+    let anorm = linalg::row_norms(a, d);
+    let reach = anorm.iter().fold(0f32, |x, &v| x.max(v)).sqrt();
+    let (mut bound, mut coarse, mut probes) = (vec![0f32; m], vec![0f32; m], Vec::new());
+    let mut scored = 0;
+    let nprobes = [1, 4, 16, 64];
+    for l2 in [true, false] {
+        for nprobe in nprobes {
+            for (i, qv) in q.chunks_exact(d).enumerate() {
+                let qn = linalg::dot(qv, qv);
+                let out = (&mut bound[..], &mut coarse[..], &mut probes);
+                nearest(i, (qv, qn, l2), &anorm, nprobe, reach, out);
+                // Every anchor scored alone, with the same scores.
+                let scores: Vec<f32> = a
+                    .chunks_exact(d)
+                    .zip(&anorm)
+                    .map(|(a, &an)| score(qv, qn, l2, a, an))
+                    .collect();
+                let mut want = Vec::new();
+                linalg::smallest_k(&scores, nprobe, &mut want);
+                assert_eq!(probes, want, "l2 {l2} nprobe {nprobe} query {i}");
+                scored += coarse.iter().filter(|v| v.is_finite()).count();
+            }
+        }
+    }
+    scored as f64 / (2 * nprobes.len() * q.len() / d * m) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The probes of scoring every anchor, with the same scores.
-    fn every_anchor(a: &[f32], q: &[f32], l2: bool, nprobe: usize) -> Vec<u32> {
-        let d = q.len();
-        let qn = linalg::dot(q, q);
-        let scores: Vec<f32> = a
-            .chunks_exact(d)
-            .map(|a| score(q, qn, l2, a, linalg::dot(a, a)))
-            .collect();
-        let mut out = Vec::new();
-        linalg::smallest_k(&scores, nprobe, &mut out);
-        out
-    }
 
     #[test]
     fn bounds_probe_what_scoring_every_anchor_probes() {
@@ -386,28 +417,12 @@ mod tests {
         let q = a.split_off(m * d);
         let p = Probe::new(&a, d, usize::MAX).expect("a few axes hold the spread");
         assert!(p.k <= 32, "{} axes", p.k);
-        let anorm = linalg::row_norms(&a, d);
-        let reach = anorm.iter().fold(0f32, |x, &v| x.max(v)).sqrt();
         let blk = p.block(&q, d);
-        let (mut bound, mut coarse, mut probes) = (vec![0f32; m], vec![0f32; m], Vec::new());
-        let mut scored = 0;
-        for l2 in [true, false] {
-            for nprobe in [1, 4, 16, 64] {
-                for (i, qv) in q.chunks_exact(d).enumerate() {
-                    let qn = linalg::dot(qv, qv);
-                    let out = (&mut bound[..], &mut coarse[..], &mut probes);
-                    p.nearest(&blk, i, (qv, qn, l2), &a, &anorm, nprobe, reach, out);
-                    assert_eq!(
-                        probes,
-                        every_anchor(&a, qv, l2, nprobe),
-                        "l2 {l2} nprobe {nprobe}"
-                    );
-                    scored += coarse.iter().filter(|v| v.is_finite()).count();
-                }
-            }
-        }
+        let share =
+            probes_match_every_anchor(&a, &q, d, &mut |i, qx, anorm, nprobe, reach, out| {
+                p.nearest(&blk, i, qx, &a, anorm, nprobe, reach, out)
+            });
         // The point of it: most anchors are ruled out without their full product.
-        let share = scored as f64 / (2 * 4 * nq * m) as f64;
         assert!(share < 0.25, "scored {share:.3} of the anchors");
     }
 
