@@ -154,14 +154,8 @@ impl Tables {
                 linalg::dot_block(qb, r, d, &mut out);
                 out
             }
-            None => {
-                let qpad = layout::pad_rows(qb, d, cb.pq.dsub, dp);
-                if cb.rot.is_empty() {
-                    qpad
-                } else {
-                    layout::rotate(&cb.rot, &qpad, dp)
-                }
-            }
+            // No rotation.
+            None => layout::pad_rows(qb, d, cb.pq.dsub, dp),
         }
     }
 
