@@ -358,6 +358,46 @@ mod tests {
     }
 
     #[test]
+    fn kernel_and_probes_on_real_data() {
+        if !supported() {
+            return;
+        }
+        // GloVe demo vectors, two rows joined into one of 100 dimensions (the kernel's
+        // minimum is 64): 512 anchors, 64 queries.
+        let base =
+            crate::vecio::parse_fvecs(include_bytes!("../../tests/data/glove-demo/base.fvecs"))
+                .unwrap();
+        let d = 2 * base.cols;
+        let (m, nq) = (512, 64);
+        let x = &base.data[..(m + nq) * d];
+        let (a, q) = x.split_at(m * d);
+        let c = Coarse8::new(a, d).unwrap();
+        let blk = c.block(q, d);
+        let qs: Vec<u8> = q
+            .chunks_exact(d)
+            .flat_map(|v| {
+                let mut row = vec![0i8; d];
+                quantize(v, &mut row);
+                let mut out = vec![128u8; c.d4];
+                for (o, &v) in out.iter_mut().zip(&row) {
+                    *o = (v as i16 + 128) as u8;
+                }
+                out
+            })
+            .collect();
+        let cols = c.packed.len() / c.d4;
+        let (mut x8, mut y8) = (vec![0; nq * cols], vec![1; nq * cols]);
+        products_scalar(&qs, &c.packed, &c.bias, c.d4, &mut x8);
+        products(&qs, &c.packed, &c.bias, c.d4, &mut y8);
+        assert_eq!(x8, y8);
+        assert_eq!(x8, blk.dots);
+        let share = probe::probes_match_every_anchor(a, q, d, &mut |i, qx, an, np, reach, out| {
+            c.nearest(&blk, i, qx, a, an, np, reach, out)
+        });
+        assert!(share < 0.2, "scored {share:.3} of the anchors");
+    }
+
+    #[test]
     fn no_integers_for_short_anchors() {
         assert!(Coarse8::new(&crate::synth::gaussian(64, 50, 1), 50).is_none());
     }
