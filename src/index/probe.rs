@@ -287,15 +287,17 @@ pub(super) fn settle(
     }
     let limit = limit + slack;
     // Nearly every anchor is ruled out: 16 bounds at a time are passed over in a few vector
-    // compares.
+    // compares. A NaN bound, which the checked norms of anchors and queries should rule out,
+    // rules nothing out.
     const CHUNK: usize = 16;
+    let open = |b: f32| b <= limit || b.is_nan();
     for (c, chunk) in bound.chunks(CHUNK).enumerate() {
-        if !chunk.iter().fold(false, |any, &b| any | (b <= limit)) {
+        if !chunk.iter().fold(false, |any, &b| any | open(b)) {
             continue;
         }
         for (t, &b) in chunk.iter().enumerate() {
             let j = c * CHUNK + t;
-            if b <= limit && coarse[j] == f32::INFINITY {
+            if open(b) && coarse[j] == f32::INFINITY {
                 coarse[j] = score(qv, qn, l2, &anchors[j * d..(j + 1) * d], anorm[j]);
                 probes.push(j as u32);
             }
