@@ -7,8 +7,6 @@
 //! With `a~ = s_a a8` and `q~ = s_q q8` the rounded vectors, `|<q, a> - <q~, a~>| <=
 //! |q - q~| |a| + |q~| |a - a~|` (Cauchy-Schwarz on each half of the difference).
 
-use super::probe;
-
 /// Anchors per tile: one 512-bit register of i32 sums.
 const TILE: usize = 16;
 /// Tiles and queries a kernel step holds at once: 16 accumulators.
@@ -26,7 +24,6 @@ const MAX_DIM: usize = 1 << 16;
 /// The anchors in 8-bit integers, packed for the kernel, and what their bounds take.
 #[derive(Debug)]
 pub(crate) struct Coarse8 {
-    m: usize,
     /// Dimensions rounded up to groups of 4 (one 32-bit lane's products).
     d4: usize,
     /// Tiles of 16 anchors (m rounded up to `TILE * TILES`), each `d4 / 4` groups of 64 bytes:
@@ -89,7 +86,7 @@ fn quantize(v: &[f32], out: &mut [i8]) -> (f32, f32) {
     let scale = top / 127.0;
     if scale == 0.0 || !scale.is_finite() {
         out.fill(0);
-        return (0.0, v.iter().map(|x| x * x).sum::<f32>().sqrt());
+        return (0.0, rounding(v, out, 0.0));
     }
     let inv = 1.0 / scale;
     for (o, &x) in out.iter_mut().zip(v) {
@@ -138,7 +135,6 @@ impl Coarse8 {
             }
         }
         Some(Coarse8 {
-            m,
             d4,
             packed,
             bias,
@@ -150,12 +146,12 @@ impl Coarse8 {
 
     /// Whether integer products pay for a search of `nprobe` lists.
     pub(crate) fn serves(&self, nprobe: usize) -> bool {
-        nprobe.saturating_mul(FEW_PROBES) <= self.m
+        nprobe.saturating_mul(FEW_PROBES) <= self.scale.len()
     }
 
     /// Heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.packed.len() + self.bias.len() * 4 + self.m * 12
+        self.packed.len() + (self.bias.len() + 3 * self.scale.len()) * 4
     }
 
     /// The queries `qb` (r x d) in integers, and their products with every anchor.
@@ -189,23 +185,20 @@ impl Coarse8 {
         }
     }
 
-    /// As `probe::Probe::nearest`, for query `i` of `blk`: its `nprobe` nearest anchors into
-    /// `probes`, `coarse` every anchor's score (exact where scored, +inf where its bound
-    /// ruled it out), `bound` scratch.
-    #[allow(clippy::too_many_arguments)]
+    /// Query `i` of `blk` (`qv`, its squared norm `qn`): a lower bound on every anchor's coarse
+    /// score into `bound` (m values; `anorm` the anchors' squared norms), for
+    /// `probe::settle`. Returns how many products each bound sums, for `probe::slack`.
     #[inline(always)]
-    pub(crate) fn nearest(
+    pub(crate) fn bounds(
         &self,
         blk: &Block,
         i: usize,
         (qv, qn, l2): (&[f32], f32, bool),
-        anchors: &[f32],
         anorm: &[f32],
-        nprobe: usize,
-        reach: f32,
-        (bound, coarse, probes): (&mut [f32], &mut [f32], &mut Vec<u32>),
-    ) {
-        let dots = &blk.dots[i * blk.cols..i * blk.cols + self.m];
+        bound: &mut [f32],
+    ) -> usize {
+        let m = self.scale.len();
+        let dots = &blk.dots[i * blk.cols..i * blk.cols + m];
         let (sq, eq, nq) = (blk.scale[i], blk.err[i], blk.norm[i]);
         // <q, a> is at most its product in integers plus `off`; the score (qn + |a|^2 -
         // 2 <q, a> under L2, -<q, a> otherwise) at least what that leaves.
@@ -223,16 +216,7 @@ impl Coarse8 {
                 *b = -most;
             }
         }
-        let slack = probe::slack(2 * qv.len(), qn, reach);
-        probe::settle(
-            bound,
-            (qv, qn, l2),
-            anchors,
-            anorm,
-            nprobe,
-            slack,
-            (coarse, probes),
-        );
+        2 * qv.len()
     }
 }
 
@@ -315,6 +299,7 @@ unsafe fn products_vnni(qs: &[u8], packed: &[i8], bias: &[i32], d4: usize, out: 
 
 #[cfg(test)]
 mod tests {
+    use super::super::probe;
     use super::*;
 
     #[test]
@@ -350,10 +335,9 @@ mod tests {
         a.copy_within(0..d, 5 * d);
         let c = Coarse8::new(&a, d).unwrap();
         let blk = c.block(&q, d);
-        let share =
-            probe::probes_match_every_anchor(&a, &q, d, &mut |i, qx, an, np, reach, out| {
-                c.nearest(&blk, i, qx, &a, an, np, reach, out)
-            });
+        let share = probe::probes_match_every_anchor(&a, &q, d, &mut |i, qx, an, bound| {
+            c.bounds(&blk, i, qx, an, bound)
+        });
         assert!(share < 0.1, "scored {share:.3} of the anchors");
     }
 
@@ -391,8 +375,8 @@ mod tests {
         products(&qs, &c.packed, &c.bias, c.d4, &mut y8);
         assert_eq!(x8, y8);
         assert_eq!(x8, blk.dots);
-        let share = probe::probes_match_every_anchor(a, q, d, &mut |i, qx, an, np, reach, out| {
-            c.nearest(&blk, i, qx, a, an, np, reach, out)
+        let share = probe::probes_match_every_anchor(a, q, d, &mut |i, qx, an, bound| {
+            c.bounds(&blk, i, qx, an, bound)
         });
         assert!(share < 0.2, "scored {share:.3} of the anchors");
     }

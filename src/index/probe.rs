@@ -201,26 +201,18 @@ impl Probe {
         }
     }
 
-    /// Query `i` of `blk` (`qv`, its squared norm `qn`): its coarse scores into `coarse`
-    /// (every anchor's entry: exact where scored, +inf where its bound ruled it out) and its
-    /// `nprobe` nearest anchors into `probes`. Scores are `qn + |a|^2 - 2 <q, a>` under L2
-    /// (`anorm` the anchors' squared norms), `-<q, a>` otherwise. `reach` is the longest
-    /// anchor's length, for the rounding slack. `bound` is scratch (m values).
-    #[allow(clippy::too_many_arguments)]
+    /// Query `i` of `blk` (`qv`; its squared norm is not needed here): a lower bound on every
+    /// anchor's coarse score into `bound` (m values), for `settle`. Returns how many products
+    /// each bound sums, for `slack`.
     #[inline(always)]
-    pub(crate) fn nearest(
+    pub(crate) fn bounds(
         &self,
         blk: &Block,
         i: usize,
-        (qv, qn, l2): (&[f32], f32, bool),
-        anchors: &[f32],
-        anorm: &[f32],
-        nprobe: usize,
-        reach: f32,
-        (bound, coarse, probes): (&mut [f32], &mut [f32], &mut Vec<u32>),
-    ) {
+        (qv, _, l2): (&[f32], f32, bool),
+        bound: &mut [f32],
+    ) -> usize {
         let m = self.off.len();
-        let d = qv.len();
         let dots = &blk.dots[i * m..(i + 1) * m];
         let (qon, qoff) = (blk.on_norms[i], blk.off[i]);
         // With c the mean and P' off the axes: |q - a|^2 = |P(q - c) - P(a - c)|^2 +
@@ -238,16 +230,7 @@ impl Probe {
                 *b = -(dots[j] + qoff * self.off[j] + qc + self.shift[j]);
             }
         }
-        let slack = slack(d + self.k, qn, reach);
-        settle(
-            bound,
-            (qv, qn, l2),
-            anchors,
-            anorm,
-            nprobe,
-            slack,
-            (coarse, probes),
-        );
+        qv.len() + self.k
     }
 }
 
@@ -261,7 +244,8 @@ pub(super) fn slack(terms: usize, qn: f32, reach: f32) -> f32 {
 }
 
 /// A query's `nprobe` nearest anchors into `probes`, from a lower `bound` on every anchor's
-/// coarse score (within `slack` of rounding): the anchors of the `nprobe` least bounds are
+/// coarse score (within `slack` of rounding; scores are `qn + |a|^2 - 2 <q, a>` under L2,
+/// `anorm` the anchors' squared norms, `-<q, a>` otherwise): the anchors of the `nprobe` least bounds are
 /// scored in full, then every other anchor whose bound is not above the worst of them.
 /// `coarse` gets every anchor's entry: its exact score where scored, +inf where its bound
 /// ruled it out. The probes are those scoring every anchor gives.
@@ -364,21 +348,20 @@ fn onto(
     (on, on_norms, off)
 }
 
-/// One query's probes from bounds, as the tests call them: (query number, (query, its
-/// squared norm, L2?), the anchors' squared norms, nprobe, the longest anchor's length,
-/// (bound, coarse, probes)).
+/// One query's bounds, as the tests call them: (query number, (query, its squared norm,
+/// L2?), the anchors' squared norms, bound) -> the products each bound sums.
 #[cfg(test)]
-pub(super) type Nearest<'n> = dyn FnMut(usize, (&[f32], f32, bool), &[f32], usize, f32, (&mut [f32], &mut [f32], &mut Vec<u32>))
-    + 'n;
+pub(super) type Bounds<'n> =
+    dyn FnMut(usize, (&[f32], f32, bool), &[f32], &mut [f32]) -> usize + 'n;
 
-/// Checks that `nearest` probes what scoring every anchor of `a` probes, for each query of
-/// `q`, L2 and inner product, nprobe 1 to 64; returns the share of anchors it scored.
+/// Checks that `bounds`, settled, probes what scoring every anchor of `a` probes, for each
+/// query of `q`, L2 and inner product, nprobe 1 to 64; returns the share of anchors scored.
 #[cfg(test)]
 pub(super) fn probes_match_every_anchor(
     a: &[f32],
     q: &[f32],
     d: usize,
-    nearest: &mut Nearest,
+    bounds: &mut Bounds,
 ) -> f64 {
     let m = a.len() / d;
     let anorm = linalg::row_norms(a, d);
@@ -390,8 +373,10 @@ pub(super) fn probes_match_every_anchor(
         for nprobe in nprobes {
             for (i, qv) in q.chunks_exact(d).enumerate() {
                 let qn = linalg::dot(qv, qv);
-                let out = (&mut bound[..], &mut coarse[..], &mut probes);
-                nearest(i, (qv, qn, l2), &anorm, nprobe, reach, out);
+                let terms = bounds(i, (qv, qn, l2), &anorm, &mut bound);
+                let slack = slack(terms, qn, reach);
+                let out = (&mut coarse[..], &mut probes);
+                settle(&bound, (qv, qn, l2), a, &anorm, nprobe, slack, out);
                 // Every anchor scored alone, with the same scores.
                 let scores: Vec<f32> = a
                     .chunks_exact(d)
@@ -420,10 +405,9 @@ mod tests {
         let p = Probe::new(&a, d, usize::MAX).expect("a few axes hold the spread");
         assert!(p.k <= 32, "{} axes", p.k);
         let blk = p.block(&q, d);
-        let share =
-            probes_match_every_anchor(&a, &q, d, &mut |i, qx, anorm, nprobe, reach, out| {
-                p.nearest(&blk, i, qx, &a, anorm, nprobe, reach, out)
-            });
+        let share = probes_match_every_anchor(&a, &q, d, &mut |i, qx, _, bound| {
+            p.bounds(&blk, i, qx, bound)
+        });
         // The point of it: most anchors are ruled out without their full product.
         assert!(share < 0.25, "scored {share:.3} of the anchors");
     }

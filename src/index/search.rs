@@ -480,16 +480,18 @@ impl Index {
         for i in 0..r {
             let qv = &qb[i * d..(i + 1) * d];
             let qn = linalg::dot(qv, qv);
-            let reach = tables.max_anchor_norm;
-            let out = (&mut bound[..], &mut coarse[..], &mut probes);
-            match (&probe, &ints) {
-                (Some((p, blk)), _) => {
-                    p.nearest(blk, i, (qv, qn, l2), &cb.anchors, anorm, nprobe, reach, out)
+            let terms = match (&probe, &ints) {
+                (Some((p, blk)), _) => Some(p.bounds(blk, i, (qv, qn, l2), &mut bound)),
+                (None, Some((c, blk))) => Some(c.bounds(blk, i, (qv, qn, l2), anorm, &mut bound)),
+                (None, None) => None,
+            };
+            match terms {
+                Some(terms) => {
+                    let slack = probe::slack(terms, qn, tables.max_anchor_norm);
+                    let out = (&mut coarse[..], &mut probes);
+                    probe::settle(&bound, (qv, qn, l2), &cb.anchors, anorm, nprobe, slack, out);
                 }
-                (None, Some((c, blk))) => {
-                    c.nearest(blk, i, (qv, qn, l2), &cb.anchors, anorm, nprobe, reach, out)
-                }
-                (None, None) => {
+                None => {
                     for j in 0..m {
                         coarse[j] = probe::coarse_score(dots[i * m + j], qn, anorm[j], l2);
                     }
