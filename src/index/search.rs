@@ -720,6 +720,7 @@ fn scan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::layout;
 
     /// A seeded stream of values in [0, 1).
     fn uniform(seed: u64) -> impl FnMut() -> f32 {
@@ -790,10 +791,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_block_scan_keeps_what_the_plain_scan_keeps_on_real_data() {
-        // GloVe demo vectors in a 4-bit index; each query's real L2 table for each of its
-        // lists (the list's terms plus -2 <y_j, c>), through both scans.
+    /// The GloVe demo vectors (50-d) in a 4-bit index of 16 B with the default (learned)
+    /// rotation, and the demo queries.
+    fn glove_demo_4bit() -> (Index, Vec<f32>) {
         use crate::{BackendKind, Compressor, Context, TrainParams};
         let base =
             crate::vecio::parse_fvecs(include_bytes!("../../tests/data/glove-demo/base.fvecs"))
@@ -813,12 +813,43 @@ mod tests {
         let mut ix = c.new_index().unwrap();
         let ids: Vec<u64> = (0..base.rows as u64).collect();
         ix.add(&base.data[..], &ids).unwrap();
+        (ix, query.data)
+    }
+
+    #[test]
+    fn queries_rotate_as_padded_queries_do() {
+        // 32 sub-spaces of 2 over 50 dimensions: 14 of padding, whose axes the learned
+        // rotation keeps, so a query's rotation passes over their rows.
+        let (ix, query) = glove_demo_4bit();
+        let cb = &*ix.cb;
+        let (d, dp) = (cb.d, cb.pq.dim());
+        assert_eq!((d, dp), (50, 64));
+        let mut light = None;
+        let tables = ix.tables(&mut light).unwrap();
+        let rows = tables.query_rotation_rows(d);
+        assert_eq!(rows, d, "the padding's rows are passed over");
+        let got = tables.rotated_queries(cb, &query);
+        let padded = layout::pad_rows(&query, d, cb.pq.dsub, dp);
+        let want = layout::rotate(&cb.rot, &padded, dp);
+        for (i, (g, w)) in got.chunks_exact(dp).zip(want.chunks_exact(dp)).enumerate() {
+            let n = linalg::dot(w, w).sqrt();
+            for (t, (g, w)) in g.iter().zip(w).enumerate() {
+                assert!((g - w).abs() <= 1e-5 * n, "query {i} value {t}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_block_scan_keeps_what_the_plain_scan_keeps_on_real_data() {
+        // GloVe demo vectors in a 4-bit index; each query's real L2 table for each of its
+        // lists (the list's terms plus -2 <y_j, c>), through both scans.
+        let (ix, query) = glove_demo_4bit();
         let cb = &*ix.cb;
         let (dp, nsub, ds, ks) = (cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.pq.ksub());
         let mut light = None;
         let tables = ix.tables(&mut light).unwrap();
         let terms = tables.l2_terms.as_ref().unwrap();
-        let qy = tables.rotated_queries(cb, &query.data);
+        let qy = tables.rotated_queries(cb, &query);
         let mut table = fastscan::ByteTable::new(nsub);
         for y in qy.chunks_exact(dp).take(40) {
             let mut qci = vec![0f32; nsub * ks];

@@ -32,10 +32,21 @@ pub(crate) struct Tables {
     /// The anchors in 8-bit integers, for probing from integer products where the CPU has
     /// their kernel (None elsewhere).
     pub(crate) coarse8: Option<Coarse8>,
-    /// dp x d: the rotation's columns that meet a query's own dimensions (the rest meet
-    /// padding, zero), so that a query is rotated without being padded first, in fewer
-    /// products (None without a rotation).
-    rot_in: Option<Vec<f32>>,
+    /// The rotation as a query meets it (None without a rotation).
+    rot_in: Option<QueryRotation>,
+}
+
+/// The rotation's columns that meet a query's own dimensions (the rest meet padding, zero),
+/// less its rows that are zero on all of them (a padding dimension's own axis, as the
+/// learned rotation keeps it): a query is rotated without being padded first, in fewer
+/// products, and its values on those rows are zero without any.
+#[derive(Debug)]
+struct QueryRotation {
+    /// rows x d.
+    r: Vec<f32>,
+    /// Where each row's value goes among the dp outputs, the rest being zero; None: every
+    /// row, in order.
+    at: Option<Vec<u32>>,
 }
 
 impl Tables {
@@ -43,7 +54,10 @@ impl Tables {
     pub(crate) fn heap_bytes(&self) -> usize {
         let n = self.l2_terms.as_ref().map_or(0, |t| t.len())
             + self.rot_anchors.as_ref().map_or(0, |t| t.len())
-            + self.rot_in.as_ref().map_or(0, |t| t.len())
+            + self
+                .rot_in
+                .as_ref()
+                .map_or(0, |t| t.r.len() + t.at.as_ref().map_or(0, Vec::len))
             + self.anchor_norms.len()
             + self.cent_t.len();
         n * 4
@@ -119,15 +133,7 @@ impl Tables {
         // rotates its queries alike with or without room for the larger tables (and so
         // gives the same bits).
         let rot_in = if !cb.rot.is_empty() {
-            let mut t = try_vec(dp * d, 0f32, "rotation")?;
-            for p in 0..dp {
-                if let Some(c) = layout::source_column(p, d, cb.pq.dsub, dp) {
-                    for (row, r) in t.chunks_exact_mut(d).zip(cb.rot.chunks_exact(dp)) {
-                        row[c] = r[p];
-                    }
-                }
-            }
-            Some(t)
+            Some(QueryRotation::new(cb)?)
         } else {
             None
         };
@@ -148,15 +154,29 @@ impl Tables {
     /// The queries `qb` (r x d) padded to the sub-spaces' layout and rotated (r x dp).
     pub(super) fn rotated_queries(&self, cb: &Codebook, qb: &[f32]) -> Vec<f32> {
         let (d, dp) = (cb.d, cb.pq.dim());
+        let mut out = vec![0f32; qb.len() / d.max(1) * dp];
         match &self.rot_in {
-            Some(r) => {
-                let mut out = vec![0f32; qb.len() / d.max(1) * dp];
-                linalg::dot_block(qb, r, d, &mut out);
-                out
+            Some(QueryRotation { r, at: None }) => linalg::dot_block(qb, r, d, &mut out),
+            Some(QueryRotation { r, at: Some(at) }) => {
+                let rows = at.len().max(1);
+                let mut live = vec![0f32; qb.len() / d.max(1) * rows];
+                linalg::dot_block(qb, r, d, &mut live);
+                for (o, l) in out.chunks_exact_mut(dp).zip(live.chunks_exact(rows)) {
+                    for (&p, &v) in at.iter().zip(l) {
+                        o[p as usize] = v;
+                    }
+                }
             }
             // No rotation.
-            None => layout::pad_rows(qb, d, cb.pq.dsub, dp),
+            None => return layout::pad_rows(qb, d, cb.pq.dsub, dp),
         }
+        out
+    }
+
+    /// Rows of the rotation a query is multiplied by (0 without one).
+    #[cfg(test)]
+    pub(super) fn query_rotation_rows(&self, d: usize) -> usize {
+        self.rot_in.as_ref().map_or(0, |q| q.r.len() / d.max(1))
     }
 
     /// List `a`'s terms into `out` (M x ksub), from the stored rotated anchor or one made now
@@ -171,6 +191,39 @@ impl Tables {
             }
         };
         list_terms(cb, ra, out);
+    }
+}
+
+impl QueryRotation {
+    /// From the codebook's rotation: no larger than it, so made under any cap (a search
+    /// rotates its queries alike with or without room for the larger tables, and so gives
+    /// the same bits).
+    fn new(cb: &Codebook) -> Result<QueryRotation> {
+        let (d, dp) = (cb.d, cb.pq.dim());
+        let mut r = try_vec(dp * d, 0f32, "rotation")?;
+        for p in 0..dp {
+            if let Some(c) = layout::source_column(p, d, cb.pq.dsub, dp) {
+                for (row, rot) in r.chunks_exact_mut(d).zip(cb.rot.chunks_exact(dp)) {
+                    row[c] = rot[p];
+                }
+            }
+        }
+        // The rows zero on every real dimension leave; the others move up in place.
+        let mut at = Vec::new();
+        for p in 0..dp {
+            if r[p * d..(p + 1) * d].iter().any(|&v| v != 0.0) {
+                r.copy_within(p * d..(p + 1) * d, at.len() * d);
+                at.push(p as u32);
+            }
+        }
+        let at = if at.len() == dp {
+            None
+        } else {
+            r.truncate(at.len() * d);
+            r.shrink_to_fit();
+            Some(at)
+        };
+        Ok(QueryRotation { r, at })
     }
 }
 

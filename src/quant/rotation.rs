@@ -95,31 +95,62 @@ pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize, poll: Poll) ->
 }
 
 /// `eigen_allocation` of the rows whose `X^T X` is `c`.
+///
+/// A dimension on which every row is zero (padding, or one constant at zero) is an axis of
+/// its own, with variance zero: it is kept as that exact axis, dealt last, and the solver
+/// sees only the other dimensions. So the rotation's rows for padding are zero on every real
+/// dimension, and a query's rotation can pass them over (`index::tables`).
 pub(crate) fn eigen_allocation_of(c: Cross, nsub: usize) -> Vec<f32> {
     let dp = c.dp;
-    let Ok(evd) = c.done().self_adjoint_eigen(faer::Side::Lower) else {
+    let c = c.done();
+    let live: Vec<usize> = (0..dp).filter(|&i| c[(i, i)] > 0.0).collect();
+    let nl = live.len();
+    if nl == 0 {
+        return identity(dp);
+    }
+    let dead: Vec<usize> = (0..dp).filter(|&i| c[(i, i)] <= 0.0).collect();
+    let solved = Mat::<f64>::from_fn(nl, nl, |i, j| c[(live[i], live[j])]);
+    drop(c);
+    let Ok(evd) = solved.self_adjoint_eigen(faer::Side::Lower) else {
         return identity(dp);
     };
     let (u, s) = (evd.U(), evd.S().column_vector());
+    // The axes largest variance first: the solver's (its values come in nondecreasing
+    // order), then the dead dimensions' at zero.
+    let order = (0..nl)
+        .rev()
+        .map(|e| (s[e], Axis::Solved(e)))
+        .chain(dead.into_iter().map(|i| (0.0, Axis::Dead(i))));
     let dsub = dp / nsub;
-    let floor = s[dp - 1].max(0.0) * 1e-9 + f64::MIN_POSITIVE;
+    let top = if nl > 0 { s[nl - 1].max(0.0) } else { 0.0 };
+    let floor = top * 1e-9 + f64::MIN_POSITIVE;
     let mut log_prod = vec![0f64; nsub];
     let mut filled = vec![0usize; nsub];
     let mut out = vec![0f32; dp * dp];
-    // Eigenvalues come in nondecreasing order: walk them from the largest.
-    for e in (0..dp).rev() {
+    for (value, axis) in order {
         let b = (0..nsub)
             .filter(|&b| filled[b] < dsub)
             .min_by(|&a, &b| log_prod[a].total_cmp(&log_prod[b]).then(a.cmp(&b)))
             .expect("dp = nsub * dsub slots");
-        let row = b * dsub + filled[b];
+        let row = &mut out[(b * dsub + filled[b]) * dp..][..dp];
         filled[b] += 1;
-        log_prod[b] += s[e].max(floor).ln();
-        for t in 0..dp {
-            out[row * dp + t] = u[(t, e)] as f32;
+        log_prod[b] += value.max(floor).ln();
+        match axis {
+            Axis::Solved(e) => {
+                for (t, &at) in live.iter().enumerate() {
+                    row[at] = u[(t, e)] as f32;
+                }
+            }
+            Axis::Dead(i) => row[i] = 1.0,
         }
     }
     out
+}
+
+/// An axis `eigen_allocation_of` deals: the solver's eigenvector e, or dimension i's own.
+enum Axis {
+    Solved(usize),
+    Dead(usize),
 }
 
 /// The orthogonal R minimising `sum |R x_i - y_i|^2` (orthogonal Procrustes): with
@@ -220,6 +251,35 @@ mod tests {
         let gap = (log_prod(0) - log_prod(1)).abs();
         assert!(gap < 4f64.ln() * 2.0, "log-product gap {gap}");
         assert_eq!(r, eigen_allocation(&x, dp, nsub, &|| Ok(())).unwrap());
+    }
+
+    #[test]
+    fn dimensions_zero_in_every_row_stay_axes() {
+        // 12 dimensions, of which 2, 7 and 11 are zero everywhere (padding, or a pixel
+        // never lit), among others of varied spread mixed by a rotation.
+        let (dp, nsub, n, dead) = (12, 4, 3000, [2usize, 7, 11]);
+        let live: Vec<usize> = (0..dp).filter(|t| !dead.contains(t)).collect();
+        let x = crate::synth::gaussian(n, live.len(), 5);
+        let x = rotate(&random_orthogonal(live.len(), 8), &x, live.len());
+        let mut padded = vec![0f32; n * dp];
+        for (row, v) in padded.chunks_exact_mut(dp).zip(x.chunks_exact(live.len())) {
+            for (&t, &v) in live.iter().zip(v) {
+                row[t] = v * (1 + t) as f32;
+            }
+        }
+        let r = eigen_allocation(&padded, dp, nsub, &|| Ok(())).unwrap();
+        assert_orthogonal(&r, dp);
+        // Each dead dimension is one row's exact axis; every other row is zero on it.
+        for &t in &dead {
+            let rows: Vec<usize> = (0..dp).filter(|&i| r[i * dp + t] != 0.0).collect();
+            assert_eq!(rows.len(), 1, "dimension {t}");
+            let axis: Vec<f32> = (0..dp).map(|c| if c == t { 1.0 } else { 0.0 }).collect();
+            assert_eq!(
+                r[rows[0] * dp..(rows[0] + 1) * dp],
+                axis[..],
+                "dimension {t}"
+            );
+        }
     }
 
     #[test]
