@@ -145,10 +145,11 @@ impl ByteTable {
         for (t, m) in lut.chunks_exact(16).zip(self.mins.iter_mut()) {
             *m = t.iter().fold(f32::INFINITY, |a, &v| a.min(v));
         }
-        let his = lut
-            .chunks_exact(16)
-            .map(|t| t.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v)));
-        let scale = self.scales(his, lut.len() / 16);
+        let mut his = [0f32; MAX_NSUB];
+        for (t, h) in lut.chunks_exact(16).zip(his.iter_mut()) {
+            *h = t.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+        }
+        let scale = self.scales(&his[..lut.len() / 16]);
         let rows = lut.chunks_exact(16).zip(&self.mins);
         for ((t, &lo), out) in rows.zip(self.bytes.chunks_exact_mut(16)) {
             for (v, o) in t.iter().zip(out) {
@@ -189,7 +190,7 @@ impl ByteTable {
             *m = _mm_cvtss_f32(_mm_min_ss(lo, _mm_shuffle_ps(lo, lo, 1)));
             *h = _mm_cvtss_f32(_mm_max_ss(hi, _mm_shuffle_ps(hi, hi, 1)));
         }
-        let scale = self.scales(his[..nsub].iter().copied(), nsub);
+        let scale = self.scales(&his[..nsub]);
         let (sc, half, top) = (
             _mm256_set1_ps(scale),
             _mm256_set1_ps(0.5),
@@ -217,22 +218,46 @@ impl ByteTable {
         }
     }
 
-    /// From each sub-quantizer's smallest (`mins`, filled) and largest entries: the offset,
-    /// scale and slack, summed in sub-quantizer order by both kernels. Returns the scale.
-    fn scales(&mut self, his: impl Iterator<Item = f32>, nsub: usize) -> f32 {
-        let (mut offset, mut magnitude) = (0f32, 0f32);
-        // The two widest sub-quantizers' spans. The scale fits the second: the widest
-        // (often the error level's row, two to four times the others') saturates at 255
-        // where it is above it, which only lowers a byte sum, so the sums stay lower bounds
-        // with steps up to a few times finer for every other row.
-        let (mut widest, mut span) = (0f32, 0f32);
-        for (&lo, hi) in self.mins[..nsub].iter().zip(his) {
-            offset += lo;
+    /// From each sub-quantizer's smallest (`mins`, filled) and largest (`his`) entries: the
+    /// offset, scale and slack, the same in every kernel. Returns the scale.
+    ///
+    /// The sums run in eight lanes (row r in lane r % 8, the lanes then summed in order):
+    /// short chains of additions, where one chain over every row had set the pace of a
+    /// list's table.
+    #[inline(always)]
+    fn scales(&mut self, his: &[f32]) -> f32 {
+        const L: usize = 8;
+        let nsub = his.len();
+        let (mut offset, mut magnitude) = ([0f32; L], [0f32; L]);
+        // The two widest sub-quantizers' spans, per lane. The scale fits the second: the
+        // widest (often the error level's row, two to four times the others') saturates at
+        // 255 where it is above it, which only lowers a byte sum, so the sums stay lower
+        // bounds with steps up to a few times finer for every other row.
+        let (mut widest, mut second) = ([0f32; L], [0f32; L]);
+        let mut lane = |l: usize, lo: f32, hi: f32| {
+            offset[l] += lo;
             let w = hi - lo;
-            (widest, span) = (widest.max(w), span.max(widest.min(w)));
-            magnitude += lo.abs().max(hi.abs());
+            second[l] = second[l].max(widest[l].min(w));
+            widest[l] = widest[l].max(w);
+            magnitude[l] += lo.abs().max(hi.abs());
+        };
+        let (los, his_) = (self.mins[..nsub].chunks_exact(L), his.chunks_exact(L));
+        let (lr, hr) = (los.remainder(), his_.remainder());
+        for (lo, hi) in los.zip(his_) {
+            for l in 0..L {
+                lane(l, lo[l], hi[l]);
+            }
         }
-        let span = if nsub == 1 { widest } else { span };
+        for (l, (&lo, &hi)) in lr.iter().zip(hr).enumerate() {
+            lane(l, lo, hi);
+        }
+        // The two widest of all: the two widest of the lanes' two widest.
+        let (mut top, mut span) = (0f32, 0f32);
+        for w in widest.into_iter().chain(second) {
+            (top, span) = (top.max(w), span.max(top.min(w)));
+        }
+        let span = if nsub == 1 { top } else { span };
+        let (offset, magnitude) = (offset.iter().sum::<f32>(), magnitude.iter().sum::<f32>());
         let scale = if span > 0.0 { 255.0 / span } else { 1.0 };
         // Each entry is off by at most half a step (the rounding) plus a hair for the float
         // arithmetic of the scaling, hence 0.501; the float scan's own sums round by half an
@@ -587,8 +612,9 @@ mod tests {
                 (1.0, 1e9),
             ] {
                 let lut = table(&mut seed, nsub, spread, wide);
-                let (mut want, mut got) = (ByteTable::new(nsub), ByteTable::new(nsub));
+                let mut want = ByteTable::new(nsub);
                 want.fill_scalar(&lut);
+                let mut got = ByteTable::new(nsub);
                 got.fill(&lut);
                 assert_eq!(got.bytes, want.bytes, "nsub {nsub} spread {spread}");
                 assert_eq!(got.mins, want.mins);
