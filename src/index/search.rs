@@ -792,8 +792,8 @@ mod tests {
     }
 
     /// The GloVe demo vectors (50-d) in a 4-bit index of 16 B with the default (learned)
-    /// rotation, and the demo queries.
-    fn glove_demo_4bit() -> (Index, Vec<f32>) {
+    /// rotation, the vectors and the demo queries.
+    fn glove_demo_4bit() -> (Index, Vec<f32>, Vec<f32>) {
         use crate::{BackendKind, Compressor, Context, TrainParams};
         let base =
             crate::vecio::parse_fvecs(include_bytes!("../../tests/data/glove-demo/base.fvecs"))
@@ -813,14 +813,14 @@ mod tests {
         let mut ix = c.new_index().unwrap();
         let ids: Vec<u64> = (0..base.rows as u64).collect();
         ix.add(&base.data[..], &ids).unwrap();
-        (ix, query.data)
+        (ix, base.data, query.data)
     }
 
     #[test]
     fn queries_rotate_as_padded_queries_do() {
         // 32 sub-spaces of 2 over 50 dimensions: 14 of padding, whose axes the learned
         // rotation keeps, so a query's rotation passes over their rows.
-        let (ix, query) = glove_demo_4bit();
+        let (ix, _, query) = glove_demo_4bit();
         let cb = &*ix.cb;
         let (d, dp) = (cb.d, cb.pq.dim());
         assert_eq!((d, dp), (50, 64));
@@ -840,10 +840,29 @@ mod tests {
     }
 
     #[test]
+    fn a_rotation_of_zeros_searches_without_failing() {
+        // A file's rotation is checked for entries above 1 only: one of zeros loads, and
+        // every query then rotates to zeros. The search still answers every query.
+        let (ix, base, query) = glove_demo_4bit();
+        let mut cb = (*ix.cb).clone();
+        cb.rot.fill(0.0);
+        let mut zeros = Index::new(ix.ctx.clone(), std::sync::Arc::new(cb)).unwrap();
+        let ids: Vec<u64> = (0..ix.len() as u64).collect();
+        zeros.add(&base[..], &ids).unwrap();
+        let p = SearchParams {
+            k: 10,
+            nprobe: 4,
+            rerank: 0,
+        };
+        let r = zeros.search(&query, &p, None).unwrap();
+        assert!(r.ids.iter().all(|&id| id < ix.len() as u64));
+    }
+
+    #[test]
     fn the_block_scan_keeps_what_the_plain_scan_keeps_on_real_data() {
         // GloVe demo vectors in a 4-bit index; each query's real L2 table for each of its
         // lists (the list's terms plus -2 <y_j, c>), through both scans.
-        let (ix, query) = glove_demo_4bit();
+        let (ix, _, query) = glove_demo_4bit();
         let cb = &*ix.cb;
         let (dp, nsub, ds, ks) = (cb.pq.dim(), cb.pq.nsub, cb.pq.dsub, cb.pq.ksub());
         let mut light = None;
