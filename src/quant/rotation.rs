@@ -103,12 +103,12 @@ pub(crate) fn eigen_allocation(x: &[f32], dp: usize, nsub: usize, poll: Poll) ->
 pub(crate) fn eigen_allocation_of(c: Cross, nsub: usize) -> Vec<f32> {
     let dp = c.dp;
     let c = c.done();
-    let live: Vec<usize> = (0..dp).filter(|&i| c[(i, i)] > 0.0).collect();
+    // Every dimension is one or the other (a NaN diagonal is dead), so all are dealt.
+    let (live, dead): (Vec<usize>, Vec<usize>) = (0..dp).partition(|&i| c[(i, i)] > 0.0);
     let nl = live.len();
     if nl == 0 {
         return identity(dp);
     }
-    let dead: Vec<usize> = (0..dp).filter(|&i| c[(i, i)] <= 0.0).collect();
     let solved = Mat::<f64>::from_fn(nl, nl, |i, j| c[(live[i], live[j])]);
     drop(c);
     let Ok(evd) = solved.self_adjoint_eigen(faer::Side::Lower) else {
@@ -122,8 +122,7 @@ pub(crate) fn eigen_allocation_of(c: Cross, nsub: usize) -> Vec<f32> {
         .map(|e| (s[e], Axis::Solved(e)))
         .chain(dead.into_iter().map(|i| (0.0, Axis::Dead(i))));
     let dsub = dp / nsub;
-    let top = if nl > 0 { s[nl - 1].max(0.0) } else { 0.0 };
-    let floor = top * 1e-9 + f64::MIN_POSITIVE;
+    let floor = s[nl - 1].max(0.0) * 1e-9 + f64::MIN_POSITIVE;
     let mut log_prod = vec![0f64; nsub];
     let mut filled = vec![0usize; nsub];
     let mut out = vec![0f32; dp * dp];
