@@ -157,14 +157,14 @@ impl Tables {
         let mut out = vec![0f32; qb.len() / d.max(1) * dp];
         match &self.rot_in {
             Some(QueryRotation { r, at: None }) => linalg::dot_block(qb, r, d, &mut out),
-            // Rows that are all zero (a hostile file's rotation can be) leave zeros.
-            Some(QueryRotation { at: Some(at), .. }) if at.is_empty() => {}
+            // Each query's values on the rows kept, to their places; none where every row
+            // is zero (a hostile file's rotation can be).
             Some(QueryRotation { r, at: Some(at) }) => {
                 let rows = at.len();
                 let mut live = vec![0f32; qb.len() / d.max(1) * rows];
                 linalg::dot_block(qb, r, d, &mut live);
-                for (o, l) in out.chunks_exact_mut(dp).zip(live.chunks_exact(rows)) {
-                    for (&p, &v) in at.iter().zip(l) {
+                for (i, o) in out.chunks_exact_mut(dp).enumerate() {
+                    for (&p, &v) in at.iter().zip(&live[i * rows..]) {
                         o[p as usize] = v;
                     }
                 }
