@@ -78,6 +78,28 @@ pub(crate) fn block_bytes(m: usize, d: usize, rows: usize) -> usize {
     rp * (m.next_multiple_of(TILE * TILES) * 4 + d.next_multiple_of(4)) + rows * 12 + d
 }
 
+/// The queries `qb` (r x d) as the kernel takes them: rows of `d4` bytes, offset by 128 as
+/// it multiplies unsigned by signed bytes (padded rows, to a multiple of `ROWS`, and padded
+/// dimensions are 128, zero once the offset is taken out); and per query its scale, |q - q~|
+/// and |q~|.
+fn in_bytes(qb: &[f32], d: usize, d4: usize) -> (Vec<u8>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let r = qb.len() / d;
+    let mut qs = vec![128u8; r.next_multiple_of(ROWS) * d4];
+    let (mut scale, mut err, mut norm) = (vec![0f32; r], vec![0f32; r], vec![0f32; r]);
+    let mut row = vec![0i8; d];
+    for (i, q) in qb.chunks_exact(d).enumerate() {
+        let (s, e) = quantize(q, &mut row);
+        scale[i] = s;
+        err[i] = e;
+        let n2: i32 = row.iter().map(|&v| v as i32 * v as i32).sum();
+        norm[i] = s * (n2 as f32).sqrt();
+        for (o, &v) in qs[i * d4..].iter_mut().zip(&row) {
+            *o = (v as i16 + 128) as u8;
+        }
+    }
+    (qs, scale, err, norm)
+}
+
 /// `v` rounded to integers of at most 127 in size on one scale, into `out`: (scale, |v - v~|).
 /// Rounds half to even by the add of 1.5 x 2^23, which vectorizes where `round` is a call.
 fn quantize(v: &[f32], out: &mut [i8]) -> (f32, f32) {
@@ -156,25 +178,9 @@ impl Coarse8 {
 
     /// The queries `qb` (r x d) in integers, and their products with every anchor.
     pub(crate) fn block(&self, qb: &[f32], d: usize) -> Block {
-        let r = qb.len() / d;
-        let rp = r.next_multiple_of(ROWS);
-        // Offset by 128 into u8, as the kernel multiplies unsigned by signed bytes; padded
-        // rows and dimensions are 128, zero once the offset is taken out.
-        let mut qs = vec![128u8; rp * self.d4];
-        let (mut scale, mut err, mut norm) = (vec![0f32; r], vec![0f32; r], vec![0f32; r]);
-        let mut row = vec![0i8; d];
-        for (i, q) in qb.chunks_exact(d).enumerate() {
-            let (s, e) = quantize(q, &mut row);
-            scale[i] = s;
-            err[i] = e;
-            let n2: i32 = row.iter().map(|&v| v as i32 * v as i32).sum();
-            norm[i] = s * (n2 as f32).sqrt();
-            for (o, &v) in qs[i * self.d4..].iter_mut().zip(&row) {
-                *o = (v as i16 + 128) as u8;
-            }
-        }
+        let (qs, scale, err, norm) = in_bytes(qb, d, self.d4);
         let cols = self.packed.len() / self.d4;
-        let mut dots = vec![0i32; rp * cols];
+        let mut dots = vec![0i32; qs.len() / self.d4 * cols];
         products(&qs, &self.packed, &self.bias, self.d4, &mut dots);
         Block {
             dots,
@@ -357,18 +363,7 @@ mod tests {
         let (a, q) = x.split_at(m * d);
         let c = Coarse8::new(a, d).unwrap();
         let blk = c.block(q, d);
-        let qs: Vec<u8> = q
-            .chunks_exact(d)
-            .flat_map(|v| {
-                let mut row = vec![0i8; d];
-                quantize(v, &mut row);
-                let mut out = vec![128u8; c.d4];
-                for (o, &v) in out.iter_mut().zip(&row) {
-                    *o = (v as i16 + 128) as u8;
-                }
-                out
-            })
-            .collect();
+        let (qs, ..) = in_bytes(q, d, c.d4);
         let cols = c.packed.len() / c.d4;
         let (mut x8, mut y8) = (vec![0; nq * cols], vec![1; nq * cols]);
         products_scalar(&qs, &c.packed, &c.bias, c.d4, &mut x8);
