@@ -11,6 +11,7 @@ pub struct Context {
     pool: rayon::ThreadPool,
     memory_cap: std::sync::atomic::AtomicUsize,
     device_memory_cap: std::sync::atomic::AtomicUsize,
+    exact_rotation: std::sync::atomic::AtomicBool,
     progress: std::sync::RwLock<Listener>,
 }
 
@@ -47,6 +48,7 @@ impl Context {
             pool,
             memory_cap: 0.into(),
             device_memory_cap: 0.into(),
+            exact_rotation: false.into(),
             progress: Default::default(),
         })
     }
@@ -77,6 +79,23 @@ impl Context {
 
     pub fn memory_cap(&self) -> usize {
         self.memory_cap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// With `true`, host searches rotate every query in f32 products. By default (`false`),
+    /// a CPU with AVX-512 VNNI takes them in 8-bit integers where the codes hold at most one
+    /// bit a dimension (about 30% more queries a second on 784-d Fashion-MNIST at 64 B):
+    /// the rotated query is then within a bound of the exact one that moves recall by no
+    /// more than about 0.001 where measured, and that the distance bounds take in, but a
+    /// result near a tie can differ from another CPU's. Exact rotation gives every CPU the
+    /// same results up to the rounding of the sums.
+    pub fn set_exact_rotation(&self, exact: bool) {
+        self.exact_rotation
+            .store(exact, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn exact_rotation(&self) -> bool {
+        self.exact_rotation
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Caps the device memory one call takes on a GPU backend, in bytes (0 = no cap): calls

@@ -86,6 +86,8 @@ fn adding_and_searching_stay_within_a_quarter_of_their_estimates() {
         (200_000, 128, 32, 4, 1024, Metric::L2, Refine::None),
         (100_000, 128, 32, 8, 1024, Metric::Cosine, Refine::None),
         (100_000, 128, 32, 8, 1024, Metric::L2, Refine::F16),
+        // A bit a dimension: queries rotated in integers where the CPU has the kernel.
+        (100_000, 128, 16, 8, 1024, Metric::L2, Refine::None),
     ] {
         let x = common::clustered(n, d, 50, 5);
         let mut p = common::small_params(anchors, bytes);

@@ -85,12 +85,20 @@ impl Index {
     }
 
     /// Bounds of a hit's score `s` (smaller is better) for `id`: `score_bounds` of its code
-    /// distance, which is `s` less its error level.
-    fn hit_bounds(&self, l2: bool, s: f32, id: u64, qn: f32, amax: f32) -> Result<(f32, f32)> {
+    /// distance, which is `s` less its error level, and within `moved` of the score the exact
+    /// rotation of the query gives (`Tables::rotation_slack`).
+    fn hit_bounds(
+        &self,
+        l2: bool,
+        s: f32,
+        id: u64,
+        qn: f32,
+        (amax, moved): (f32, f32),
+    ) -> Result<(f32, f32)> {
         let b = self.bound_of(id)?;
         let (lmin, lmax) = self.levels_of(id)?;
-        let lo = score_bounds(l2, s - lmax, b, qn, slack(s, qn, amax)).0;
-        let hi = score_bounds(l2, s - lmin.min(lmax), b, qn, slack(s, qn, amax)).1;
+        let lo = score_bounds(l2, s - lmax - moved, b, qn, slack(s, qn, amax)).0;
+        let hi = score_bounds(l2, s - lmin.min(lmax) + moved, b, qn, slack(s, qn, amax)).1;
         Ok((lo, hi))
     }
 
@@ -161,6 +169,9 @@ impl Index {
         };
         let raw = raw.expect("checked above");
         let (bmax, amax) = (self.max_bound(), self.max_anchor_norm());
+        let mut light = None;
+        let tables = self.tables(&mut light)?;
+        let exact_rotation = self.ctx.exact_rotation();
         let mut per: Vec<(Vec<Cand>, usize, bool)> = Vec::with_capacity(nq);
         for qb in q.chunks(AUTO_BATCH * d) {
             let nb = qb.len() / d;
@@ -181,7 +192,8 @@ impl Index {
                                 -cscore[i * cap + t]
                             }
                         };
-                        self.auto_one(qv, ids, s, k, raw, (bmax, amax))
+                        let moved = tables.rotation_slack(qv, l2, exact_rotation);
+                        self.auto_one(qv, ids, s, k, raw, (bmax, amax, moved))
                     })
                     .collect::<Result<Vec<_>>>()
             })?;
@@ -221,14 +233,14 @@ impl Index {
         score: impl Fn(usize) -> f32,
         k: usize,
         raw: &dyn RawVectors,
-        (bmax, amax): (f32, f32),
+        (bmax, amax, moved): (f32, f32, f32),
     ) -> Result<(Vec<Cand>, usize, bool)> {
         let l2 = self.cb.metric == Metric::L2;
         let qn = crate::linalg::dot(qv, qv).sqrt();
         let found = ids.iter().position(|&i| i == u64::MAX).unwrap_or(ids.len());
         let mut order = Vec::with_capacity(found);
         for (t, &id) in ids[..found].iter().enumerate() {
-            let lo = self.hit_bounds(l2, score(t), id, qn, amax)?.0;
+            let lo = self.hit_bounds(l2, score(t), id, qn, (amax, moved))?.0;
             order.push(Cand(lo, id));
         }
         order.sort_unstable();
@@ -238,7 +250,7 @@ impl Index {
             // Its code distance is its score less its level, at most the largest.
             let s = score(found - 1);
             let top_level = self.cb.pq.levels.last().copied().unwrap_or(0.0);
-            score_bounds(l2, s - top_level, bmax, qn, slack(s, qn, amax)).0
+            score_bounds(l2, s - top_level - moved, bmax, qn, slack(s, qn, amax)).0
         } else {
             f32::INFINITY
         };
@@ -278,15 +290,20 @@ impl Index {
         let (mut lower, mut upper) = (res.distances.clone(), res.distances.clone());
         if exact.is_none() {
             let amax = self.max_anchor_norm();
+            let mut light = None;
+            let tables = self.tables(&mut light)?;
+            let exact_rotation = self.ctx.exact_rotation();
             for i in 0..nq {
-                let qn = crate::linalg::dot(&q[i * d..(i + 1) * d], &q[i * d..(i + 1) * d]).sqrt();
+                let qv = &q[i * d..(i + 1) * d];
+                let qn = crate::linalg::dot(qv, qv).sqrt();
+                let moved = tables.rotation_slack(qv, l2, exact_rotation);
                 for t in i * k..i * k + res.found(i) {
                     let s = if l2 {
                         res.distances[t]
                     } else {
                         -res.distances[t]
                     };
-                    let (lo, hi) = self.hit_bounds(l2, s, res.ids[t], qn, amax)?;
+                    let (lo, hi) = self.hit_bounds(l2, s, res.ids[t], qn, (amax, moved))?;
                     (lower[t], upper[t]) = if l2 { (lo, hi) } else { (-hi, -lo) };
                 }
             }

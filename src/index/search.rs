@@ -451,7 +451,7 @@ impl Index {
         if !bounded {
             linalg::dot_block(qb, &cb.anchors, d, &mut dots);
         }
-        let qy = tables.rotated_queries(cb, qb);
+        let qy = tables.rotated_queries(cb, qb, self.ctx.exact_rotation());
         let l2 = cb.metric == Metric::L2;
         let mut coarse = vec![0f32; m];
         let mut probes = Vec::new();
@@ -816,6 +816,89 @@ mod tests {
         (ix, base.data, query.data)
     }
 
+    /// The GloVe demo vectors and queries joined in pairs (100-d) in an 8-bit index of 12 B
+    /// (under a bit a dimension: queries rotated in integers where the CPU can), and the
+    /// queries.
+    fn glove_demo_wide(metric: Metric) -> (Index, Vec<f32>) {
+        use crate::{BackendKind, Compressor, Context, TrainParams};
+        let read = |b: &[u8]| crate::vecio::parse_fvecs(b).unwrap().data;
+        let base = read(include_bytes!("../../tests/data/glove-demo/base.fvecs"));
+        let query = read(include_bytes!("../../tests/data/glove-demo/query.fvecs"));
+        let d = 100;
+        let ctx = std::sync::Arc::new(Context::new(BackendKind::Cpu, 0, 2).unwrap());
+        let mut p = TrainParams {
+            bytes_per_vector: 12,
+            metric,
+            ..TrainParams::default()
+        };
+        p.anchor.anchors = 64;
+        let mut c = Compressor::new(ctx, p);
+        c.train(&base, d).unwrap();
+        let mut ix = c.new_index().unwrap();
+        let ids: Vec<u64> = (0..(base.len() / d) as u64).collect();
+        ix.add(&base[..], &ids).unwrap();
+        (ix, query)
+    }
+
+    #[test]
+    fn scores_from_queries_rotated_in_integers_stay_within_their_slack() {
+        if !super::super::coarse8::supported() {
+            return;
+        }
+        for metric in [Metric::L2, Metric::InnerProduct] {
+            let (ix, query) = glove_demo_wide(metric);
+            let (d, l2) = (ix.cb.d, metric == Metric::L2);
+            // Every list, and enough results that most ids come back both ways.
+            let p = SearchParams {
+                k: 200,
+                nprobe: 64,
+                rerank: 0,
+            };
+            ix.ctx.set_exact_rotation(true);
+            let exact = ix.search(&query, &p, None).unwrap();
+            ix.ctx.set_exact_rotation(false);
+            let ints = ix.search(&query, &p, None).unwrap();
+            let mut light = None;
+            let tables = ix.tables(&mut light).unwrap();
+            let (mut moved, mut widest, mut compared) = (0f32, 0f32, 0);
+            for (i, qv) in query.chunks_exact(d).enumerate() {
+                let slack = tables.rotation_slack(qv, l2, false);
+                assert_eq!(tables.rotation_slack(qv, l2, true), 0.0);
+                let of = |r: &SearchResults| -> std::collections::HashMap<u64, f32> {
+                    let at = i * p.k..(i + 1) * p.k;
+                    r.ids[at.clone()]
+                        .iter()
+                        .copied()
+                        .zip(r.distances[at].iter().copied())
+                        .collect()
+                };
+                let (a, b) = (of(&exact), of(&ints));
+                for (id, x) in &a {
+                    let Some(y) = b.get(id) else { continue };
+                    // The float sums' own rounding: a hair of room.
+                    let tol = slack + 1e-5 * (1.0 + x.abs());
+                    assert!(
+                        (x - y).abs() <= tol,
+                        "{metric:?} query {i} id {id}: {x} vs {y}, slack {slack}"
+                    );
+                    moved = moved.max((x - y).abs() / slack);
+                    compared += 1;
+                }
+                widest = widest.max(slack / a.values().fold(0f32, |m, v| m.max(v.abs())));
+            }
+            // The bound is a worst case: the scores move by a small part of it.
+            eprintln!(
+                "{metric:?}: {compared} scores, largest move {moved:.3} of the slack, slack at \
+                 most {widest:.3} of a score"
+            );
+            assert!(compared > 100 * query.len() / d);
+            assert!(
+                moved > 0.0,
+                "{metric:?}: the rotations gave the same scores"
+            );
+        }
+    }
+
     #[test]
     fn queries_rotate_as_padded_queries_do() {
         // 32 sub-spaces of 2 over 50 dimensions: 14 of padding, whose axes the learned
@@ -828,7 +911,7 @@ mod tests {
         let tables = ix.tables(&mut light).unwrap();
         let rows = tables.query_rotation_rows(d);
         assert_eq!(rows, d, "the padding's rows are passed over");
-        let got = tables.rotated_queries(cb, &query);
+        let got = tables.rotated_queries(cb, &query, false);
         let padded = layout::pad_rows(&query, d, cb.pq.dsub, dp);
         let want = layout::rotate(&cb.rot, &padded, dp);
         for (i, (g, w)) in got.chunks_exact(dp).zip(want.chunks_exact(dp)).enumerate() {
@@ -868,7 +951,7 @@ mod tests {
         let mut light = None;
         let tables = ix.tables(&mut light).unwrap();
         let terms = tables.l2_terms.as_ref().unwrap();
-        let qy = tables.rotated_queries(cb, &query);
+        let qy = tables.rotated_queries(cb, &query, false);
         let mut table = fastscan::ByteTable::new(nsub);
         for y in qy.chunks_exact(dp).take(40) {
             let mut qci = vec![0f32; nsub * ks];

@@ -1,6 +1,6 @@
 //! Lookup-table terms derived from a codebook once per index (`search` reads them).
 
-use super::coarse8::Coarse8;
+use super::coarse8::{self, Coarse8};
 use super::probe::Probe;
 use crate::backend::layout;
 use crate::error::{try_vec, Result};
@@ -40,6 +40,12 @@ pub(crate) struct Tables {
 /// less its rows that are zero on all of them (a padding dimension's own axis, as the
 /// learned rotation keeps it): a query is rotated without being padded first, in fewer
 /// products, and its values on those rows are zero without any.
+///
+/// Where the CPU has the 8-bit kernel (`coarse8`), the products are taken in integers, four
+/// times as many a cycle as in f32: the rotated query is then within `Coarse8::error_norm`
+/// of the exact one, which moves a code's score by at most that times the largest code's
+/// norm (twice under L2), and the bounds of `index::bounds` widen by as much
+/// (`Tables::rotation_slack`).
 #[derive(Debug)]
 struct QueryRotation {
     /// rows x d.
@@ -47,6 +53,11 @@ struct QueryRotation {
     /// Where each row's value goes among the dp outputs, the rest being zero; None: every
     /// row, in order.
     at: Option<Vec<u32>>,
+    /// The rows in 8-bit integers, where the CPU has their kernel and they are long enough
+    /// to gain from it.
+    ints: Option<Coarse8>,
+    /// The largest norm a code's residual decodes to (`sqrt(sum_j max_c |c_j|^2)`).
+    code_norm: f32,
 }
 
 impl Tables {
@@ -60,9 +71,17 @@ impl Tables {
                 .map_or(0, |t| t.r.len() + t.at.as_ref().map_or(0, Vec::len))
             + self.anchor_norms.len()
             + self.cent_t.len();
+        let ints = [
+            self.coarse8.as_ref(),
+            self.rot_in.as_ref().and_then(|t| t.ints.as_ref()),
+        ];
         n * 4
             + self.probe.as_ref().map_or(0, Probe::heap_bytes)
-            + self.coarse8.as_ref().map_or(0, Coarse8::heap_bytes)
+            + ints
+                .into_iter()
+                .flatten()
+                .map(Coarse8::heap_bytes)
+                .sum::<usize>()
     }
 
     /// A query's table into `out` (M x `ks`): `scale <y_j, c>` for each sub-space j and its
@@ -152,27 +171,51 @@ impl Tables {
     }
 
     /// The queries `qb` (r x d) padded to the sub-spaces' layout and rotated (r x dp).
-    pub(super) fn rotated_queries(&self, cb: &Codebook, qb: &[f32]) -> Vec<f32> {
+    /// With `exact`, in f32 products even where the rotation is held in integers.
+    pub(super) fn rotated_queries(&self, cb: &Codebook, qb: &[f32], exact: bool) -> Vec<f32> {
         let (d, dp) = (cb.d, cb.pq.dim());
-        let mut out = vec![0f32; qb.len() / d.max(1) * dp];
-        match &self.rot_in {
-            Some(QueryRotation { r, at: None }) => linalg::dot_block(qb, r, d, &mut out),
-            // Each query's values on the rows kept, to their places; none where every row
-            // is zero (a hostile file's rotation can be).
-            Some(QueryRotation { r, at: Some(at) }) => {
-                let rows = at.len();
-                let mut live = vec![0f32; qb.len() / d.max(1) * rows];
-                linalg::dot_block(qb, r, d, &mut live);
-                for (i, o) in out.chunks_exact_mut(dp).enumerate() {
-                    for (&p, &v) in at.iter().zip(&live[i * rows..]) {
-                        o[p as usize] = v;
-                    }
-                }
+        let Some(rot) = &self.rot_in else {
+            return layout::pad_rows(qb, d, cb.pq.dsub, dp);
+        };
+        let nq = qb.len() / d.max(1);
+        let rows = rot.r.len() / d.max(1);
+        let mut live = vec![0f32; nq * rows];
+        match &rot.ints {
+            Some(ints) if !exact => ints.scaled_products(qb, d, &mut live),
+            _ => linalg::dot_block(qb, &rot.r, d, &mut live),
+        }
+        let Some(at) = &rot.at else {
+            return live;
+        };
+        // Each query's values on the rows kept, to their places; none where every row is
+        // zero (a hostile file's rotation can be).
+        let mut out = vec![0f32; nq * dp];
+        for (i, o) in out.chunks_exact_mut(dp).enumerate() {
+            for (&p, &v) in at.iter().zip(&live[i * rows..]) {
+                o[p as usize] = v;
             }
-            // No rotation.
-            None => return layout::pad_rows(qb, d, cb.pq.dsub, dp),
         }
         out
+    }
+
+    /// How far the rotation in integers can move a code's score for the prepared query `q`
+    /// from what the exact rotation gives (0 where queries are rotated in f32, or `exact`):
+    /// the rotated query's error bound times the largest code's norm, twice under L2
+    /// (`QueryRotation`).
+    pub(crate) fn rotation_slack(&self, q: &[f32], l2: bool, exact: bool) -> f32 {
+        let Some(QueryRotation {
+            ints: Some(ints),
+            code_norm,
+            ..
+        }) = &self.rot_in
+        else {
+            return 0.0;
+        };
+        if exact {
+            return 0.0;
+        }
+        let k = if l2 { 2.0 } else { 1.0 };
+        k * ints.error_norm(q) * code_norm
     }
 
     /// Rows of the rotation a query is multiplied by (0 without one).
@@ -225,7 +268,25 @@ impl QueryRotation {
             r.shrink_to_fit();
             Some(at)
         };
-        Ok(QueryRotation { r, at })
+        // Rounded up a part in a thousand, for the float sums that take it.
+        let code_norm = (0..cb.pq.nsub)
+            .map(|j| {
+                let sub = cb.pq.sub(j).chunks_exact(cb.pq.dsub);
+                sub.map(|c| f64::from(linalg::dot(c, c)))
+                    .fold(0f64, f64::max)
+            })
+            .sum::<f64>()
+            .sqrt()
+            * 1.001;
+        let ints = coarse8::rotates(cb.residual_code_size(), d)
+            .then(|| Coarse8::new(&r, d))
+            .flatten();
+        Ok(QueryRotation {
+            r,
+            at,
+            ints,
+            code_norm: code_norm as f32,
+        })
     }
 }
 

@@ -3,6 +3,7 @@
 //! vectors not counted). Checked against measured peaks in `tests/memory_estimate.rs`.
 
 use crate::backend::streaming::wgpu_streamed_rows;
+use crate::index::coarse8;
 use crate::linalg::{fused_nearest, nearest_bytes, BLOCK};
 use crate::params::{Metric, Rotation, TrainParams};
 
@@ -434,7 +435,8 @@ pub fn fast_scan_bytes(s: &Shape, n: usize) -> usize {
 /// Bytes a search of `nq` queries with `want` candidates each allocates besides the tables and
 /// blocks it may build: its results (`k` ids and distances a query), the queries prepared for
 /// the metric (cosine), and per task (a block of up to 128 queries; as many at once as
-/// threads) the block's anchor scores with its padded and rotated copies, coarse distances,
+/// threads) the block's anchor scores with its padded and rotated copies (and the rotation's
+/// products in integers, where taken so), coarse distances,
 /// query tables and candidates.
 pub fn search_bytes(s: &Shape, nq: usize, k: usize, want: usize, threads: usize) -> usize {
     let f = 4;
@@ -446,9 +448,15 @@ pub fn search_bytes(s: &Shape, nq: usize, k: usize, want: usize, threads: usize)
     };
     let rows = nq.min(128);
     // Every anchor's product with each query: f32, or integers in padded tiles.
-    let scores =
-        (rows * s.anchors * f).max(crate::index::coarse8::block_bytes(s.anchors, s.d, rows));
+    let scores = (rows * s.anchors * f).max(coarse8::block_bytes(s.anchors, s.d, rows));
+    // The rotation's products in integers (rows of it at most dp), where taken so.
+    let rotation = if s.rotated && coarse8::rotates(s.code, s.d) {
+        coarse8::block_bytes(s.dp, s.d, rows)
+    } else {
+        0
+    };
     let per_task = scores
+        + rotation
         + rows * 2 * s.dp * f
         + s.anchors * (f + 8)
         + 2 * s.nsub * s.ksub * f
@@ -470,12 +478,17 @@ pub fn light_tables_bytes(s: &Shape) -> usize {
 }
 
 /// The tables' parts made under any cap, as they are no larger than what the codebook holds:
-/// the rotation's columns that meet a query's dimensions, and the anchors in 8-bit integers
-/// where the CPU has their kernel. A search uses them with or without room for the rest, so
-/// that it gives the same results.
+/// the rotation's columns that meet a query's dimensions (in f32, and in 8-bit integers
+/// where the CPU has their kernel), and the anchors in 8-bit integers likewise. A search uses
+/// them with or without room for the rest, so that it gives the same results.
 fn always_bytes(s: &Shape) -> usize {
-    let rot_in = if s.rotated { s.dp * s.d * 4 } else { 0 };
-    rot_in + crate::index::coarse8::held(s.anchors, s.d)
+    let ints = if coarse8::rotates(s.code, s.d) {
+        coarse8::held(s.dp, s.d)
+    } else {
+        0
+    };
+    let rot_in = if s.rotated { s.dp * s.d * 4 + ints } else { 0 };
+    rot_in + coarse8::held(s.anchors, s.d)
 }
 
 /// Values per staged block on CUDA (`STAGE` there).

@@ -50,6 +50,32 @@ pub fn demo() -> Demo {
 }
 
 /// An index trained on `base` with `p` and holding every row of it (id = row number).
+/// The demo's rows joined in pairs: 100 dimensions, which the 8-bit kernels take (a query's
+/// rotation in integers), with exact L2 ground truth (10 per query).
+pub fn demo_wide() -> Demo {
+    let demo = demo();
+    let join = |m: vecio::Matrix<f32>| {
+        let rows = m.rows / 2;
+        vecio::Matrix {
+            rows,
+            cols: 2 * m.cols,
+            data: m.data[..rows * 2 * m.cols].to_vec(),
+        }
+    };
+    let (base, query) = (join(demo.base), join(demo.query));
+    let l2 = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let gt = brute_force(&base.data, &query.data, base.cols, 10, l2);
+    Demo {
+        gt: vecio::Matrix {
+            rows: query.rows,
+            cols: 10,
+            data: gt,
+        },
+        base,
+        query,
+    }
+}
+
 pub fn indexed(ctx: &Arc<Context>, p: TrainParams, base: &vecio::Matrix<f32>) -> Index {
     let mut c = Compressor::new(ctx.clone(), p);
     c.train(&base.data, base.cols).unwrap();
@@ -146,7 +172,7 @@ pub fn search_parity(
     check: impl Fn(&vlc_compress::SearchResults, &vlc_compress::SearchResults, u64, &str),
 ) {
     use vlc_compress::{DenseRaw, RawVectors, SearchParams};
-    let cpu = ctx(0);
+    let cpu = host_reference();
     let raw = DenseRaw {
         data: &base.data,
         d: base.cols,
@@ -331,6 +357,15 @@ pub fn ragged_assignment_parity(dev: &Context) {
     }
 }
 
+/// The host as the devices are checked against: queries rotated in f32 products, as the
+/// devices rotate them (`Context::set_exact_rotation`; a host with AVX-512 VNNI would
+/// otherwise take them in 8-bit integers where codes are coarse).
+pub fn host_reference() -> Arc<Context> {
+    let c = ctx(0);
+    c.set_exact_rotation(true);
+    c
+}
+
 pub fn ctx(threads: usize) -> Arc<Context> {
     Arc::new(Context::new(BackendKind::Cpu, 0, threads).unwrap())
 }
@@ -439,7 +474,7 @@ pub fn encoding_parity_and_bad_values(
 /// CUDA's shared memory) on 256-d clusters. The device's results are the host's, and they came
 /// from the device.
 pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
-    let cpu = ctx(0);
+    let cpu = host_reference();
     let wide = vecio::Matrix {
         rows: 3000,
         cols: 256,
@@ -504,7 +539,7 @@ pub fn wide_table_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, q
 /// context) gives the host's results exactly.
 pub fn filtered_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
     use vlc_compress::{Filter, SearchParams};
-    let cpu = ctx(0);
+    let cpu = host_reference();
     let n = base.rows as u64;
     for bits in [8, 4] {
         let mut p = small_params(64, 16);
@@ -569,7 +604,7 @@ pub fn filtered_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, que
 /// 1e-3, and came from the device.
 pub fn range_search_parity(dev: &Arc<Context>, base: &vecio::Matrix<f32>, query: &[f32]) {
     use vlc_compress::{Filter, Metric, SearchParams};
-    let cpu = ctx(0);
+    let cpu = host_reference();
     let n = base.rows as u64;
     let evens = Filter::bitset(&vec![0x55u8; n.div_ceil(8) as usize], n).unwrap();
     for (metric, bits) in [(Metric::L2, 8), (Metric::L2, 4), (Metric::InnerProduct, 8)] {
@@ -794,7 +829,7 @@ pub fn cancel_leaves_objects_as_they_were(dev: &Arc<Context>) {
 /// host chooses its lists from bounds on those directions (`index/probe.rs`), the device by
 /// scoring every anchor. Both give the same results, 8-bit and 4-bit, under each metric.
 pub fn bounded_probe_parity(dev: &Arc<Context>) {
-    let cpu = ctx(0);
+    let cpu = host_reference();
     let (n, nq, d) = (6000, 100, 256);
     let mut data = vlc_compress::synth::low_rank(n + nq, d, 12, 41);
     let query = data.split_off(n * d);
