@@ -282,6 +282,7 @@ fn the_whole_pipeline_runs_from_the_command_line() {
         "5",
         "--nprobe",
         "4,16",
+        "--exact-rotation",
         "--json",
     ]);
     let rows: Vec<serde_json::Value> = e

@@ -186,6 +186,11 @@ public:
     void set_device_memory_cap(size_t bytes) const {
         detail::check(vlcc_context_set_device_memory_cap(p_.get(), bytes));
     }
+    // Host searches rotate every query in f32 (the same results on every CPU), or by default
+    // in 8-bit integers where the CPU and the codes make that pay (vlcc_context_set_exact_rotation).
+    void set_exact_rotation(bool exact) const {
+        detail::check(vlcc_context_set_exact_rotation(p_.get(), exact ? 1 : 0));
+    }
     size_t threads() const {
         size_t n = 0;
         detail::check(vlcc_context_threads(p_.get(), &n));

@@ -265,6 +265,21 @@ func (c *Context) SetMemoryCap(bytes int) error {
 	return err
 }
 
+// SetExactRotation with true makes host searches rotate every query in f32 products. By
+// default (false) a CPU with AVX-512 VNNI takes them in 8-bit integers where the codes hold
+// at most one bit a dimension: faster, within a bound the distance bounds take in, but a
+// result near a tie can differ from another CPU's. Exact rotation gives every CPU the same
+// results up to the rounding of the sums.
+func (c *Context) SetExactRotation(exact bool) error {
+	v := C.int(0)
+	if exact {
+		v = 1
+	}
+	err := call(func() C.vlcc_status { return C.vlcc_context_set_exact_rotation(c.p, v) })
+	runtime.KeepAlive(c)
+	return err
+}
+
 // SetDeviceMemoryCap caps the device memory one call takes on a GPU backend, in bytes (0 = no
 // cap): calls check their device estimate first and fail with ErrOutOfMemory where it does
 // not fit; training whose points do not fit streams them a block at a time. No effect on the

@@ -368,6 +368,10 @@ func TestIndexLifecycle(t *testing.T) {
 	if err := ctx.SetMemoryCap(0); err != nil {
 		t.Fatal(err)
 	}
+	// Every search below rotates its queries in f32, as on any CPU.
+	if err := ctx.SetExactRotation(true); err != nil {
+		t.Fatal(err)
+	}
 	x := clustered(3000, 5)
 	c := trained(t, ctx, x)
 	defer c.Close()

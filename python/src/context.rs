@@ -55,6 +55,20 @@ impl PyContext {
         self.ctx.set_memory_cap(bytes)
     }
 
+    /// Whether host searches rotate every query in f32 products (the same results on every
+    /// CPU). False (the default): a CPU with AVX-512 VNNI takes them in 8-bit integers where
+    /// the codes hold at most one bit a dimension (faster; a result near a tie can differ
+    /// from another CPU's).
+    #[getter]
+    fn exact_rotation(&self) -> bool {
+        self.ctx.exact_rotation()
+    }
+
+    #[setter]
+    fn set_exact_rotation(&self, exact: bool) {
+        self.ctx.set_exact_rotation(exact)
+    }
+
     /// The device memory cap in bytes (0 = none) on GPU backends: every call checks its
     /// device estimate against it.
     #[getter]

@@ -24,6 +24,25 @@ def test_search_shape_recall_and_padding(index, data):
     assert (I[:, 10:] == -1).all() and np.isnan(D[:, 10:]).all()
 
 
+def test_exact_rotation_keeps_the_results():
+    # 128-d at 8 B (under a bit a dimension): a CPU with AVX-512 VNNI rotates the queries in
+    # integers unless told not to; either way nearly the same neighbours come back.
+    x = np.random.default_rng(3).standard_normal((4000, 128)).astype(np.float32)
+    ctx = vc.Context(threads=2)
+    assert ctx.exact_rotation is False
+    c = vc.Compressor(context=ctx, anchors=32, bytes_per_vector=8, max_iters=5, pq_iters=5)
+    c.train(x)
+    ix = c.new_index()
+    ix.add(x)
+    q = x[:40] + 0.01
+    _, fast = ix.search(q, 10, nprobe=8)
+    ctx.exact_rotation = True
+    assert ctx.exact_rotation is True
+    _, exact = ix.search(q, 10, nprobe=8)
+    same = np.mean([len(set(fast[i]) & set(exact[i])) / 10 for i in range(len(q))])
+    assert same >= 0.9
+
+
 def test_rerank_against_array_fetch_and_own_rows(compressor, index, data):
     x, q = data
     gt, gd = exact_knn(x, q, 5)

@@ -28,6 +28,7 @@ class Context:
     def threads(self) -> int: ...
     memory_cap: int
     device_memory_cap: int
+    exact_rotation: bool
     def set_progress(self, progress: Optional[ProgressFn]) -> None: ...
 
 class Compressor:

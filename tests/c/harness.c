@@ -844,6 +844,10 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_compressor_train(c, x, N, D), VLCC_STATUS_OK);
     expect_status(vlcc_compressor_fingerprint(c, &fp), VLCC_STATUS_OK);
     expect_status(vlcc_context_set_device_memory_cap(ctx, 0), VLCC_STATUS_OK);
+    /* Queries rotated in f32 on every CPU, or (0, the default) in integers where it pays. */
+    expect_status(vlcc_context_set_exact_rotation(NULL, 1), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_context_set_exact_rotation(ctx, 1), VLCC_STATUS_OK);
+    expect_status(vlcc_context_set_exact_rotation(ctx, 0), VLCC_STATUS_OK);
     /* Under half its estimate: the same codebook in less memory where the capped estimate
        fits (the codebooks' residuals rebuilt where read), else refused. */
     uint64_t capped = 0;

@@ -71,6 +71,11 @@ pub(crate) struct RunOpts {
     /// Cap on the device memory each call takes on a GPU backend, in bytes (0 = none).
     #[arg(long, default_value_t = 0)]
     device_memory_cap: usize,
+    /// Rotate every query in f32 products on the host (the same results on every CPU),
+    /// instead of in 8-bit integers where the CPU has AVX-512 VNNI and the codes hold at
+    /// most a bit a dimension (faster).
+    #[arg(long)]
+    exact_rotation: bool,
 }
 
 impl RunOpts {
@@ -83,6 +88,7 @@ impl RunOpts {
         )?;
         ctx.set_memory_cap(self.memory_cap);
         ctx.set_device_memory_cap(self.device_memory_cap);
+        ctx.set_exact_rotation(self.exact_rotation);
         Ok(Arc::new(ctx))
     }
 
