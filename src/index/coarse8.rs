@@ -11,6 +11,8 @@
 //! rotation's, and the products, scaled back to f32, are the rotated query within that bound
 //! on each value (`Coarse8::scaled_products`, `Coarse8::error_norm`).
 
+use crate::linalg;
+
 /// Anchors per tile: one 512-bit register of i32 sums.
 const TILE: usize = 16;
 /// Tiles and queries a kernel step holds at once: 16 accumulators.
@@ -40,6 +42,8 @@ pub(crate) struct Coarse8 {
     scale: Vec<f32>,
     norm: Vec<f32>,
     err: Vec<f32>,
+    /// Bounds on the spectral norms of the rows and of their rounding (`measure`).
+    spectral: Option<(f64, f64)>,
 }
 
 /// A query block in integers, and its products with every anchor, from `Coarse8::block`.
@@ -175,6 +179,7 @@ impl Coarse8 {
             scale,
             norm,
             err,
+            spectral: None,
         })
     }
 
@@ -195,6 +200,10 @@ impl Coarse8 {
     /// A bound on the norm of the difference between query `q`'s products with every row and
     /// `scaled_products`' (each value's bound, squared and summed), rounded up by a part in
     /// a thousand for the float sums that take it.
+    ///
+    /// With the rows' spectral bounds (`measure`), the smaller of that and `|q - q~| |A| +
+    /// |q~| |A - A~|` (`A` the rows as a matrix, `|.|` its spectral norm): for a rotation's
+    /// rows, whose rounding errors point every way, several times smaller.
     pub(crate) fn error_norm(&self, q: &[f32]) -> f32 {
         let mut row = vec![0i8; q.len()];
         let (sq, eq) = quantize(q, &mut row);
@@ -203,7 +212,31 @@ impl Coarse8 {
         let sum: f64 = (self.norm.iter().zip(&self.err))
             .map(|(&na, &ea)| f64::from(eq * na + nq * ea).powi(2))
             .sum();
-        (sum.sqrt() * 1.001) as f32
+        let per_row = sum.sqrt();
+        let whole = self.spectral.map_or(f64::INFINITY, |(ga, ge)| {
+            f64::from(eq) * ga + f64::from(nq) * ge
+        });
+        (per_row.min(whole) * 1.001) as f32
+    }
+
+    /// Bounds the spectral norms of the rows `a` this was made from, as a matrix, and of
+    /// their rounding, for `error_norm`.
+    pub(crate) fn measure(&mut self, a: &[f32], d: usize) {
+        let mut err = a.to_vec();
+        for (j, e) in err.chunks_exact_mut(d).enumerate() {
+            let (t, l) = (j / TILE, j % TILE);
+            let g4 = self.d4 / 4;
+            for (x, e) in e.iter_mut().enumerate() {
+                let v = self.packed[(t * g4 + x / 4) * 64 + 4 * l + x % 4];
+                *e -= self.scale[j] * f32::from(v);
+            }
+        }
+        // `err` holds each row's rounding; its f32 subtraction is exact to half an ulp of the
+        // row's largest value, which the bound's own margin covers.
+        self.spectral = Some((
+            linalg::spectral_norm_bound(a, d),
+            linalg::spectral_norm_bound(&err, d),
+        ));
     }
 
     /// Whether integer products pay for a search of `nprobe` lists.

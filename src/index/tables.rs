@@ -278,9 +278,12 @@ impl QueryRotation {
             .sum::<f64>()
             .sqrt()
             * 1.001;
-        let ints = coarse8::rotates(cb.residual_code_size(), d)
+        let mut ints = coarse8::rotates(cb.residual_code_size(), d)
             .then(|| Coarse8::new(&r, d))
             .flatten();
+        if let Some(c) = &mut ints {
+            c.measure(&r, d);
+        }
         Ok(QueryRotation {
             r,
             at,

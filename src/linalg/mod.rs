@@ -45,6 +45,55 @@ pub(crate) fn dot_block(x: &[f32], c: &[f32], d: usize, out: &mut [f32]) {
     matmul(o, Accum::Replace, xa, ca.transpose(), 1.0f32, Par::Seq);
 }
 
+/// An upper bound on the spectral norm of `a` (rows of `w` values): the square root of the
+/// largest absolute row sum of its Gram matrix on the smaller side (Gershgorin), each product
+/// widened by its f32 rounding. Near the norm for matrices whose rows are near orthogonal (a
+/// rotation, or the rounding errors of one), where the Frobenius norm is far above it.
+pub(crate) fn spectral_norm_bound(a: &[f32], w: usize) -> f64 {
+    let n = a.len() / w.max(1);
+    if n == 0 || w == 0 {
+        return 0.0;
+    }
+    // The Gram matrix of the smaller side: rows of `a`, or of its transpose.
+    let (g, n, w) = if n <= w {
+        (a.to_vec(), n, w)
+    } else {
+        let mut t = vec![0f32; n * w];
+        for (i, row) in a.chunks_exact(w).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                t[j * n + i] = v;
+            }
+        }
+        (t, w, n)
+    };
+    let norms: Vec<f64> = g
+        .chunks_exact(w)
+        .map(|r| {
+            r.iter()
+                .map(|&v| f64::from(v) * f64::from(v))
+                .sum::<f64>()
+                .sqrt()
+        })
+        .collect();
+    // An f32 sum of w products is within about w 2^-24 |x| |y| of the exact one; twice that.
+    let rounding = 2.0 * w as f64 * f64::from(f32::EPSILON) / 2.0;
+    const ROWS: usize = 64;
+    let mut most = 0f64;
+    let mut block = vec![0f32; ROWS * n];
+    for (b, rows) in g.chunks(ROWS * w).enumerate() {
+        let r = rows.len() / w;
+        dot_block(rows, &g, w, &mut block[..r * n]);
+        for (i, sums) in block[..r * n].chunks_exact(n).enumerate() {
+            let ni = norms[b * ROWS + i];
+            let row: f64 = (sums.iter().zip(&norms))
+                .map(|(&s, &nj)| f64::from(s).abs() + rounding * ni * nj)
+                .sum();
+            most = most.max(row);
+        }
+    }
+    most.sqrt() * (1.0 + 1e-6)
+}
+
 /// Squared norm of each row.
 pub(crate) fn row_norms(x: &[f32], d: usize) -> Vec<f32> {
     if d == 0 {
@@ -424,6 +473,42 @@ fn smallest_k_any(row: &[f32], p: usize, out: &mut Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spectral_norm_bound_is_above_the_norm_and_near_it_for_rotations() {
+        // A rotation: norm 1, and so the bound, within its rounding margin.
+        for dp in [5usize, 64, 130] {
+            let r = crate::quant::rotation::random_orthogonal(dp, 3);
+            let b = spectral_norm_bound(&r, dp);
+            assert!((1.0 - 1e-5..1.01).contains(&b), "rotation {dp}: {b}");
+        }
+        // Gaussian matrices, wide and tall: the bound is above the norm (from below, by power
+        // iteration) and below the Frobenius norm (a mutation dropping the absolute values, or
+        // summing the wrong side, leaves one of them).
+        for (n, w) in [(40usize, 100usize), (100, 40), (64, 64)] {
+            let a = crate::synth::gaussian(n, w, 9);
+            let b = spectral_norm_bound(&a, w);
+            let mut v = vec![1f64; w];
+            let mut norm = 0f64;
+            for _ in 0..200 {
+                let av: Vec<f64> = a
+                    .chunks_exact(w)
+                    .map(|r| r.iter().zip(&v).map(|(&x, y)| f64::from(x) * y).sum())
+                    .collect();
+                let mut atav = vec![0f64; w];
+                for (r, s) in a.chunks_exact(w).zip(&av) {
+                    for (o, &x) in atav.iter_mut().zip(r) {
+                        *o += f64::from(x) * s;
+                    }
+                }
+                let len = atav.iter().map(|x| x * x).sum::<f64>().sqrt();
+                norm = len.sqrt();
+                v = atav.iter().map(|x| x / len).collect();
+            }
+            let frob = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+            assert!(norm <= b && b < frob, "{n} x {w}: {norm} <= {b} < {frob}");
+        }
+    }
 
     #[test]
     fn argmin_is_the_first_minimum() {
