@@ -98,6 +98,9 @@ pub(crate) fn block_bytes(m: usize, d: usize, rows: usize) -> usize {
 /// it multiplies unsigned by signed bytes (padded rows, to a multiple of `ROWS`, and padded
 /// dimensions are 128, zero once the offset is taken out); and per query its scale, |q - q~|
 /// and |q~|.
+/// Inlined into `in_bytes_avx512`, whose build turns its rounding into vector code (the
+/// baseline build converts a value at a time); the same operations, so the same bytes.
+#[inline(always)]
 fn in_bytes(qb: &[f32], d: usize, d4: usize) -> (Vec<u8>, Vec<f32>, Vec<f32>, Vec<f32>) {
     let r = qb.len() / d;
     let mut qs = vec![128u8; r.next_multiple_of(ROWS) * d4];
@@ -116,8 +119,23 @@ fn in_bytes(qb: &[f32], d: usize, d4: usize) -> (Vec<u8>, Vec<f32>, Vec<f32>, Ve
     (qs, scale, err, norm)
 }
 
+/// `in_bytes` in an AVX-512 build.
+///
+/// # Safety
+/// The CPU has AVX-512BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512bw")]
+unsafe fn in_bytes_avx512(
+    qb: &[f32],
+    d: usize,
+    d4: usize,
+) -> (Vec<u8>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    in_bytes(qb, d, d4)
+}
+
 /// `v` rounded to integers of at most 127 in size on one scale, into `out`: (scale, |v - v~|).
 /// Rounds half to even by the add of 1.5 x 2^23, which vectorizes where `round` is a call.
+#[inline(always)]
 fn quantize(v: &[f32], out: &mut [i8]) -> (f32, f32) {
     const MAGIC: f32 = 12_582_912.0;
     let top = v.iter().fold(0f32, |m, x| m.max(x.abs()));
@@ -135,6 +153,7 @@ fn quantize(v: &[f32], out: &mut [i8]) -> (f32, f32) {
 
 /// |v - scale q|: how far the integers `q` on `scale` are from `v` (16 partial sums, so
 /// that it vectorizes).
+#[inline(always)]
 fn rounding(v: &[f32], q: &[i8], scale: f32) -> f32 {
     let mut acc = [0f32; 16];
     for (x, q) in v.chunks(16).zip(q.chunks(16)) {
@@ -251,6 +270,10 @@ impl Coarse8 {
 
     /// The queries `qb` (r x d) in integers, and their products with every anchor.
     pub(crate) fn block(&self, qb: &[f32], d: usize) -> Block {
+        // SAFETY: a `Coarse8` is made only where the CPU has AVX-512BW (`held`).
+        #[cfg(target_arch = "x86_64")]
+        let (qs, scale, err, norm) = unsafe { in_bytes_avx512(qb, d, self.d4) };
+        #[cfg(not(target_arch = "x86_64"))]
         let (qs, scale, err, norm) = in_bytes(qb, d, self.d4);
         let cols = self.packed.len() / self.d4;
         let mut dots = vec![0i32; qs.len() / self.d4 * cols];
