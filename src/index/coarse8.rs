@@ -107,16 +107,26 @@ fn in_bytes(qb: &[f32], d: usize, d4: usize) -> (Vec<u8>, Vec<f32>, Vec<f32>, Ve
     let (mut scale, mut err, mut norm) = (vec![0f32; r], vec![0f32; r], vec![0f32; r]);
     let mut row = vec![0i8; d];
     for (i, q) in qb.chunks_exact(d).enumerate() {
-        let (s, e) = quantize(q, &mut row);
-        scale[i] = s;
-        err[i] = e;
-        let n2: i32 = row.iter().map(|&v| v as i32 * v as i32).sum();
-        norm[i] = s * (n2 as f32).sqrt();
+        (scale[i], err[i], norm[i]) = rounded(q, &mut row);
         for (o, &v) in qs[i * d4..].iter_mut().zip(&row) {
             *o = (v as i16 + 128) as u8;
         }
     }
     (qs, scale, err, norm)
+}
+
+/// Query `q` rounded into `row` as `in_bytes` rounds it: its scale, |q - q~| and |q~|.
+#[inline(always)]
+fn rounded(q: &[f32], row: &mut [i8]) -> (f32, f32, f32) {
+    let (s, e) = quantize(q, row);
+    let n2: i32 = row.iter().map(|&v| v as i32 * v as i32).sum();
+    (s, e, s * (n2 as f32).sqrt())
+}
+
+/// Where value `x` of row `j` sits in `Coarse8::packed` (`g4` groups of 4 a row).
+#[inline(always)]
+fn packed_at(j: usize, x: usize, g4: usize) -> usize {
+    ((j / TILE) * g4 + x / 4) * 64 + 4 * (j % TILE) + x % 4
 }
 
 /// `in_bytes` in an AVX-512 build.
@@ -185,9 +195,8 @@ impl Coarse8 {
             err.push(e);
             norm.push(a.iter().map(|x| x * x).sum::<f32>().sqrt());
             bias[j] = -128 * row.iter().map(|&v| v as i32).sum::<i32>();
-            let (t, l) = (j / TILE, j % TILE);
             for g in 0..g4 {
-                let at = (t * g4 + g) * 64 + 4 * l;
+                let at = packed_at(j, 4 * g, g4);
                 packed[at..at + 4].copy_from_slice(&row[4 * g..4 * g + 4]);
             }
         }
@@ -224,10 +233,7 @@ impl Coarse8 {
     /// |q~| |A - A~|` (`A` the rows as a matrix, `|.|` its spectral norm): for a rotation's
     /// rows, whose rounding errors point every way, several times smaller.
     pub(crate) fn error_norm(&self, q: &[f32]) -> f32 {
-        let mut row = vec![0i8; q.len()];
-        let (sq, eq) = quantize(q, &mut row);
-        let n2: i32 = row.iter().map(|&v| v as i32 * v as i32).sum();
-        let nq = sq * (n2 as f32).sqrt();
+        let (_, eq, nq) = rounded(q, &mut vec![0i8; q.len()]);
         let sum: f64 = (self.norm.iter().zip(&self.err))
             .map(|(&na, &ea)| f64::from(eq * na + nq * ea).powi(2))
             .sum();
@@ -242,12 +248,10 @@ impl Coarse8 {
     /// their rounding, for `error_norm`.
     pub(crate) fn measure(&mut self, a: &[f32], d: usize) {
         let mut err = a.to_vec();
+        let g4 = self.d4 / 4;
         for (j, e) in err.chunks_exact_mut(d).enumerate() {
-            let (t, l) = (j / TILE, j % TILE);
-            let g4 = self.d4 / 4;
             for (x, e) in e.iter_mut().enumerate() {
-                let v = self.packed[(t * g4 + x / 4) * 64 + 4 * l + x % 4];
-                *e -= self.scale[j] * f32::from(v);
+                *e -= self.scale[j] * f32::from(self.packed[packed_at(j, x, g4)]);
             }
         }
         // `err` holds each row's rounding; its f32 subtraction is exact to half an ulp of the
@@ -339,10 +343,9 @@ fn products_scalar(qs: &[u8], packed: &[i8], bias: &[i32], d4: usize, out: &mut 
     let (g4, cols) = (d4 / 4, packed.len() / d4);
     for (q, o) in qs.chunks_exact(d4).zip(out.chunks_exact_mut(cols)) {
         for (j, v) in o.iter_mut().enumerate() {
-            let (t, l) = (j / TILE, j % TILE);
             let mut s = bias[j];
             for g in 0..g4 {
-                let at = (t * g4 + g) * 64 + 4 * l;
+                let at = packed_at(j, 4 * g, g4);
                 for b in 0..4 {
                     s += q[4 * g + b] as i32 * packed[at + b] as i32;
                 }
