@@ -116,13 +116,6 @@ impl Index {
         })
     }
 
-    /// The largest anchor norm, for [`slack`] (+inf where the tables cannot be had: an
-    /// unbounded slack is safe).
-    fn max_anchor_norm(&self) -> f32 {
-        self.tables(&mut None)
-            .map_or(f32::INFINITY, |t| t.max_anchor_norm)
-    }
-
     /// As [`Index::search_filtered`], with each hit's distance bounds. With `auto`, the
     /// re-rank is certified: `p.rerank` (>= k) is the most candidates kept per query, taken in
     /// the order of their lower bounds, and re-scoring stops once no unexamined candidate's
@@ -168,9 +161,9 @@ impl Index {
             rerank: 0,
         };
         let raw = raw.expect("checked above");
-        let (bmax, amax) = (self.max_bound(), self.max_anchor_norm());
         let mut light = None;
         let tables = self.tables(&mut light)?;
+        let (bmax, amax) = (self.max_bound(), tables.max_anchor_norm);
         let exact_rotation = self.ctx.exact_rotation();
         let mut per: Vec<(Vec<Cand>, usize, bool)> = Vec::with_capacity(nq);
         for qb in q.chunks(AUTO_BATCH * d) {
@@ -289,9 +282,9 @@ impl Index {
         let nq = q.len() / d.max(1);
         let (mut lower, mut upper) = (res.distances.clone(), res.distances.clone());
         if exact.is_none() {
-            let amax = self.max_anchor_norm();
             let mut light = None;
             let tables = self.tables(&mut light)?;
+            let amax = tables.max_anchor_norm;
             let exact_rotation = self.ctx.exact_rotation();
             for i in 0..nq {
                 let qv = &q[i * d..(i + 1) * d];
