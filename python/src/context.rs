@@ -56,7 +56,7 @@ impl PyContext {
     }
 
     /// Whether host searches rotate every query in f32 products (the same results on every
-    /// CPU). False (the default): a CPU with AVX-512 VNNI takes them in 8-bit integers where
+    /// CPU; C `vlcc_context_set_exact_rotation`). False (the default): a CPU with AVX-512 VNNI takes them in 8-bit integers where
     /// the codes hold at most one bit a dimension (faster; a result near a tie can differ
     /// from another CPU's).
     #[getter]
