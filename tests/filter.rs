@@ -20,7 +20,10 @@ fn forms(allowed: &[u64], n: u64) -> Vec<(&'static str, Filter)> {
         ("bitset", Filter::bitset(&bits, n).unwrap()),
         ("ids", Filter::ids(allowed).unwrap()),
         // Held as given (`Filter::ids` makes a dense list a bitset).
-        ("id list", Filter::Ids(allowed.into())),
+        (
+            "id list",
+            Filter::Ids(std::sync::Arc::new(allowed.to_vec())),
+        ),
         (
             "predicate",
             Filter::predicate(move |id| Ok(set.contains(&id))),

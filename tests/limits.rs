@@ -414,3 +414,33 @@ fn reads_and_decodes_answer_to_the_memory_cap() {
     assert_eq!(c.decode(&codes).unwrap().len(), x.data.len());
     std::fs::remove_file(&path).unwrap();
 }
+
+
+/// A bitset may claim any number of bits: past what memory holds the call answers with a
+/// status (the copy is allocated fallibly), never an abort, and the filter stays as it was.
+#[test]
+fn a_bitset_claiming_any_size_gets_a_status() {
+    // SAFETY (whole test): no byte past the first is read: each claim fails before the copy.
+    unsafe {
+        let mut p = null_mut();
+        assert_eq!(vlcc_search_params_new(&mut p), vlcc_status::Ok);
+        let one = [0xFFu8];
+        for n_bits in [u64::MAX, u64::MAX - 7, 1 << 62, (isize::MAX as u64) << 2] {
+            let st = vlcc_search_params_set_filter_bitset(p, one.as_ptr(), n_bits);
+            assert!(
+                matches!(st, vlcc_status::OutOfMemory | vlcc_status::InvalidArgument),
+                "{n_bits} bits: {st:?} {}",
+                message()
+            );
+        }
+        // One wrapping past the end of the address space.
+        let end = usize::MAX as *const u8;
+        let st = vlcc_search_params_set_filter_bitset(p, end, 64);
+        assert_eq!(st, vlcc_status::InvalidArgument, "{}", message());
+        assert_eq!(
+            vlcc_search_params_set_filter_bitset(p, one.as_ptr(), 8),
+            vlcc_status::Ok
+        );
+        vlcc_search_params_free(p);
+    }
+}

@@ -125,9 +125,11 @@ pub(crate) fn check_ptr<T>(p: *const T, len: usize, what: &str) -> FfiResult {
             ),
         );
     }
+    // A range past isize::MAX bytes, or one that wraps past the end of the address space,
+    // cannot be memory the caller holds.
     if len
         .checked_mul(std::mem::size_of::<T>())
-        .is_none_or(|b| b > isize::MAX as usize)
+        .is_none_or(|b| b > isize::MAX as usize || (p as usize).checked_add(b).is_none())
     {
         return fail(
             vlcc_status::InvalidArgument,

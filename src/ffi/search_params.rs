@@ -177,7 +177,10 @@ pub unsafe extern "C" fn vlcc_search_params_get(
 
 /// Searches with these parameters return only ids in `[0, n_bits)` whose bit is set in `bits`:
 /// bit `i % 8` (least significant first) of byte `i / 8`, `ceil(n_bits / 8)` bytes, copied
-/// here (the caller's array may be freed at once). Replaces any filter set before. The
+/// here (the caller's array may be freed at once). A size no address space holds fails with
+/// INVALID_ARGUMENT, a copy that cannot be allocated with OUT_OF_MEMORY; either way the
+/// filter is unchanged. Replaces any filter set before. The copy counts against the memory
+/// cap of each search that uses it. The
 /// filter is applied during the scan: a query gets k hits whenever its probed lists hold k
 /// allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Bitsets
 /// and id lists are applied in the device scan on CUDA and WGPU contexts (a mask over the

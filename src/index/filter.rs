@@ -2,8 +2,17 @@
 //! every vector that would enter a query's candidates, so a query gets k hits whenever its
 //! probed lists hold k allowed vectors.
 
-use crate::error::{Error, Result};
+use crate::error::{try_vec, Error, Result};
 use std::sync::Arc;
+
+/// A copy of `x` allocated fallibly (the caller's sizes can be anything).
+fn copied<T: Copy>(x: &[T], what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(x.len())
+        .map_err(|_| Error::OutOfMemory(format!("{what}: {} bytes", std::mem::size_of_val(x))))?;
+    v.extend_from_slice(x);
+    Ok(v)
+}
 
 /// A predicate over ids: `Ok(true)` allows, `Ok(false)` skips, an error stops the search
 /// with that error. Called from several threads at once.
@@ -14,9 +23,9 @@ pub type Predicate = dyn Fn(u64) -> Result<bool> + Send + Sync;
 pub enum Filter {
     /// Ids in `[0, n_bits)` whose bit is set: bit `i % 8` (least significant first) of byte
     /// `i / 8`. Ids at or beyond `n_bits` are not allowed.
-    Bitset { bits: Arc<[u8]>, n_bits: u64 },
+    Bitset { bits: Arc<Vec<u8>>, n_bits: u64 },
     /// The allowed ids, sorted ascending (duplicates allowed).
-    Ids(Arc<[u64]>),
+    Ids(Arc<Vec<u64>>),
     /// A caller's predicate.
     Predicate(Arc<Predicate>),
 }
@@ -33,6 +42,7 @@ impl std::fmt::Debug for Filter {
 
 impl Filter {
     /// A bitset filter over `[0, n_bits)`; `bits` must hold at least `ceil(n_bits / 8)` bytes.
+    /// The copy is allocated fallibly: `OutOfMemory` where it cannot be.
     pub fn bitset(bits: &[u8], n_bits: u64) -> Result<Filter> {
         let need = n_bits.div_ceil(8);
         if (bits.len() as u64) < need {
@@ -42,9 +52,18 @@ impl Filter {
             )));
         }
         Ok(Filter::Bitset {
-            bits: bits[..need as usize].into(),
+            bits: Arc::new(copied(&bits[..need as usize], "a bitset filter")?),
             n_bits,
         })
+    }
+
+    /// Bytes this filter holds (its copy of the caller's bitset or ids).
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Filter::Bitset { bits, .. } => bits.len(),
+            Filter::Ids(ids) => ids.len() * 8,
+            Filter::Predicate(_) => 0,
+        }
     }
 
     /// A filter allowing exactly `ids`, which must be sorted ascending. Held as a bitset
@@ -63,16 +82,16 @@ impl Filter {
         match ids.last() {
             Some(&top) if top / 64 < ids.len() as u64 => {
                 let n_bits = top + 1;
-                let mut bits = vec![0u8; n_bits.div_ceil(8) as usize];
+                let mut bits = try_vec(n_bits.div_ceil(8) as usize, 0u8, "an id filter")?;
                 for &i in ids {
                     bits[(i / 8) as usize] |= 1 << (i % 8);
                 }
                 Ok(Filter::Bitset {
-                    bits: bits.into(),
+                    bits: Arc::new(bits),
                     n_bits,
                 })
             }
-            _ => Ok(Filter::Ids(ids.into())),
+            _ => Ok(Filter::Ids(Arc::new(copied(ids, "an id filter")?))),
         }
     }
 
@@ -91,7 +110,7 @@ impl Filter {
     /// back), bit `i % 32` of word `i / 32` set where vector i is allowed; at least one word.
     pub(crate) fn positions(&self, ids: &[u64]) -> Result<Vec<u32>> {
         use rayon::prelude::*;
-        let mut words = crate::error::try_vec(ids.len().div_ceil(32).max(1), 0u32, "filter mask")?;
+        let mut words = try_vec(ids.len().div_ceil(32).max(1), 0u32, "filter mask")?;
         words
             .par_iter_mut()
             .zip(ids.par_chunks(32))
