@@ -444,3 +444,73 @@ fn a_bitset_claiming_any_size_gets_a_status() {
         vlcc_search_params_free(p);
     }
 }
+
+
+/// Every output of `vlcc_index_search_bounds` is checked against every other output and the
+/// inputs: an overlap is `OVERLAP`, with nothing written (the queries stay as they were).
+#[test]
+fn bounds_outputs_may_not_overlap_each_other_or_the_inputs() {
+    let x = base().data;
+    // SAFETY (whole test): every buffer is valid for what the call is told; some overlap on
+    // purpose, which the call must refuse before writing.
+    unsafe {
+        let mut ctx = null_mut();
+        assert_eq!(vlcc_context_new(1, 0, 2, &mut ctx), vlcc_status::Ok);
+        let mut c = null_mut();
+        assert_eq!(vlcc_compressor_new(ctx, &mut c), vlcc_status::Ok);
+        vlcc_compressor_set_param(c, vlcc_param::Anchors as u32, 16.0);
+        vlcc_compressor_set_param(c, vlcc_param::BytesPerVector as u32, 8.0);
+        assert_eq!(
+            vlcc_compressor_train(c, x.as_ptr(), 2000, D),
+            vlcc_status::Ok
+        );
+        let mut ix = null_mut();
+        assert_eq!(
+            vlcc_index_new_with_refine(c, vlcc_refine::Bound as u32, &mut ix),
+            vlcc_status::Ok
+        );
+        let ids: Vec<u64> = (0..2000).collect();
+        assert_eq!(
+            vlcc_index_add(ix, x.as_ptr(), 2000, ids.as_ptr()),
+            vlcc_status::Ok
+        );
+        let mut p = null_mut();
+        assert_eq!(vlcc_search_params_new(&mut p), vlcc_status::Ok);
+        let (nq, k) = (4usize, 10usize);
+        // One arena holds every output, so that any two can be made to meet.
+        let mut q = x[..nq * D].to_vec();
+        let q0 = q.clone();
+        let mut arena = vec![0u64; 8 * nq * k];
+        let base = arena.as_mut_ptr();
+        let f = |at: usize| base.add(at) as *mut f32;
+        let (oi, od, lo, hi) = (base, f(nq * k), f(2 * nq * k), f(3 * nq * k));
+        let (rr, cf) = (base.add(4 * nq * k), base.add(5 * nq * k) as *mut u8);
+        type Case = (*mut u64, *mut f32, *mut f32, *mut f32, *mut u64, *mut u8);
+        let cases: [(&str, Case); 7] = [
+            ("lower on ids", (oi, od, oi as *mut f32, hi, rr, cf)),
+            ("upper on distances", (oi, od, lo, od.add(3), rr, cf)),
+            ("lower on upper", (oi, od, lo, lo.add(1), rr, cf)),
+            ("reranked on ids", (oi, od, lo, hi, oi.add(2), cf)),
+            ("certified on lower", (oi, od, lo, hi, rr, lo as *mut u8)),
+            ("certified on reranked", (oi, od, lo, hi, rr, rr as *mut u8)),
+            ("upper on the queries", (oi, od, lo, q.as_mut_ptr(), rr, cf)),
+        ];
+        for (what, (i, d, l, u, r, c)) in cases {
+            let qp = q.as_ptr();
+            let st = vlcc_index_search_bounds(ix, qp, nq, p, null(), 0, i, d, l, u, r, c);
+            assert_eq!(st, vlcc_status::Overlap, "{what}: {}", message());
+            assert!(
+                arena.iter().all(|&v| v == 0),
+                "{what}: an output was written"
+            );
+            assert_eq!(q, q0, "{what}: the queries were written");
+        }
+        let st = vlcc_index_search_bounds(ix, q.as_ptr(), nq, p, null(), 0, oi, od, lo, hi, rr, cf);
+        assert_eq!(st, vlcc_status::Ok, "{}", message());
+        assert!((0..nq * k).all(|i| *oi.add(i) < 2000));
+        vlcc_search_params_free(p);
+        vlcc_index_free(ix);
+        vlcc_compressor_free(c);
+        vlcc_context_free(ctx);
+    }
+}

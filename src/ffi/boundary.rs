@@ -155,6 +155,74 @@ pub(crate) fn no_overlap<A, B>(a: &[A], b: &[B], what: &str) -> FfiResult {
     Ok(())
 }
 
+/// A caller's buffer as a byte range, for the overlap checks: made from the pointer before
+/// any slice is, so that no two slices of a call ever alias.
+#[derive(Clone, Copy)]
+pub(crate) struct Span<'a> {
+    what: &'a str,
+    at: usize,
+    bytes: usize,
+}
+
+impl<'a> Span<'a> {
+    /// `len` elements at `p`, checked as `slice_mut` checks them.
+    pub fn of<T>(p: *const T, len: usize, what: &'a str) -> FfiResult<Span<'a>> {
+        if len == 0 {
+            return Ok(Span {
+                what,
+                at: 0,
+                bytes: 0,
+            });
+        }
+        check_ptr(p, len, what)?;
+        Ok(Span {
+            what,
+            at: p as usize,
+            bytes: len * std::mem::size_of::<T>(),
+        })
+    }
+
+    /// As `of`, where NULL means "not wanted" (an empty span).
+    pub fn optional<T>(p: *const T, len: usize, what: &'a str) -> FfiResult<Span<'a>> {
+        if p.is_null() {
+            return Ok(Span {
+                what,
+                at: 0,
+                bytes: 0,
+            });
+        }
+        Span::of(p, len, what)
+    }
+
+    /// A slice the call already holds.
+    pub fn slice<T>(s: &[T], what: &'a str) -> Span<'a> {
+        Span {
+            what,
+            at: s.as_ptr() as usize,
+            bytes: std::mem::size_of_val(s),
+        }
+    }
+
+    fn meets(&self, o: &Span) -> bool {
+        self.bytes > 0 && o.bytes > 0 && self.at < o.at + o.bytes && o.at < self.at + self.bytes
+    }
+}
+
+/// Fails with `Overlap` where two `outputs` meet, or an output meets one of `inputs`.
+pub(crate) fn disjoint(outputs: &[Span], inputs: &[Span]) -> FfiResult {
+    for (i, a) in outputs.iter().enumerate() {
+        for b in outputs[i + 1..].iter().chain(inputs) {
+            if a.meets(b) {
+                return fail(
+                    vlcc_status::Overlap,
+                    format!("{} and {} overlap", a.what, b.what),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `n * d`, or `InvalidArgument` on overflow.
 pub(crate) fn count(n: usize, d: usize, what: &str) -> FfiResult<usize> {
     n.checked_mul(d).map_or_else(

@@ -1,8 +1,8 @@
 //! `vlcc_index`: add with ids, search, remove, stats, save/load (memory-mapped), serialize.
 
 use super::boundary::{
-    c_path, check_ptr, count, fail, handle, handle_mut, need_out, no_overlap, out_buf, slice,
-    write_out, FfiResult,
+    c_path, check_ptr, count, disjoint, fail, handle, handle_mut, need_out, no_overlap, out_buf,
+    slice, write_out, FfiResult, Span,
 };
 use super::buffer::vlcc_buffer;
 use super::compressor::{compressor_ref, vlcc_compressor};
@@ -233,8 +233,8 @@ pub unsafe extern "C" fn vlcc_index_search(
         let (h, q, sp) = search_args(ix, queries, nq, params)?;
         let (p, filter) = (sp.p, sp.filter.as_ref());
         let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;
-        let inputs = [("queries", q), ("raw vectors", raw.dense())];
-        write_results(&inputs, nq, p.k, ids, distances, || match sp.auto {
+        let inputs = [Span::slice(q, "queries"), Span::slice(raw.dense(), "raw vectors")];
+        write_results(&inputs, &[], nq, p.k, ids, distances, || match sp.auto {
             true => Ok(h.search_bounded(q, &p, raw.get(), filter, true)?.results),
             false => h.search_filtered(q, &p, raw.get(), filter),
         })
@@ -271,7 +271,7 @@ pub unsafe extern "C" fn vlcc_index_search_device_raw(
             check_ptr(raw, count(raw_n, d, "raw vectors")?, "raw")?;
         }
         let at = raw as u64;
-        write_results(&[("queries", q)], nq, p.k, ids, distances, || {
+        write_results(&[Span::slice(q, "queries")], &[], nq, p.k, ids, distances, || {
             // SAFETY: the caller vouches that nothing writes the rows meanwhile; the backend
             // checks the range before reading it.
             unsafe { h.search_device_raw(q, &p, at, raw_n) }
@@ -345,9 +345,11 @@ unsafe fn search_args<'a>(
 }
 
 /// Runs `search` and copies its results to the caller's `ids` and `distances` (nq*k each),
-/// which must not overlap each other or the host `inputs`.
+/// which must not overlap each other, the call's `extra` outputs or the host `inputs`:
+/// checked on the pointers, before any slice of them is made.
 unsafe fn write_results(
-    inputs: &[(&str, &[f32])],
+    inputs: &[Span],
+    extra: &[Span],
     nq: usize,
     k: usize,
     ids: *mut u64,
@@ -355,13 +357,14 @@ unsafe fn write_results(
     search: impl FnOnce() -> crate::Result<crate::SearchResults>,
 ) -> FfiResult {
     let need = count(nq, k, "results")?;
+    let mut outputs = vec![
+        Span::of(ids, need, "ids")?,
+        Span::of(distances, need, "distances")?,
+    ];
+    outputs.extend_from_slice(extra);
+    disjoint(&outputs, inputs)?;
     let out_ids = out_buf(ids, need, need, "ids")?;
     let out_d = out_buf(distances, need, need, "distances")?;
-    no_overlap(out_ids, out_d, "ids and distances")?;
-    for (what, x) in inputs {
-        no_overlap(x, out_ids, &format!("{what} and ids"))?;
-        no_overlap(x, out_d, &format!("{what} and distances"))?;
-    }
     let res = search()?;
     out_ids.copy_from_slice(&res.ids);
     out_d.copy_from_slice(&res.distances);
@@ -663,7 +666,8 @@ pub unsafe extern "C" fn vlcc_index_get_codes(
 /// its error bound, or its exact distance twice where re-ranked; NaN where the slot is missing.
 /// `reranked` (nq) receives the candidates each query re-scored exactly, `certified` (nq) 1
 /// where its top-k is proven exact over its probed lists (a `VLCC_SEARCH_PARAM_RERANK_AUTO`
-/// re-rank that did not hit its cap), else 0. Any of the four may be NULL. The index must keep
+/// re-rank that did not hit its cap), else 0. Any of the four may be NULL. No output may
+/// overlap another output or the inputs (VLCC_STATUS_OVERLAP). The index must keep
 /// error bounds (`vlcc_index_new_with_refine`, any kind but NONE), else INVALID_STATE. Scans
 /// on the host; thread-safe like search; nothing is written on error.
 #[no_mangle]
@@ -686,20 +690,27 @@ pub unsafe extern "C" fn vlcc_index_search_bounds(
         let (p, filter) = (sp.p, sp.filter.as_ref());
         let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;
         let need = count(nq, p.k, "results")?;
+        let extra_out = [
+            Span::optional(lower, need, "lower")?,
+            Span::optional(upper, need, "upper")?,
+            Span::optional(reranked, nq, "reranked")?,
+            Span::optional(certified, nq, "certified")?,
+        ];
+        let mut extra = None;
+        let inputs = [Span::slice(q, "queries"), Span::slice(raw.dense(), "raw vectors")];
+        write_results(&inputs, &extra_out, nq, p.k, ids, distances, || {
+            let b = h.search_bounded(q, &p, raw.get(), filter, sp.auto)?;
+            let res = b.results.clone();
+            extra = Some(b);
+            Ok(res)
+        })?;
+        // Checked above: each is NULL or holds its values, apart from every other buffer.
         let opt = |ptr: *mut f32, what: &str| -> FfiResult<Option<&mut [f32]>> {
             if ptr.is_null() { Ok(None) } else { Ok(Some(out_buf(ptr, need, need, what)?)) }
         };
         let (lo, hi) = (opt(lower, "lower")?, opt(upper, "upper")?);
         let rr = if reranked.is_null() { None } else { Some(out_buf(reranked, nq, nq, "reranked")?) };
         let cf = if certified.is_null() { None } else { Some(out_buf(certified, nq, nq, "certified")?) };
-        let mut extra = None;
-        let inputs = [("queries", q), ("raw vectors", raw.dense())];
-        write_results(&inputs, nq, p.k, ids, distances, || {
-            let b = h.search_bounded(q, &p, raw.get(), filter, sp.auto)?;
-            let res = b.results.clone();
-            extra = Some(b);
-            Ok(res)
-        })?;
         let b = extra.expect("written by the search");
         if let Some(o) = lo { o.copy_from_slice(&b.lower); }
         if let Some(o) = hi { o.copy_from_slice(&b.upper); }
