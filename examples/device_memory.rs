@@ -58,13 +58,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{n} x {d}, {bytes} B, {bits}-bit, {anchors} anchors, {metric:?}");
         let ctx = Arc::new(Context::new(BackendKind::Cuda, 0, 0)?);
         let mut c = Compressor::new(ctx, p);
-        let want = c.estimate_memory(Work::Train, n, d).1;
+        let want = c.estimate_memory(Work::Train, n, d).unwrap().1;
         let (held, peak, r) = device_peak(|| c.train(&x, d).map(|_| ()))?;
         r?;
         show("train", want, held, peak);
         let mut ix = c.new_index()?;
         let ids: Vec<u64> = (0..n as u64).collect();
-        let want = ix.estimate_add_memory(n).1;
+        let want = ix.estimate_add_memory(n).unwrap().1;
         let (held, peak, r) = device_peak(|| ix.add(&x[..], &ids))?;
         r?;
         show("add", want, held, peak);
@@ -75,7 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let nq = n.min(10_000);
         for what in ["first search", "second search"] {
-            let want = ix.estimate_search_memory(nq, &sp).1;
+            let want = ix.estimate_search_memory(nq, &sp).unwrap().1;
             let (held, peak, r) = device_peak(|| ix.search(&x[..nq * d], &sp, None))?;
             r?;
             show(what, want, held, peak);

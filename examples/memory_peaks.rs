@@ -79,21 +79,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args[1], args[2]
     );
 
-    let want = c.estimate_memory(Work::Train, n, d).0;
+    let want = c.estimate_memory(Work::Train, n, d).unwrap().0;
     let (peak, r) = peak_of(|| c.train(&data, d).map(|_| ()));
     r?;
     show("train", want, peak);
 
     let mut ix = c.new_index()?;
     let ids: Vec<u64> = (0..n as u64).collect();
-    let want = ix.estimate_add_memory(n).0;
+    let want = ix.estimate_add_memory(n).unwrap().0;
     let (peak, r) = peak_of(|| ix.add(&data[..], &ids));
     r?;
     show("add", want, peak);
 
     let sp = SearchParams::default();
     let nq = n.min(1000);
-    let want = ix.estimate_search_memory(nq, &sp).0;
+    let want = ix.estimate_search_memory(nq, &sp).unwrap().0;
     let (peak, r) = peak_of(|| ix.search(&data[..nq * d], &sp, None));
     r?;
     show("search", want, peak);

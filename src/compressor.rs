@@ -70,7 +70,7 @@ impl Compressor {
     /// The working memory (host bytes, device bytes) training `n` x `d` vectors with these
     /// parameters on this context takes at its peak, the input excluded: what the context's
     /// memory caps are checked against (docs/memory.md gives both against measured peaks).
-    pub fn estimate_training_memory(&self, n: usize, d: usize) -> (usize, usize) {
+    pub fn estimate_training_memory(&self, n: usize, d: usize) -> Result<(usize, usize)> {
         self.estimate_memory(Work::Train, n, d)
     }
 
@@ -87,8 +87,14 @@ impl Compressor {
     ///
     /// The shape is the trained codebook's where there is one (`Build` and `Search`), else the
     /// parameters'. Device figures are 0 on the CPU; on CUDA and WGPU they model the
-    /// backend's buffers (WGPU's search takes CUDA's figure).
-    pub fn estimate_memory(&self, work: Work, n: usize, d: usize) -> (usize, usize) {
+    /// backend's buffers (WGPU's search takes CUDA's figure). Sizes past what any machine
+    /// holds are an error, never a figure that wrapped: `OutOfMemory` past
+    /// `estimate::MOST_VALUES` values, `InvalidArgument` past `estimate::MOST_DIMS`
+    /// dimensions.
+    pub fn estimate_memory(&self, work: Work, n: usize, d: usize) -> Result<(usize, usize)> {
+        // What training would refuse is refused here too.
+        self.params.validate()?;
+        estimate::rows_within_reach(n, d, "estimating memory")?;
         let threads = self.ctx.threads();
         let kind = self.ctx.backend().kind();
         let shape = match (&self.codebook, work) {
@@ -102,12 +108,12 @@ impl Compressor {
                 let host = self.training_fit(n, d).host_bytes;
                 let device =
                     estimate::training_device_bytes(self.ctx.backend(), &self.params, n, d);
-                (host, device)
+                Ok((host, device))
             }
-            Work::Build => (
+            Work::Build => Ok((
                 estimate::add_bytes(&shape, n, 0, threads, cosine),
                 estimate::device_build_bytes(self.ctx.backend(), &shape, n),
-            ),
+            )),
             Work::Search => {
                 let block = threads * 128;
                 let host = estimate::tables_bytes(&shape, crate::index::MAX_TERM_BYTES)
@@ -116,7 +122,7 @@ impl Compressor {
                 // On the device: a full batch of queries at the default k and nprobe.
                 let p = crate::SearchParams::default();
                 let device = estimate::device_search_bytes(kind, &shape, n, 4096, p.nprobe, p.k);
-                (host, device)
+                Ok((host, device))
             }
         }
     }
@@ -173,7 +179,7 @@ impl Compressor {
             // Refused before anything is allocated. On a device, training streams its points
             // where they do not fit; on the host, fewer sub-quantizers train at once, and
             // then the codebooks' residuals are rebuilt where read rather than held.
-            let (host, device) = self.estimate_training_memory(n, d);
+            let (host, device) = self.estimate_training_memory(n, d)?;
             self.ctx
                 .check_caps((host, device), || format!("training {n} x {d} vectors"))?;
             let fit = self.training_fit(n, d);

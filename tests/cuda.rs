@@ -669,7 +669,10 @@ fn device_memory_stays_within_a_quarter_of_its_estimates() {
         // A context of its own: the lists the last one searched stay on its device.
         let ctx = Arc::new(Context::new(BackendKind::Cuda, 0, 0).unwrap());
         let mut c = vlc_compress::Compressor::new(ctx, p);
-        let want = c.estimate_memory(vlc_compress::Work::Train, n, d).1;
+        let want = c
+            .estimate_memory(vlc_compress::Work::Train, n, d)
+            .unwrap()
+            .1;
         let (peak, r) = device_peak(|| c.train(&x, d).map(|_| ()));
         r.unwrap();
         rows.push((
@@ -679,7 +682,7 @@ fn device_memory_stays_within_a_quarter_of_its_estimates() {
         ));
         let mut ix = c.new_index().unwrap();
         let ids: Vec<u64> = (0..n as u64).collect();
-        let want = ix.estimate_add_memory(n).1;
+        let want = ix.estimate_add_memory(n).unwrap().1;
         let (peak, r) = device_peak(|| ix.add(&x[..], &ids));
         r.unwrap();
         rows.push((format!("add {n}"), want, peak));
@@ -688,7 +691,7 @@ fn device_memory_stays_within_a_quarter_of_its_estimates() {
             nprobe: 32,
             rerank: 0,
         };
-        let want = ix.estimate_search_memory(5000, &sp).1;
+        let want = ix.estimate_search_memory(5000, &sp).unwrap().1;
         let (peak, r) = device_peak(|| ix.search(&x[..5000 * d], &sp, None));
         r.unwrap();
         rows.push(("first search, 5000 queries".into(), want, peak));
@@ -799,7 +802,10 @@ fn device_caps_give_the_same_codebook_or_out_of_memory() {
     let x = common::clustered(n, d, 500, 4);
     let p = common::small_params(1024, 32);
     let mut free = vlc_compress::Compressor::new(g.ctx.clone(), p.clone());
-    let want = free.estimate_memory(vlc_compress::Work::Train, n, d).1;
+    let want = free
+        .estimate_memory(vlc_compress::Work::Train, n, d)
+        .unwrap()
+        .1;
     free.train(&x, d).unwrap();
     let fp = free.codebook().unwrap().fingerprint();
     let mut outcomes = Vec::new();
@@ -831,7 +837,7 @@ fn device_caps_give_the_same_codebook_or_out_of_memory() {
     g.set_device_memory_cap(0);
     let mut ix = free.new_index().unwrap();
     let ids: Vec<u64> = (0..n as u64).collect();
-    let add = ix.estimate_add_memory(n).1;
+    let add = ix.estimate_add_memory(n).unwrap().1;
     g.set_device_memory_cap(add / 2);
     assert!(matches!(ix.add(&x[..], &ids), Err(Error::OutOfMemory(_))));
     assert_eq!(ix.len(), 0);

@@ -514,3 +514,76 @@ fn bounds_outputs_may_not_overlap_each_other_or_the_inputs() {
         vlcc_context_free(ctx);
     }
 }
+
+
+/// Memory estimates of sizes no machine holds are an error (OUT_OF_MEMORY; a dimension past
+/// 2^24 INVALID_ARGUMENT), never a figure that wrapped; at
+/// the edge of what they are made for (2^56 values) every figure is at least a byte a
+/// vector (a wrapped product would come out small). A debug build (overflow checks on)
+/// runs the same corners without a panic.
+#[test]
+fn estimates_refuse_sizes_past_reach_and_never_wrap() {
+    use vlc_compress::quant::estimate::{MOST_DIMS, MOST_VALUES};
+    use vlc_compress::{Compressor, Work};
+    let ctx = common::ctx(2);
+    for bits in [8, 4] {
+        let mut p = common::small_params(1024, 32);
+        p.bits = bits;
+        let c = Compressor::new(ctx.clone(), p);
+        for (n, d) in [
+            (usize::MAX, usize::MAX),
+            (usize::MAX, 1),
+            (1, MOST_DIMS + 1),
+        ] {
+            for w in [Work::Train, Work::Build, Work::Search] {
+                let r = c.estimate_memory(w, n, d);
+                let refused = matches!(r, Err(Error::InvalidArgument(_) | Error::OutOfMemory(_)));
+                assert!(refused, "{w:?} {n} x {d}: {r:?}");
+            }
+        }
+        for d in [1, 128, 4096, MOST_DIMS] {
+            let n = MOST_VALUES / d;
+            for w in [Work::Train, Work::Build, Work::Search] {
+                let (host, _) = c.estimate_memory(w, n, d).unwrap();
+                // Training samples its input; the lists hold an id a vector; a 4-bit
+                // index's blocks half a byte a vector and more.
+                let least = match (w, bits) {
+                    (Work::Train, _) => 1,
+                    (Work::Search, 8) => 1024 * 4,
+                    _ => n / 2,
+                };
+                assert!(host >= least, "{w:?} {n} x {d}, {bits}-bit: {host} bytes");
+            }
+        }
+    }
+    // Through the C ABI, and an index's own estimates.
+    let (ix, _) = small();
+    let sp = SearchParams {
+        k: usize::MAX,
+        nprobe: 16,
+        rerank: 0,
+    };
+    for (n, p) in [(usize::MAX, SearchParams::default()), (1 << 40, sp)] {
+        let r = ix.estimate_search_memory(n, &p);
+        assert!(matches!(r, Err(Error::OutOfMemory(_))), "search {n}: {r:?}");
+    }
+    let r = ix.estimate_add_memory(usize::MAX);
+    assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
+    // SAFETY: every pointer is valid for what the calls write.
+    unsafe {
+        let mut c = null_mut();
+        let mut cx = null_mut();
+        assert_eq!(vlcc_context_new(1, 0, 1, &mut cx), vlcc_status::Ok);
+        assert_eq!(vlcc_compressor_new(cx, &mut c), vlcc_status::Ok);
+        let (mut h, mut dv) = (0u64, 0u64);
+        for w in [vlcc_work::Train, vlcc_work::Build, vlcc_work::Search] {
+            let st = vlcc_estimate_memory(c, w as u32, usize::MAX, usize::MAX, &mut h, &mut dv);
+            assert_eq!(st, vlcc_status::InvalidArgument, "{w:?}: {}", message());
+            let st = vlcc_estimate_memory(c, w as u32, usize::MAX, 64, &mut h, &mut dv);
+            assert_eq!(st, vlcc_status::OutOfMemory, "{w:?}: {}", message());
+            assert_eq!((h, dv), (0, 0), "{w:?}: written on error");
+        }
+        vlcc_compressor_free(c);
+        vlcc_context_free(cx);
+    }
+}

@@ -98,7 +98,7 @@ fn adding_and_searching_stay_within_a_quarter_of_their_estimates() {
         c.train(&x[..40_000 * d], d).unwrap();
         let mut ix = c.new_index_with_refine(refine).unwrap();
         let ids: Vec<u64> = (0..n as u64).collect();
-        let want = ix.estimate_add_memory(n).0;
+        let want = ix.estimate_add_memory(n).unwrap().0;
         let (peak, r) = peak_of(|| ix.add(&x[..], &ids));
         r.unwrap();
         let what = format!("add {n} x {d}, {bytes} B, {bits}-bit, {metric:?}, {refine}");
@@ -109,7 +109,7 @@ fn adding_and_searching_stay_within_a_quarter_of_their_estimates() {
             rerank: 0,
         };
         let q = &x[..2000 * d];
-        let want = ix.estimate_search_memory(2000, &sp).0;
+        let want = ix.estimate_search_memory(2000, &sp).unwrap().0;
         let (peak, r) = peak_of(|| ix.search(q, &sp, None));
         r.unwrap();
         rows.push(row("first search of the same, 2000 queries", want, peak));
@@ -138,8 +138,8 @@ fn adding_and_searching_stay_under_caps() {
     let q = &x[..2000 * d];
     let mut free = c.new_index().unwrap();
     free.add(&x[..], &ids).unwrap();
-    let add_need = free.estimate_add_memory(n).0;
-    let search_need = free.estimate_search_memory(2000, &sp).0;
+    let add_need = free.estimate_add_memory(n).unwrap().0;
+    let search_need = free.estimate_search_memory(2000, &sp).unwrap().0;
     let want = free.search(q, &sp, None).unwrap();
     for frac in [0.5, 0.25, 0.05] {
         let ctx = common::ctx(threads);
@@ -219,7 +219,7 @@ fn training_stays_within_a_quarter_of_its_estimate() {
     let p = common::small_params(256, 32);
     let mut free = Compressor::new(ctx.clone(), p.clone());
     free.train(&x, d).unwrap();
-    let want = free.estimate_training_memory(n, d).0;
+    let want = free.estimate_training_memory(n, d).unwrap().0;
     let (mut capped_rows, tiled) = train_under_caps(&x, d, threads, &p, &free, want);
     assert!(
         tiled.iter().any(|fit| !fit.held),
@@ -257,7 +257,7 @@ fn training_tiles_under_caps() -> (String, Vec<String>) {
     let mut p = common::small_params(256, 8);
     p.pq_train_points = 0;
     let mut free = Compressor::new(common::ctx(threads), p.clone());
-    let want = free.estimate_training_memory(n, d).0;
+    let want = free.estimate_training_memory(n, d).unwrap().0;
     let (peak, r) = peak_of(|| free.train(&x, d).map(|_| ()));
     r.unwrap();
     let what = format!("{n} x {d} on {threads} threads, no cap");
@@ -289,7 +289,7 @@ fn train_under_caps(
         capped.set_memory_cap(cap);
         let fit = estimate::training_fit(capped.backend(), p, n, d, threads, cap);
         let mut c = Compressor::new(capped, p.clone());
-        let need = c.estimate_training_memory(n, d).0;
+        let need = c.estimate_training_memory(n, d).unwrap().0;
         assert_eq!(need, fit.host_bytes);
         let before = fresh_peak();
         let r = c.train(x, d);

@@ -571,17 +571,20 @@ fn caps_hold(g: Arc<Context>, n: usize, fracs: &[f64], fits: f64) {
         (before, high, r)
     };
     let mut c = vlc_compress::Compressor::new(g.clone(), p.clone());
-    let want = c.estimate_memory(vlc_compress::Work::Train, n, d).1;
+    let want = c
+        .estimate_memory(vlc_compress::Work::Train, n, d)
+        .unwrap()
+        .1;
     let (before, high, r) = peak(&mut || c.train(&x, d).map(|_| ()));
     r.unwrap();
     let codec = c.codebook().unwrap().codec_size();
     let train = high - before;
     let mut ix = c.new_index().unwrap();
-    let want_add = ix.estimate_add_memory(n).1;
+    let want_add = ix.estimate_add_memory(n).unwrap().1;
     let (before, high, r) = peak(&mut || ix.add(&x[..], &ids));
     r.unwrap();
     let add = high - before;
-    let want_search = ix.estimate_search_memory(500, &sp).1;
+    let want_search = ix.estimate_search_memory(500, &sp).unwrap().1;
     let mut found = None;
     let (before, high, r) = peak(&mut || {
         found = Some(ix.search(q, &sp, None)?);

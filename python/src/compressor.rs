@@ -269,7 +269,7 @@ impl PyCompressor {
     #[pyo3(signature = (n, d, work = "train"))]
     fn estimate_memory(&self, n: usize, d: usize, work: &str) -> PyResult<(usize, usize)> {
         let w: vlc_compress::Work = work.parse().py_err()?;
-        Ok(self.read().estimate_memory(w, n, d))
+        self.read().estimate_memory(w, n, d).py_err()
     }
 
     /// A progress callback for this compressor's calls that have none of their own.

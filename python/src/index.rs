@@ -482,11 +482,11 @@ impl PyIndex {
     ) -> PyResult<(usize, usize)> {
         let ix = self.read();
         match work.parse().py_err()? {
-            vlc_compress::Work::Build => Ok(ix.estimate_add_memory(n)),
+            vlc_compress::Work::Build => ix.estimate_add_memory(n).py_err(),
             vlc_compress::Work::Search => {
                 let p = params(k, nprobe, rerank);
                 p.validate().py_err()?;
-                Ok(ix.estimate_search_memory(n, &p))
+                ix.estimate_search_memory(n, &p).py_err()
             }
             vlc_compress::Work::Train => Err(invalid(
                 "an index estimates \"build\" or \"search\"; a Compressor trains",

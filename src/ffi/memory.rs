@@ -99,7 +99,7 @@ pub unsafe extern "C" fn vlcc_compressor_estimate_memory(
     device: *mut u64,
 ) -> vlcc_status {
     ffi_boundary! {
-        write_estimate(host, device, || Ok(compressor_ref(c)?.estimate_training_memory(n, d)))
+        write_estimate(host, device, || Ok(compressor_ref(c)?.estimate_training_memory(n, d)?))
     }
 }
 
@@ -118,7 +118,9 @@ pub unsafe extern "C" fn vlcc_compressor_estimate_memory(
 /// (`vlcc_context_set_memory_cap`, `vlcc_context_set_device_memory_cap`) are checked against.
 /// Host figures are within 25% of the measured peaks in the project's tests, device figures
 /// (0 on the CPU) of the CUDA memory pool's measured peaks. An unknown `work` is
-/// INVALID_ARGUMENT. Thread-safe.
+/// INVALID_ARGUMENT; sizes past what any machine holds are OUT_OF_MEMORY (more than 2^56
+/// values) or INVALID_ARGUMENT (more than 2^24 dimensions): never a figure that wrapped.
+/// Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_estimate_memory(
     params: *const vlcc_compressor,
@@ -133,7 +135,7 @@ pub unsafe extern "C" fn vlcc_estimate_memory(
             let Some(w) = work_of(work) else {
                 return fail(vlcc_status::InvalidArgument, format!("work = {work}: not a vlcc_work (0, 1 or 2)"));
             };
-            Ok(compressor_ref(params)?.estimate_memory(w, n, d))
+            Ok(compressor_ref(params)?.estimate_memory(w, n, d)?)
         })
     }
 }
@@ -144,8 +146,8 @@ pub unsafe extern "C" fn vlcc_estimate_memory(
 /// NULL for the defaults): the call's working memory and results, and the search tables and
 /// fast-scan blocks it builds where the index has none yet (on CUDA: the lists it uploads,
 /// counted every time, and its batches of queries). What the context's memory caps are
-/// checked against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`).
-/// Thread-safe.
+/// checked against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`);
+/// sizes past what any machine holds fail as in `vlcc_estimate_memory`. Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_estimate_memory(
     ix: *const vlcc_index,
@@ -159,14 +161,14 @@ pub unsafe extern "C" fn vlcc_index_estimate_memory(
         write_estimate(host, device, || {
             let ix = index_ref(ix)?;
             match work_of(work) {
-                Some(Work::Build) => Ok(ix.estimate_add_memory(n)),
+                Some(Work::Build) => Ok(ix.estimate_add_memory(n)?),
                 Some(Work::Search) => {
                     let p = if params.is_null() {
                         crate::SearchParams::default()
                     } else {
                         search_params_ref(params)?.p
                     };
-                    Ok(ix.estimate_search_memory(n, &p))
+                    Ok(ix.estimate_search_memory(n, &p)?)
                 }
                 _ => fail(
                     vlcc_status::InvalidArgument,

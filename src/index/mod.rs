@@ -309,8 +309,16 @@ impl Index {
     /// candidates each) does not fit; else the search
     /// tables and then the fast-scan blocks are built where they fit beside it. What does not
     /// fit is done without: each probed list's terms are made as needed and its codes scanned
-    /// one by one, with the same results, more slowly.
-    pub(crate) fn fit_search(&self, nq: usize, nprobe: usize, k: usize, want: usize) -> Result<()> {
+    /// one by one, with the same results, more slowly. Returns the bytes the cap leaves
+    /// beside all that (`usize::MAX` without a cap): a range search's room for its hits.
+    pub(crate) fn fit_search(
+        &self,
+        nq: usize,
+        nprobe: usize,
+        k: usize,
+        want: usize,
+    ) -> Result<usize> {
+        self.search_within_reach(nq, nprobe, k)?;
         let s = Shape::of_codebook(&self.cb);
         let kind = self.ctx.backend().kind();
         let device = estimate::device_search_bytes(kind, &s, self.len(), nq, nprobe, want);
@@ -341,17 +349,29 @@ impl Index {
         if self.scans_blocks() && self.packed4.get().is_none() {
             let b = estimate::fast_scan_bytes(&s, self.len());
             if b <= room {
+                room -= b;
                 self.build_packed4();
             }
         }
-        Ok(())
+        Ok(room)
     }
 
     /// The memory (host bytes, device bytes) adding `n` vectors to this index takes at its
     /// peak: what its lists grow by and the encoding's working memory (f32 input; f16 input
     /// adds two blocks of converted rows). What the context's caps are checked against.
-    pub fn estimate_add_memory(&self, n: usize) -> (usize, usize) {
-        self.add_memory(n, false)
+    pub fn estimate_add_memory(&self, n: usize) -> Result<(usize, usize)> {
+        estimate::rows_within_reach(n, self.cb.dim(), "estimating an add")?;
+        Ok(self.add_memory(n, false))
+    }
+
+    /// `OutOfMemory` where a search of `nq` queries for `k` results each (`nprobe` lists)
+    /// passes what memory estimates are made for (`estimate::MOST_VALUES`).
+    fn search_within_reach(&self, nq: usize, nprobe: usize, k: usize) -> Result<()> {
+        let what = "searching";
+        estimate::within_reach(nq, self.cb.dim(), what)?;
+        estimate::within_reach(nq, k, what)?;
+        let want = k.min(self.len().max(1));
+        estimate::within_reach(nprobe.min(self.nlist()), want, what)
     }
 
     /// `estimate_add_memory` for input in f16 where `f16` (converted a block at a time).
@@ -366,8 +386,12 @@ impl Index {
 
     /// The memory (host bytes, device bytes) searching `nq` queries with `p` takes at its peak:
     /// its working memory, and the search tables and fast-scan blocks it builds where this
-    /// index has none yet. Range searches' results, which depend on the data, are not counted.
-    pub fn estimate_search_memory(&self, nq: usize, p: &SearchParams) -> (usize, usize) {
+    /// index has none yet. A range search's hits depend on the data: they are counted as they
+    /// are found (28 bytes each while the call runs, 12 kept in its results), and one whose
+    /// hits pass what the cap leaves stops with `OutOfMemory`. Sizes past what any machine
+    /// holds are an `OutOfMemory`, never a figure that wrapped.
+    pub fn estimate_search_memory(&self, nq: usize, p: &SearchParams) -> Result<(usize, usize)> {
+        self.search_within_reach(nq, p.nprobe, p.k.max(p.rerank))?;
         let s = Shape::of_codebook(&self.cb);
         let mut host = estimate::search_bytes(&s, nq, p.k, self.candidates(p), self.ctx.threads());
         if self.tables.get().is_none() {

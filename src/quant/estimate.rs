@@ -3,6 +3,7 @@
 //! vectors not counted). Checked against measured peaks in `tests/memory_estimate.rs`.
 
 use crate::backend::streaming::wgpu_streamed_rows;
+use crate::error::{Error, Result};
 use crate::index::coarse8;
 use crate::linalg::{fused_nearest, nearest_bytes, BLOCK};
 use crate::params::{Metric, Rotation, TrainParams};
@@ -170,6 +171,44 @@ const THREAD_BYTES: usize = 256 << 10;
 const KEPT_BYTES: usize = 5 << 19;
 
 const MIB: usize = 1 << 20;
+
+/// The most values (rows x dimension) an estimate is made for: 2^56 floats are 256 PiB, more
+/// than any machine holds, and below it no product the figures take passes 64 bits.
+pub const MOST_VALUES: usize = 1 << 56;
+
+/// The widest dimension an estimate is made for (a rotation of it takes 40 d^2 bytes).
+pub const MOST_DIMS: usize = 1 << 24;
+
+/// `OutOfMemory` where `rows` x `width` values (`what`: "searching") pass what an estimate is
+/// made for: no machine holds them, and past it the figures would wrap to small numbers.
+pub fn within_reach(rows: usize, width: usize, what: &str) -> Result<()> {
+    match rows.checked_mul(width) {
+        Some(v) if v <= MOST_VALUES => Ok(()),
+        Some(_) => Err(Error::OutOfMemory(format!(
+            "{what}: {rows} x {width} values pass the {MOST_VALUES} (2^56) that memory \
+             estimates are made for: more than any machine holds"
+        ))),
+        None => Err(Error::OutOfMemory(format!(
+            "{what}: {rows} x {width} values overflows 64 bits"
+        ))),
+    }
+}
+
+/// `within_reach` of `n` rows of `d` values, with `d` in 1..=`MOST_DIMS`.
+pub fn rows_within_reach(n: usize, d: usize, what: &str) -> Result<()> {
+    if d == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: dimension d = 0: must be >= 1"
+        )));
+    }
+    if d > MOST_DIMS {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: dimension {d} passes the {MOST_DIMS} (2^24) that memory estimates are \
+             made for"
+        )));
+    }
+    within_reach(n, d, what)
+}
 
 /// The k-means sessions a device training opens, one after another, as (points, dimension,
 /// centroids, exact): the anchors' over their sample; the nearest anchor of each PQ training

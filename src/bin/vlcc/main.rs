@@ -505,11 +505,12 @@ pub(crate) fn same_dim(flag: &str, path: &Path, got: usize, what: &str, want: us
 
 fn train(a: TrainArgs) -> AnyResult {
     let x = vecio::read_vectors(&a.input)?;
+    some_rows("--input", &a.input, x.rows)?;
     let ctx = a.run.context()?;
     let bar = eval::Bar::on(&ctx, a.run.json);
     let mut c = Compressor::new(ctx, a.train.params());
-    let (memory, _) = c.estimate_training_memory(x.rows, x.cols);
     let rep = c.train(&x.data, x.cols)?.clone();
+    let (memory, _) = c.estimate_training_memory(x.rows, x.cols)?;
     bar.finish();
     let cb = c.codebook()?;
     format::save_codebook(cb, &a.out)?;
@@ -529,7 +530,7 @@ fn estimate(a: EstimateArgs) -> AnyResult<()> {
     let c = Compressor::new(a.run.context()?, a.train.params());
     let mut out = serde_json::Map::new();
     for w in ["train", "build", "search"] {
-        let (host, device) = c.estimate_memory(w.parse()?, a.n, a.d);
+        let (host, device) = c.estimate_memory(w.parse()?, a.n, a.d)?;
         out.insert(format!("{w}_host_bytes"), host.into());
         out.insert(format!("{w}_device_bytes"), device.into());
     }
