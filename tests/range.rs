@@ -123,3 +123,40 @@ fn exact_range_search_keeps_only_true_hits() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// A range search's hits count against the context's memory cap as they are found: every
+/// hit of thousands of queries (radius +inf) under a small cap stops with `OutOfMemory`;
+/// where they fit, the results are those of the uncapped search.
+#[test]
+fn range_hits_count_against_the_memory_cap() {
+    let demo = common::demo();
+    let d = demo.base.cols;
+    let ctx = common::ctx(2);
+    let ix = common::indexed(&ctx, common::small_params(64, 16), &demo.base);
+    let n = ix.len();
+    // Every query's every hit: n x 1,000 of them, 28 bytes each while the call runs.
+    let q: Vec<f32> = demo
+        .query
+        .data
+        .iter()
+        .cycle()
+        .take(1000 * d)
+        .copied()
+        .collect();
+    let p = all(n);
+    let hits = n * 1000;
+    ctx.set_memory_cap(hits * 28 / 4);
+    let r = ix.range_search(&q, f32::INFINITY, &p, None, None);
+    assert!(
+        matches!(&r, Err(Error::OutOfMemory(m)) if m.contains("memory cap")),
+        "{:?}",
+        r.map(|r| r.ids.len())
+    );
+    // Twenty queries fit, and give the uncapped search's results.
+    let few = &q[..20 * d];
+    let capped = ix.range_search(few, f32::INFINITY, &p, None, None).unwrap();
+    ctx.set_memory_cap(0);
+    let free = ix.range_search(few, f32::INFINITY, &p, None, None).unwrap();
+    assert_eq!(capped, free);
+    assert_eq!(free.ids.len(), 20 * n);
+}

@@ -255,8 +255,10 @@ pub trait Backend: Send + Sync {
     /// Range search on the device: for each query of `q` (prepared), every vector of its
     /// `nprobe` nearest lists scoring at most `radius` (squared L2, or minus the inner
     /// product), `allow` as for `search_lists`. Returns each query's hit count, then the ids
-    /// and scores query after query, unordered within a query. `None` leaves it to the host,
-    /// which is what backends without device range search answer.
+    /// and scores query after query, unordered within a query; more than `most_hits` in all
+    /// is an `OutOfMemory`, found before they are copied to the host (the caller's memory cap
+    /// sets it). `None` leaves it to the host, which is what backends without device range
+    /// search answer.
     fn range_lists(
         &self,
         _cb: &CodebookView,
@@ -265,6 +267,7 @@ pub trait Backend: Send + Sync {
         _nprobe: usize,
         _radius: f32,
         _allow: Option<&[u32]>,
+        _most_hits: usize,
     ) -> Result<Option<RangeHits>> {
         Ok(None)
     }

@@ -38,19 +38,53 @@ impl Keep for TopK {
     }
 }
 
-/// Every scored vector within `radius` (a range search's sink). An allocation that fails
-/// stops the keeping and is reported by `hits`.
-pub(super) struct Within {
+/// Host bytes a range search's hits may take, shared by all its queries: what the memory
+/// cap leaves beside its working memory (`usize::MAX` without a cap).
+pub(super) struct HitRoom(std::sync::atomic::AtomicUsize);
+
+/// What a hit costs while the call runs: its candidate (16 bytes), then its id and distance
+/// in the results (12), made before the candidates go.
+pub(super) const HIT_BYTES: usize = 28;
+
+impl HitRoom {
+    pub(super) fn new(bytes: usize) -> HitRoom {
+        HitRoom(bytes.into())
+    }
+
+    /// Hits that fit.
+    pub(super) fn hits(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) / HIT_BYTES
+    }
+
+    /// Takes room for `n` more hits; false (and nothing taken) where it does not fit.
+    fn take(&self, n: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let bytes = n.saturating_mul(HIT_BYTES);
+        self.0
+            .fetch_update(Relaxed, Relaxed, |left| match left {
+                usize::MAX => Some(left),
+                _ => left.checked_sub(bytes),
+            })
+            .is_ok()
+    }
+}
+
+/// Every scored vector within `radius` (a range search's sink). Room for more hits comes
+/// from the call's `HitRoom` as the list grows; where it or an allocation runs out, the
+/// keeping stops and `hits` reports it.
+pub(super) struct Within<'a> {
     radius: f32,
     hits: Vec<Cand>,
+    room: &'a HitRoom,
     full: bool,
 }
 
-impl Within {
-    pub(super) fn new(radius: f32) -> Within {
+impl<'a> Within<'a> {
+    pub(super) fn new(radius: f32, room: &'a HitRoom) -> Within<'a> {
         Within {
             radius,
             hits: Vec::new(),
+            room,
             full: false,
         }
     }
@@ -59,7 +93,8 @@ impl Within {
     pub(super) fn hits(self) -> Result<Vec<Cand>> {
         if self.full {
             return Err(Error::OutOfMemory(format!(
-                "range search: more than {} hits for one query",
+                "range search: more hits than fit in memory or under the context's memory \
+                 cap ({} for one query when it stopped, {HIT_BYTES} bytes each)",
                 self.hits.len()
             )));
         }
@@ -67,7 +102,7 @@ impl Within {
     }
 }
 
-impl Keep for Within {
+impl Keep for Within<'_> {
     #[inline(always)]
     fn bound(&self) -> f32 {
         if self.full {
@@ -78,9 +113,12 @@ impl Keep for Within {
     }
     #[inline(always)]
     fn keep(&mut self, d: f32, id: u64) {
-        if self.hits.try_reserve(1).is_err() {
-            self.full = true;
-            return;
+        if self.hits.len() == self.hits.capacity() {
+            let more = self.hits.capacity().max(8);
+            if !self.room.take(more) || self.hits.try_reserve_exact(more).is_err() {
+                self.full = true;
+                return;
+            }
         }
         self.hits.push(Cand(d, id))
     }

@@ -1,7 +1,7 @@
 //! Range search: every vector of the probed lists within a radius of the query (L2) or above a
 //! similarity threshold (inner product, cosine), in the shape of FAISS's `RangeSearchResult`.
 
-use super::search::{query_block, Cand, Within};
+use super::search::{query_block, Cand, HitRoom, Within, HIT_BYTES};
 use super::{Filter, Index, RawVectors};
 use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
@@ -35,6 +35,15 @@ impl RangeResults {
     }
 }
 
+/// Candidates re-scored at once per query: their rows are fetched a block at a time.
+const RESCORE_ROWS: usize = 1024;
+
+fn too_many(hits: usize) -> Error {
+    Error::OutOfMemory(format!(
+        "range search: {hits} hits for one query do not fit in memory ({HIT_BYTES} bytes each)"
+    ))
+}
+
 impl Index {
     /// Every vector of the `p.nprobe` lists each query probes whose squared L2 distance is at
     /// most `radius` (L2), or whose similarity is at least `radius` (inner product, cosine),
@@ -42,7 +51,9 @@ impl Index {
     /// again exactly against `raw` and kept only if that exact score is within the radius (a
     /// vector whose code's score misses the radius is not found either way). `p.k` is not
     /// used; `filter` as in [`Index::search_filtered`]. Scans on the device on CUDA contexts
-    /// (a predicate filter keeps the host path), on the host elsewhere.
+    /// (a predicate filter keeps the host path), on the host elsewhere. Hits count against the
+    /// context's memory cap as they are found (28 bytes each while the call runs): a search
+    /// whose hits pass what the cap leaves, or what memory holds, stops with `OutOfMemory`.
     pub fn range_search(
         &self,
         queries: &[f32],
@@ -61,22 +72,26 @@ impl Index {
             ));
         }
         let (d, metric) = (self.cb.dim(), self.cb.metric);
-        self.fit_search(queries.len() / d, p.nprobe, 0, 0)?;
+        // Hits count against what the memory cap leaves as they are found.
+        let room = HitRoom::new(self.fit_search(queries.len() / d, p.nprobe, 0, 0)?);
         let l2 = metric == Metric::L2;
         // Scores are smaller-is-better: minus the similarity under inner product.
         let bound = if l2 { radius } else { -radius };
         let q = prepare(queries, d, metric);
         let per_query = self.context().run(|b| {
-            let hits = match self.range_on_device(b, &q, p.nprobe, bound, filter)? {
+            let hits = match self.range_on_device(b, &q, p.nprobe, bound, filter, &room)? {
                 Some(h) => h,
-                None => self.range_on_host(&q, p.nprobe, bound, filter)?,
+                None => self.range_on_host(&q, p.nprobe, bound, filter, &room)?,
             };
-            // Re-scored exactly where asked, then best first.
+            // Re-scored exactly where asked (a block of rows at a time, so that the rows
+            // fetched stay small whatever the hits), then best first.
             hits.into_par_iter()
                 .enumerate()
                 .map(|(i, mut hits)| {
                     if let Some(raw) = raw {
-                        self.rescore(&q[i * d..(i + 1) * d], &mut hits, raw)?;
+                        for part in hits.chunks_mut(RESCORE_ROWS) {
+                            self.rescore(&q[i * d..(i + 1) * d], part, raw)?;
+                        }
                         hits.retain(|c| c.0 <= bound);
                     }
                     hits.sort_unstable();
@@ -106,13 +121,15 @@ impl Index {
         Ok(r)
     }
 
-    /// Each prepared query's hits within `bound` (smaller is better), from the host scan.
+    /// Each prepared query's hits within `bound` (smaller is better), from the host scan, in
+    /// the `room` they may take.
     fn range_on_host(
         &self,
         q: &[f32],
         nprobe: usize,
         bound: f32,
         filter: Option<&Filter>,
+        room: &HitRoom,
     ) -> Result<Vec<Vec<Cand>>> {
         let d = self.cb.dim();
         let blocks = q
@@ -123,7 +140,7 @@ impl Index {
                     out.push(w.hits()?);
                     Ok(())
                 };
-                self.scan_block(qb, nprobe, filter, || Within::new(bound), keep)?;
+                self.scan_block(qb, nprobe, filter, || Within::new(bound, room), keep)?;
                 Ok(out)
             })
             .collect::<Result<Vec<Vec<Vec<Cand>>>>>()?;
@@ -139,6 +156,7 @@ impl Index {
         nprobe: usize,
         bound: f32,
         filter: Option<&Filter>,
+        room: &HitRoom,
     ) -> Result<Option<Vec<Vec<Cand>>>> {
         if !filter.is_none_or(Filter::on_device) {
             return Ok(None);
@@ -151,7 +169,8 @@ impl Index {
                 Some(f) => Some(f.positions(&lists.flatten_ids())?),
                 None => None,
             };
-            backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref())
+            let most = room.hits();
+            backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref(), most)
         })?;
         let Some((counts, ids, scores)) = found else {
             return Ok(None);
@@ -160,11 +179,13 @@ impl Index {
         let hits = counts
             .iter()
             .map(|&c| {
-                let h = (at..at + c).map(|t| Cand(scores[t], ids[t])).collect();
+                let mut h = Vec::new();
+                h.try_reserve_exact(c).map_err(|_| too_many(c))?;
+                h.extend((at..at + c).map(|t| Cand(scores[t], ids[t])));
                 at += c;
-                h
+                Ok(h)
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Some(hits))
     }
 }

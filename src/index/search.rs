@@ -6,7 +6,7 @@
 //! centroid), the last only on the query, so a list's table is one add per entry.
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
-pub(super) use super::keep::{Cand, Keep, TopK, Within};
+pub(super) use super::keep::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
 pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
 pub(crate) use super::tables::Tables;
 use super::{fastscan, probe, Filter, Index};

@@ -510,8 +510,9 @@ impl Backend for CudaBackend {
         nprobe: usize,
         radius: f32,
         allow: Option<&[u32]>,
+        most_hits: usize,
     ) -> Result<Option<super::RangeHits>> {
-        self.range(cb, lists, q, nprobe, radius, allow)
+        self.range(cb, lists, q, nprobe, radius, allow, most_hits)
     }
 
     unsafe fn rerank_device(

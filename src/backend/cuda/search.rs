@@ -231,6 +231,7 @@ impl CudaBackend {
         nprobe: usize,
         radius: f32,
         allow: Option<&[u32]>,
+        most_hits: usize,
     ) -> Result<Option<crate::backend::RangeHits>> {
         if !self.caps().scans(cb, lists, 1) {
             return Ok(None);
@@ -239,7 +240,8 @@ impl CudaBackend {
             let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
             for batch in q.chunks(cb.d * QUERY_BATCH) {
                 let n = nprobe.min(dl.m);
-                let (c, i, v) = self.range_batch(dev, dc, dl, batch, n, radius, allow)?;
+                let most = most_hits - ids.len();
+                let (c, i, v) = self.range_batch(dev, dc, dl, batch, n, radius, allow, most)?;
                 counts.extend(c);
                 ids.extend(i);
                 dist.extend(v);
@@ -505,6 +507,7 @@ impl CudaBackend {
         nprobe: usize,
         radius: f32,
         allow: Option<&CudaSlice<u32>>,
+        most_hits: usize,
     ) -> Result<(Vec<usize>, Vec<u64>, Vec<f32>)> {
         let s = &dev.stream;
         let nb = q.len() / dl.d;
@@ -570,6 +573,12 @@ impl CudaBackend {
         }
         if total == 0 {
             return Ok((counts, Vec::new(), Vec::new()));
+        }
+        if total > most_hits as u64 {
+            return Err(crate::Error::OutOfMemory(format!(
+                "range search: {total} hits in a batch of {nb} queries pass the {most_hits} \
+                 that fit under the context's memory cap"
+            )));
         }
         let n = usize::try_from(total)
             .map_err(|_| crate::Error::OutOfMemory(format!("range search: {total} hits")))?;
