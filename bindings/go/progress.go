@@ -180,10 +180,11 @@ func watched(ctx context.Context, l *listener, fallback *Context, run func(w, ow
 // when ctx is done; the compressor's own callback is back in place afterwards.
 func (c *Compressor) withContext(ctx context.Context, f func(h *C.vlcc_compressor) C.vlcc_status) error {
 	return watched(ctx, &c.progress, c.ctx, func(w, own uintptr) error {
-		return c.exclusive(func(h *C.vlcc_compressor) C.vlcc_status {
+		return c.locked(func(h *C.vlcc_compressor) error {
 			C.set_compressor_progress(h, C.uintptr_t(w))
+			// Put back after the call's message is read: a later call clears it.
 			defer C.set_compressor_progress(h, C.uintptr_t(own))
-			return f(h)
+			return call(func() C.vlcc_status { return f(h) })
 		})
 	})
 }
@@ -217,10 +218,11 @@ func (ix *Index) SetProgress(f ProgressFunc) error {
 // withContext is Compressor.withContext for an index.
 func (ix *Index) withContext(ctx context.Context, f func(h *C.vlcc_index) C.vlcc_status) error {
 	return watched(ctx, &ix.progress, ix.ctx, func(w, own uintptr) error {
-		return ix.exclusive(func(h *C.vlcc_index) C.vlcc_status {
+		return ix.locked(func(h *C.vlcc_index) error {
 			C.set_index_progress(h, C.uintptr_t(w))
+			// As Compressor.withContext: the message first, then the callback back.
 			defer C.set_index_progress(h, C.uintptr_t(own))
-			return f(h)
+			return call(func() C.vlcc_status { return f(h) })
 		})
 	})
 }

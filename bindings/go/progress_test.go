@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -406,4 +407,33 @@ func mustSerialize(t *testing.T, c *Compressor) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Errors from the Context variants carry the library's message, as the plain calls' do (the
+// progress callback put back after the call once cleared it).
+func TestContextVariantsKeepTheirMessages(t *testing.T) {
+	c, ix, x := indexed(t, 4000, 23)
+	bg := context.Background()
+	nan := append([]float32(nil), x[:dim]...)
+	nan[3] = float32(math.NaN())
+	other, err := NewCompressor(c.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, foreign, _ := indexed(t, 4000, 24)
+	done, stop := context.WithCancel(bg)
+	stop()
+	for name, err := range map[string]error{
+		"TrainContext":    other.TrainContext(bg, nan, dim),
+		"EncodeContext":   func() error { _, err := other.EncodeContext(bg, x[:dim]); return err }(),
+		"AddContext":      ix.AddContext(bg, nan, []uint64{1}),
+		"MergeContext":    ix.MergeContext(bg, foreign),
+		"AddContext done": ix.AddContext(done, x[:dim], []uint64{1}),
+	} {
+		var lib *Error
+		if !errors.As(err, &lib) || lib.Message == "" {
+			t.Errorf("%s: %v has no message", name, err)
+		}
+	}
 }

@@ -451,12 +451,20 @@ func (c *Compressor) call(f func(h *C.vlcc_compressor) C.vlcc_status) error {
 
 // exclusive runs f on the compressor's handle with the handle held exclusively (see mu).
 func (c *Compressor) exclusive(f func(h *C.vlcc_compressor) C.vlcc_status) error {
+	return c.locked(func(h *C.vlcc_compressor) error {
+		return call(func() C.vlcc_status { return f(h) })
+	})
+}
+
+// locked runs f on the compressor's handle held exclusively; f makes its own calls (and
+// reads each one's message before its next call, which would clear it).
+func (c *Compressor) locked(f func(h *C.vlcc_compressor) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.p == nil {
 		return errClosedCompressor
 	}
-	return call(func() C.vlcc_status { return f(c.p) })
+	return f(c.p)
 }
 
 // SetParam sets a training parameter; a value out of range is an error and changes nothing.
@@ -993,12 +1001,19 @@ func (ix *Index) call(f func(h *C.vlcc_index) C.vlcc_status) error {
 
 // exclusive runs f on the index's handle with the handle held exclusively (see mu).
 func (ix *Index) exclusive(f func(h *C.vlcc_index) C.vlcc_status) error {
+	return ix.locked(func(h *C.vlcc_index) error {
+		return call(func() C.vlcc_status { return f(h) })
+	})
+}
+
+// locked is Compressor.locked for an index.
+func (ix *Index) locked(f func(h *C.vlcc_index) error) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.p == nil {
 		return errClosed
 	}
-	return call(func() C.vlcc_status { return f(ix.p) })
+	return f(ix.p)
 }
 
 // addShape says why values do not make one row of dimension d per id.
