@@ -23,10 +23,6 @@ pub enum NpyData {
     I32(Matrix<i32>),
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>> {
-    crate::files::read_regular(path)
-}
-
 fn corrupt(path: &Path, msg: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("{}: {msg}", path.display()))
 }
@@ -84,6 +80,12 @@ pub fn parse_fvecs(bytes: &[u8]) -> Result<Matrix<f32>> {
 /// Parses `.ivecs` bytes.
 pub fn parse_ivecs(bytes: &[u8]) -> Result<Matrix<i32>> {
     parse_vecs(bytes, Path::new("<memory>"))
+}
+
+/// Reads a whole regular file; a FIFO, device or directory is an `InvalidArgument` naming
+/// what it is, found without blocking (as every reader here).
+pub fn read_file(path: &Path) -> Result<Vec<u8>> {
+    crate::files::read_regular(path)
 }
 
 /// Reads a `.fvecs` file.

@@ -734,3 +734,74 @@ fn estimate_prints_what_memory_cap_is_checked_against() {
     assert!(!dir.join("ix.vlcc").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A FIFO as the filter is refused without blocking, a negative radius is a value (not an
+/// unknown flag), and `estimate` refuses what `train` refuses, with train's message.
+#[test]
+fn filters_radii_and_estimates_take_what_search_and_train_take() {
+    let dir = std::env::temp_dir().join(format!("vlcc-cli-r3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = data("base.fvecs");
+    let build = [
+        "build",
+        "--input",
+        &base,
+        "--out",
+        "ix.vlcc",
+        "--anchors",
+        "32",
+        "--bytes",
+        "8",
+        "--iters",
+        "3",
+        "--metric",
+        "ip",
+    ];
+    let (ok, _, err) = vlc(&build, &dir);
+    assert!(ok, "{err}");
+    let fifo = dir.join("allow.txt");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let search = [
+        "search", "--index", "ix.vlcc", "--query", &base, "--out", "o.ivecs",
+    ];
+    let filtered = [&search[..], &["--filter", "allow.txt"]].concat();
+    let (st, err) = vlc_in_time(&filtered, &dir);
+    assert!(
+        !st.success() && err.contains("a FIFO, not a regular file"),
+        "{err}"
+    );
+    // Similarities of at least -5: a negative radius is a number.
+    let ranged = [
+        &search[..],
+        &["--radius", "-5", "--out-distances", "o.fvecs"],
+    ]
+    .concat();
+    let (ok, _, err) = vlc(&ranged, &dir);
+    assert!(ok, "{err}");
+    assert!(
+        vlc_compress::vecio::read_file(&dir.join("o.ivecs"))
+            .unwrap()
+            .len()
+            > 0
+    );
+    for bad in [
+        &["--anchors", "0"][..],
+        &["--bytes", "5000"][..],
+        &["--bits", "5"][..],
+        &["--metric", "ip", "--error-code", "on"][..],
+    ] {
+        let train = [&["train", "--input", &base, "--out", "cb.vlcc"][..], bad].concat();
+        let (ok, _, train_err) = vlc(&train, &dir);
+        assert!(!ok, "train {bad:?} passed");
+        let estimate = [&["estimate", "--n", "10000", "--d", "50"][..], bad].concat();
+        let (ok, out, err) = vlc(&estimate, &dir);
+        assert!(!ok, "estimate {bad:?} passed: {out}");
+        let last = |e: &str| e.trim().lines().last().unwrap_or("").to_string();
+        assert_eq!(last(&err), last(&train_err), "{bad:?}");
+    }
+    let (ok, _, err) = vlc(&["estimate", "--n", "1125899906842624", "--d", "128"], &dir);
+    assert!(!ok && err.contains("2^56"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -397,8 +397,9 @@ struct SearchArgs {
     filter: Option<PathBuf>,
     /// Range search: every hit within this squared L2 distance (or with at least this
     /// similarity, for ip and cosine) instead of the k best. --out must then be .ivecs and
-    /// --out-distances .fvecs: one row per query, as long as its hits.
-    #[arg(long)]
+    /// --out-distances .fvecs: one row per query, as long as its hits. Negative values are
+    /// taken as values (a similarity, say): `--radius -5`.
+    #[arg(long, allow_negative_numbers = true)]
     radius: Option<f32>,
     #[command(flatten)]
     run: RunOpts,
@@ -421,7 +422,7 @@ fn ivecs_ids(ids: &[u64], out: &std::path::Path) -> Result<Vec<i32>, String> {
 /// The filter a --filter file describes (see `SearchArgs::filter`).
 fn read_filter(path: &std::path::Path) -> Result<vlc_compress::Filter, Box<dyn std::error::Error>> {
     let what = |e: &dyn std::fmt::Display| format!("--filter {}: {e}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| what(&e))?;
+    let bytes = vecio::read_file(path).map_err(|e| what(&e))?;
     match path.extension().and_then(|e| e.to_str()) {
         Some("txt") => {
             let text = std::str::from_utf8(&bytes).map_err(|e| what(&e))?;
