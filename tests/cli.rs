@@ -801,6 +801,27 @@ fn filters_radii_and_estimates_take_what_search_and_train_take() {
         let last = |e: &str| e.trim().lines().last().unwrap_or("").to_string();
         assert_eq!(last(&err), last(&train_err), "{bad:?}");
     }
+    // An empty .fvecs holds no vectors: no queries to answer, nothing to train on.
+    std::fs::write(dir.join("empty.fvecs"), b"").unwrap();
+    let none = [
+        "search",
+        "--index",
+        "ix.vlcc",
+        "--query",
+        "empty.fvecs",
+        "--out",
+        "e.ivecs",
+    ];
+    let (ok, _, err) = vlc(&none, &dir);
+    assert!(ok, "{err}");
+    assert!(vlc_compress::vecio::read_file(&dir.join("e.ivecs"))
+        .unwrap()
+        .is_empty());
+    let (ok, _, err) = vlc(
+        &["train", "--input", "empty.fvecs", "--out", "cb.vlcc"],
+        &dir,
+    );
+    assert!(!ok && err.contains("no vectors"), "{err}");
     let (ok, _, err) = vlc(&["estimate", "--n", "1125899906842624", "--d", "128"], &dir);
     assert!(!ok && err.contains("2^56"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();

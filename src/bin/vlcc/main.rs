@@ -492,9 +492,28 @@ fn flag_output_kind(flag: &str, out: &Path, kinds: &[&str]) -> AnyResult {
     }
 }
 
-/// Refuses vectors of another dimension than what they are used with, naming both.
-pub(crate) fn same_dim(flag: &str, path: &Path, got: usize, what: &str, want: usize) -> AnyResult {
-    if got != want {
+/// Refuses a file of no vectors where training needs some.
+fn some_rows(flag: &str, path: &Path, rows: usize) -> AnyResult {
+    if rows == 0 {
+        return Err(format!(
+            "{flag} {}: no vectors, and training needs at least one",
+            path.display()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Refuses vectors of another dimension than what they are used with, naming both. A file of
+/// no vectors (`rows` 0: an empty .fvecs cannot say its dimension) agrees with any.
+pub(crate) fn same_dim(
+    flag: &str,
+    path: &Path,
+    (rows, got): (usize, usize),
+    what: &str,
+    want: usize,
+) -> AnyResult {
+    if rows > 0 && got != want {
         return Err(format!(
             "{flag} {}: vectors have d = {got}, {what} has d = {want}",
             path.display()
@@ -553,11 +572,11 @@ fn encode(a: EncodeArgs) -> AnyResult {
     let c = load_compressor(&a.codebook, ctx)?;
     let d = c.codebook()?.dim();
     let input = vecio::read_floats(&a.input)?;
-    let cols = match &input {
-        vecio::Floats::F32(m) => m.cols,
-        vecio::Floats::F16(m) => m.cols,
+    let shape = match &input {
+        vecio::Floats::F32(m) => (m.rows, m.cols),
+        vecio::Floats::F16(m) => (m.rows, m.cols),
     };
-    same_dim("--input", &a.input, cols, "the codebook", d)?;
+    same_dim("--input", &a.input, shape, "the codebook", d)?;
     let t = std::time::Instant::now();
     let (rows, codes) = match input {
         vecio::Floats::F32(m) => (m.rows, c.encode(m.data[..].into())?),
@@ -599,16 +618,12 @@ fn build(a: BuildArgs) -> AnyResult {
     let c = match &a.codebook {
         Some(p) => {
             let c = load_compressor(p, ctx.clone())?;
-            same_dim(
-                "--input",
-                &a.input,
-                x.cols,
-                "the codebook",
-                c.codebook()?.dim(),
-            )?;
+            let d = c.codebook()?.dim();
+            same_dim("--input", &a.input, (x.rows, x.cols), "the codebook", d)?;
             c
         }
         None => {
+            some_rows("--input", &a.input, x.rows)?;
             let mut c = Compressor::new(ctx.clone(), a.train.params());
             c.train(&x.data, x.cols)?;
             c
@@ -672,10 +687,10 @@ fn search(a: SearchArgs) -> AnyResult {
     let index = vlc_compress::Index::load(ctx, &a.index, true)?;
     let d = index.codebook().dim();
     let q = vecio::read_vectors(&a.query)?;
-    same_dim("--query", &a.query, q.cols, "the index", d)?;
+    same_dim("--query", &a.query, (q.rows, q.cols), "the index", d)?;
     let raw = a.raw.as_deref().map(vecio::read_vectors).transpose()?;
     if let (Some(r), Some(path)) = (&raw, &a.raw) {
-        same_dim("--raw", path, r.cols, "the index", d)?;
+        same_dim("--raw", path, (r.rows, r.cols), "the index", d)?;
     }
     let dense = raw.as_ref().map(|r| DenseRaw {
         data: &r.data,
