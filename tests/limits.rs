@@ -328,6 +328,29 @@ fn every_status_message_names_the_argument_and_the_value() {
             InvalidArgument,
             &[dir.to_str().unwrap(), "a directory"],
         );
+        // A device is named as such, as the header says, for loads and saves alike.
+        let null_dev = CString::new("/dev/null").unwrap();
+        for flags in [0, 1] {
+            says(
+                "load a device",
+                vlcc_index_load(ctx, null_dev.as_ptr(), flags, &mut loaded),
+                InvalidArgument,
+                &["/dev/null", "a character device"],
+            );
+        }
+        let mut cb = null_mut();
+        says(
+            "load a codebook from a device",
+            vlcc_compressor_load_codebook(ctx, null_dev.as_ptr(), &mut cb),
+            InvalidArgument,
+            &["/dev/null", "a character device"],
+        );
+        says(
+            "save onto a device",
+            vlcc_index_save(ix, null_dev.as_ptr()),
+            InvalidArgument,
+            &["/dev/null", "a character device"],
+        );
         vlcc_index_free(ix);
         vlcc_compressor_free(c);
         vlcc_context_free(ctx);
@@ -415,7 +438,6 @@ fn reads_and_decodes_answer_to_the_memory_cap() {
     std::fs::remove_file(&path).unwrap();
 }
 
-
 /// A bitset may claim any number of bits: past what memory holds the call answers with a
 /// status (the copy is allocated fallibly), never an abort, and the filter stays as it was.
 #[test]
@@ -444,7 +466,6 @@ fn a_bitset_claiming_any_size_gets_a_status() {
         vlcc_search_params_free(p);
     }
 }
-
 
 /// Every output of `vlcc_index_search_bounds` is checked against every other output and the
 /// inputs: an overlap is `OVERLAP`, with nothing written (the queries stay as they were).
@@ -514,7 +535,6 @@ fn bounds_outputs_may_not_overlap_each_other_or_the_inputs() {
         vlcc_context_free(ctx);
     }
 }
-
 
 /// Memory estimates of sizes no machine holds are an error (OUT_OF_MEMORY; a dimension past
 /// 2^24 INVALID_ARGUMENT), never a figure that wrapped; at

@@ -407,7 +407,10 @@ pub unsafe extern "C" fn vlcc_compressor_decode(
 }
 
 /// Saves the trained codebook to `path` (UTF-8), atomically: a temporary file is written,
-/// synced and renamed, so `path` holds the old file or the new one, never a partial one.
+/// synced and renamed, so `path` holds the old file or the new one, never a partial one. A
+/// path that exists and is not a regular file (a directory, a FIFO, a device such as
+/// /dev/null) fails with VLCC_STATUS_INVALID_ARGUMENT and is left as it is; a directory that
+/// cannot be written to with VLCC_STATUS_IO.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_save_codebook(
     c: *const vlcc_compressor,
@@ -422,7 +425,9 @@ pub unsafe extern "C" fn vlcc_compressor_save_codebook(
 
 /// Loads a codebook (from a codebook or index file) into a new trained compressor on `ctx`.
 /// `*out` receives it, owned by the caller. Corrupt or truncated files fail with
-/// VLCC_STATUS_CORRUPT.
+/// VLCC_STATUS_CORRUPT; a path that is not a regular file (a directory, a FIFO, a device) with
+/// VLCC_STATUS_INVALID_ARGUMENT naming what it is, found without blocking; a missing or
+/// unreadable file with VLCC_STATUS_IO.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_compressor_load_codebook(
     ctx: *const vlcc_context,

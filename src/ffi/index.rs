@@ -453,7 +453,8 @@ pub unsafe extern "C" fn vlcc_index_stats(
 }
 
 /// Saves the index (codebook, ids and codes) to `path` atomically (temporary file, fsync,
-/// rename): `path` holds the old file or the new one, never a partial one.
+/// rename): `path` holds the old file or the new one, never a partial one. A path that exists
+/// and is not a regular file fails as in `vlcc_compressor_save_codebook`.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_save(
     ix: *const vlcc_index,
@@ -483,7 +484,9 @@ pub enum vlcc_load_flag {
 /// not be modified in place while loaded; replacing it by rename, as `vlcc_index_save` does,
 /// is safe); a change copies into memory only the lists it touches. Every size and offset,
 /// and every checksum unless deferred, is validated: damaged files fail with
-/// VLCC_STATUS_CORRUPT.
+/// VLCC_STATUS_CORRUPT. A path that is not a regular file (a directory, a FIFO, a device)
+/// fails with VLCC_STATUS_INVALID_ARGUMENT naming what it is, found without blocking; a
+/// missing or unreadable file with VLCC_STATUS_IO.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_load(
     ctx: *const vlcc_context,

@@ -326,7 +326,7 @@ impl Index {
         self.ctx.check_caps((0, device), what)?;
         let cap = self.ctx.memory_cap();
         if cap == 0 {
-            return Ok(());
+            return Ok(usize::MAX);
         }
         let work = estimate::search_bytes(&s, nq, k, want, self.ctx.threads());
         self.ctx.check_cap(work, what)?;
@@ -401,10 +401,10 @@ impl Index {
             host += estimate::fast_scan_bytes(&s, self.len());
         }
         let kind = self.ctx.backend().kind();
-        (
+        Ok((
             host,
             estimate::device_search_bytes(kind, &s, self.len(), nq, p.nprobe, self.candidates(p)),
-        )
+        ))
     }
 
     /// Runs `f` with this index's codebook and lists as devices read them.
