@@ -654,14 +654,19 @@ vlcc_status vlcc_compressor_decode(const vlcc_compressor *c,
 
 /**
  * Saves the trained codebook to `path` (UTF-8), atomically: a temporary file is written,
- * synced and renamed, so `path` holds the old file or the new one, never a partial one.
+ * synced and renamed, so `path` holds the old file or the new one, never a partial one. A
+ * path that exists and is not a regular file (a directory, a FIFO, a device such as
+ * /dev/null) fails with VLCC_STATUS_INVALID_ARGUMENT and is left as it is; a directory that
+ * cannot be written to with VLCC_STATUS_IO.
  */
 vlcc_status vlcc_compressor_save_codebook(const vlcc_compressor *c, const char *path);
 
 /**
  * Loads a codebook (from a codebook or index file) into a new trained compressor on `ctx`.
  * `*out` receives it, owned by the caller. Corrupt or truncated files fail with
- * VLCC_STATUS_CORRUPT.
+ * VLCC_STATUS_CORRUPT; a path that is not a regular file (a directory, a FIFO, a device) with
+ * VLCC_STATUS_INVALID_ARGUMENT naming what it is, found without blocking; a missing or
+ * unreadable file with VLCC_STATUS_IO.
  */
 vlcc_status vlcc_compressor_load_codebook(const vlcc_context *ctx,
                                           const char *path,
@@ -897,7 +902,8 @@ vlcc_status vlcc_index_stats(const vlcc_index *ix, vlcc_index_info *out);
 
 /**
  * Saves the index (codebook, ids and codes) to `path` atomically (temporary file, fsync,
- * rename): `path` holds the old file or the new one, never a partial one.
+ * rename): `path` holds the old file or the new one, never a partial one. A path that exists
+ * and is not a regular file fails as in `vlcc_compressor_save_codebook`.
  */
 vlcc_status vlcc_index_save(const vlcc_index *ix, const char *path);
 
@@ -908,7 +914,9 @@ vlcc_status vlcc_index_save(const vlcc_index *ix, const char *path);
  * not be modified in place while loaded; replacing it by rename, as `vlcc_index_save` does,
  * is safe); a change copies into memory only the lists it touches. Every size and offset,
  * and every checksum unless deferred, is validated: damaged files fail with
- * VLCC_STATUS_CORRUPT.
+ * VLCC_STATUS_CORRUPT. A path that is not a regular file (a directory, a FIFO, a device)
+ * fails with VLCC_STATUS_INVALID_ARGUMENT naming what it is, found without blocking; a
+ * missing or unreadable file with VLCC_STATUS_IO.
  */
 vlcc_status vlcc_index_load(const vlcc_context *ctx,
                             const char *path,
@@ -989,7 +997,8 @@ vlcc_status vlcc_index_get_codes(const vlcc_index *ix,
  * its error bound, or its exact distance twice where re-ranked; NaN where the slot is missing.
  * `reranked` (nq) receives the candidates each query re-scored exactly, `certified` (nq) 1
  * where its top-k is proven exact over its probed lists (a `VLCC_SEARCH_PARAM_RERANK_AUTO`
- * re-rank that did not hit its cap), else 0. Any of the four may be NULL. The index must keep
+ * re-rank that did not hit its cap), else 0. Any of the four may be NULL. No output may
+ * overlap another output or the inputs (VLCC_STATUS_OVERLAP). The index must keep
  * error bounds (`vlcc_index_new_with_refine`, any kind but NONE), else INVALID_STATE. Scans
  * on the host; thread-safe like search; nothing is written on error.
  */
@@ -1040,7 +1049,9 @@ vlcc_status vlcc_compressor_estimate_memory(const vlcc_compressor *c,
  * (`vlcc_context_set_memory_cap`, `vlcc_context_set_device_memory_cap`) are checked against.
  * Host figures are within 25% of the measured peaks in the project's tests, device figures
  * (0 on the CPU) of the CUDA memory pool's measured peaks. An unknown `work` is
- * INVALID_ARGUMENT. Thread-safe.
+ * INVALID_ARGUMENT; sizes past what any machine holds are OUT_OF_MEMORY (more than 2^56
+ * values) or INVALID_ARGUMENT (more than 2^24 dimensions): never a figure that wrapped.
+ * Thread-safe.
  */
 vlcc_status vlcc_estimate_memory(const vlcc_compressor *params,
                                  uint32_t work,
@@ -1056,8 +1067,8 @@ vlcc_status vlcc_estimate_memory(const vlcc_compressor *params,
  * NULL for the defaults): the call's working memory and results, and the search tables and
  * fast-scan blocks it builds where the index has none yet (on CUDA: the lists it uploads,
  * counted every time, and its batches of queries). What the context's memory caps are
- * checked against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`).
- * Thread-safe.
+ * checked against. TRAIN is INVALID_ARGUMENT (a compressor trains: `vlcc_estimate_memory`);
+ * sizes past what any machine holds fail as in `vlcc_estimate_memory`. Thread-safe.
  */
 vlcc_status vlcc_index_estimate_memory(const vlcc_index *ix,
                                        uint32_t work,
@@ -1095,8 +1106,11 @@ vlcc_status vlcc_index_set_progress(vlcc_index *ix, vlcc_progress_fn f, void *us
  * codes; with rerank above 0, each hit is scored again exactly against `raw` (row i = id i, as
  * `vlcc_index_search` reads it) and kept only if that score is within the radius. `*out`
  * receives the results (read them with `vlcc_range_results_view`), owned by the caller. A NaN
- * radius fails with INVALID_ARGUMENT. Scans on the device on CUDA contexts (a callback filter
- * keeps the host path), on the host elsewhere; thread-safe like search.
+ * radius fails with INVALID_ARGUMENT. Hits count against the context's memory cap as they
+ * are found (28 bytes each while the call runs, 12 in the results): where they pass what the
+ * cap leaves beside the search, or what memory holds, the call fails with OUT_OF_MEMORY and
+ * `*out` is not written. Scans on the device on CUDA contexts (a callback filter keeps the
+ * host path), on the host elsewhere; thread-safe like search.
  */
 vlcc_status vlcc_index_range_search(const vlcc_index *ix,
                                     const float *queries,
@@ -1150,7 +1164,10 @@ vlcc_status vlcc_search_params_get(const vlcc_search_params *p, uint32_t param, 
 /**
  * Searches with these parameters return only ids in `[0, n_bits)` whose bit is set in `bits`:
  * bit `i % 8` (least significant first) of byte `i / 8`, `ceil(n_bits / 8)` bytes, copied
- * here (the caller's array may be freed at once). Replaces any filter set before. The
+ * here (the caller's array may be freed at once). A size no address space holds fails with
+ * INVALID_ARGUMENT, a copy that cannot be allocated with OUT_OF_MEMORY; either way the
+ * filter is unchanged. Replaces any filter set before. The copy counts against the memory
+ * cap of each search that uses it. The
  * filter is applied during the scan: a query gets k hits whenever its probed lists hold k
  * allowed vectors; fewer leave the last slots with id UINT64_MAX and distance NaN. Bitsets
  * and id lists are applied in the device scan on CUDA and WGPU contexts (a mask over the

@@ -18,8 +18,11 @@ pub struct vlcc_range_results {
 /// codes; with rerank above 0, each hit is scored again exactly against `raw` (row i = id i, as
 /// `vlcc_index_search` reads it) and kept only if that score is within the radius. `*out`
 /// receives the results (read them with `vlcc_range_results_view`), owned by the caller. A NaN
-/// radius fails with INVALID_ARGUMENT. Scans on the device on CUDA contexts (a callback filter
-/// keeps the host path), on the host elsewhere; thread-safe like search.
+/// radius fails with INVALID_ARGUMENT. Hits count against the context's memory cap as they
+/// are found (28 bytes each while the call runs, 12 in the results): where they pass what the
+/// cap leaves beside the search, or what memory holds, the call fails with OUT_OF_MEMORY and
+/// `*out` is not written. Scans on the device on CUDA contexts (a callback filter keeps the
+/// host path), on the host elsewhere; thread-safe like search.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_range_search(
     ix: *const vlcc_index,
