@@ -5,17 +5,18 @@ use crate::arrays::{byte_rows, matrix, rows};
 use crate::context::PyContext;
 use crate::errors::{invalid, OrPy};
 use crate::index::PyIndex;
+use crate::lock::Locked;
 use crate::progress::{self, settle};
 use numpy::{PyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use vlc_compress::{format, Compressor, Metric, Refine, Rotation};
 
 #[pyclass(module = "vlc_compress._native", name = "Compressor", frozen)]
 pub struct PyCompressor {
     /// Training replaces the codebook: it takes the lock exclusively; encodes share it.
-    pub c: RwLock<Compressor>,
+    pub c: Locked<Compressor>,
     progress: progress::Slot,
 }
 
@@ -49,13 +50,13 @@ fn set_param(c: &mut Compressor, name: &str, v: &Bound<'_, PyAny>) -> PyResult<(
 impl PyCompressor {
     fn wrap(c: Compressor) -> Self {
         PyCompressor {
-            c: RwLock::new(c),
+            c: Locked::new(c, "compressor"),
             progress: Default::default(),
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Compressor> {
-        self.c.read().unwrap_or_else(|e| e.into_inner())
+    fn read(&self, py: Python<'_>) -> PyResult<std::sync::RwLockReadGuard<'_, Compressor>> {
+        self.c.read(py)
     }
 }
 
@@ -107,7 +108,7 @@ impl PyCompressor {
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        let c = self.read();
+        let c = self.read(py)?;
         for i in vlc_compress::params::params() {
             d.set_item(i.name, c.params().get(i.id).py_err()?)?;
         }
@@ -116,8 +117,8 @@ impl PyCompressor {
 
     /// Sets training parameters by name (before `train`).
     #[pyo3(signature = (**params))]
-    fn set_params(&self, params: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
-        let mut c = self.c.write().unwrap_or_else(|e| e.into_inner());
+    fn set_params(&self, py: Python<'_>, params: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        let mut c = self.c.write(py)?;
         for (k, v) in params.into_iter().flat_map(|p| p.iter()) {
             set_param(&mut c, &k.extract::<String>()?, &v)?;
         }
@@ -143,8 +144,9 @@ impl PyCompressor {
                 s.iter().map(|v| v.to_f32()).collect::<Vec<_>>().into()
             }
         };
+        let mut c = self.c.write(py)?;
+        let c: &mut Compressor = &mut c;
         let report = py.detach(|| {
-            let mut c = self.c.write().unwrap_or_else(|e| e.into_inner());
             let r = match &p {
                 Some(p) => c.train_with_progress(&x32, d, p.as_ref()),
                 None => c.train(&x32, d),
@@ -164,27 +166,27 @@ impl PyCompressor {
 
     /// Whether a codebook is trained or loaded.
     #[getter]
-    fn is_trained(&self) -> bool {
-        self.read().codebook().is_ok()
+    fn is_trained(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.read(py)?.codebook().is_ok())
     }
 
     /// Dimension of the vectors the codebook takes.
     #[getter]
-    fn d(&self) -> PyResult<usize> {
-        Ok(self.read().codebook().py_err()?.dim())
+    fn d(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.read(py)?.codebook().py_err()?.dim())
     }
 
     /// Bytes of one encoded vector (anchor id and residual code).
     #[getter]
-    fn code_size(&self) -> PyResult<usize> {
-        Ok(self.read().codebook().py_err()?.codec_size())
+    fn code_size(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.read(py)?.codebook().py_err()?.codec_size())
     }
 
     /// The trained anchors (the inverted lists' centroids): float32, anchors x d.
     #[getter]
     fn anchors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let (a, d) = {
-            let c = self.read();
+            let c = self.read(py)?;
             let cb = c.codebook().py_err()?;
             (cb.anchor_vectors().to_vec(), cb.dim())
         };
@@ -194,19 +196,19 @@ impl PyCompressor {
 
     /// The codebook's fingerprint: indexes merge only when theirs agree.
     #[getter]
-    fn fingerprint(&self) -> PyResult<u64> {
-        Ok(self.read().codebook().py_err()?.fingerprint())
+    fn fingerprint(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.read(py)?.codebook().py_err()?.fingerprint())
     }
 
     /// The codebook in the file format, as bytes.
     fn codebook_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let b = format::codebook_bytes(self.read().codebook().py_err()?);
+        let b = format::codebook_bytes(self.read(py)?.codebook().py_err()?);
         Ok(PyBytes::new(py, &b))
     }
 
     /// Saves the codebook (written to a temporary file, then renamed over `path`).
     fn save_codebook(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        let cb = self.read().codebook().py_err()?.clone();
+        let cb = self.read(py)?.codebook().py_err()?.clone();
         py.detach(|| format::save_codebook(&cb, &path)).py_err()
     }
 
@@ -222,15 +224,14 @@ impl PyCompressor {
         let (n, _) = x.shape();
         let p = self.progress.for_call(progress)?;
         let v = x.vectors();
-        let codes = py.detach(|| {
-            let c = self.read();
-            match &p {
-                Some(p) => c.encode_with_progress(v, p.as_ref()),
-                None => c.encode(v),
-            }
+        let c = self.read(py)?;
+        let c: &Compressor = &c;
+        let codes = py.detach(|| match &p {
+            Some(p) => c.encode_with_progress(v, p.as_ref()),
+            None => c.encode(v),
         });
         let codes = settle(p.as_deref(), codes)?;
-        let size = self.code_size()?;
+        let size = self.code_size(py)?;
         matrix(py, codes, n, size)
     }
 
@@ -241,24 +242,26 @@ impl PyCompressor {
         codes: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let codes = byte_rows(codes, "codes")?;
-        let (n, size, want) = (codes.shape()[0], codes.shape()[1], self.code_size()?);
+        let (n, size, want) = (codes.shape()[0], codes.shape()[1], self.code_size(py)?);
         if size != want {
             return Err(invalid(format!(
                 "codes have {size} bytes per row; this codebook's are {want}"
             )));
         }
         let b = codes.as_slice()?;
-        let x = py.detach(|| self.read().decode(b)).py_err()?;
-        matrix(py, x, n, self.d()?)
+        let c = self.read(py)?;
+        let c: &Compressor = &c;
+        let x = py.detach(|| c.decode(b)).py_err()?;
+        matrix(py, x, n, self.d(py)?)
     }
 
     /// An empty index on this codebook. `refine`: None, "bound", "f16" or "int8" (side rows
     /// for error bounds and a re-rank without the caller's vectors).
     #[pyo3(signature = (refine = None))]
-    fn new_index(&self, refine: Option<&str>) -> PyResult<PyIndex> {
+    fn new_index(&self, py: Python<'_>, refine: Option<&str>) -> PyResult<PyIndex> {
         let r: Refine = refine.unwrap_or("none").parse().py_err()?;
         Ok(PyIndex::wrap(
-            self.read().new_index_with_refine(r).py_err()?,
+            self.read(py)?.new_index_with_refine(r).py_err()?,
         ))
     }
 
@@ -267,9 +270,15 @@ impl PyCompressor {
     /// index in one call; "search", the first search of an index of n vectors (its tables and
     /// fast-scan blocks, and a block of queries per thread).
     #[pyo3(signature = (n, d, work = "train"))]
-    fn estimate_memory(&self, n: usize, d: usize, work: &str) -> PyResult<(usize, usize)> {
+    fn estimate_memory(
+        &self,
+        py: Python<'_>,
+        n: usize,
+        d: usize,
+        work: &str,
+    ) -> PyResult<(usize, usize)> {
         let w: vlc_compress::Work = work.parse().py_err()?;
-        self.read().estimate_memory(w, n, d).py_err()
+        self.read(py)?.estimate_memory(w, n, d).py_err()
     }
 
     /// A progress callback for this compressor's calls that have none of their own.

@@ -4,18 +4,19 @@
 use crate::arrays::{f32_rows, id_matrix, ids, matrix, rows, vector};
 use crate::context::PyContext;
 use crate::errors::{invalid, OrPy};
+use crate::lock::Locked;
 use crate::progress::{self, settle};
 use numpy::{PyArray1, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::RwLockReadGuard;
 use vlc_compress::{DenseRaw, Error, FetchRaw, Filter, Index, RawVectors, SearchParams};
 
 #[pyclass(module = "vlc_compress._native", name = "Index", frozen)]
 pub struct PyIndex {
-    /// Searches share the index; add, remove and merge take it exclusively. Locks are taken
-    /// with the GIL released, so a waiting thread never holds up Python.
-    ix: RwLock<Index>,
+    /// Searches share the index; add, remove and merge take it exclusively (`lock`: never
+    /// waited for with the GIL held, nor from a callback of a call that holds it).
+    ix: Locked<Index>,
     progress: progress::Slot,
 }
 
@@ -37,22 +38,24 @@ fn raw_of<'py>(raw: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Raw<'py>>> {
 
 /// Calls the caller's fetch for `ids` into `out`, with the GIL held for the call only.
 fn fetch(f: &Py<PyAny>, d: usize, want: &[u64], out: &mut [f32]) -> vlc_compress::Result<()> {
-    Python::attach(|py| {
-        let got = f
-            .call1(py, (vector(py, want.to_vec()),))
-            .and_then(|v| Ok(f32_rows(v.bind(py), "fetched rows")?.as_slice()?.to_vec()));
-        match got {
-            Ok(v) if v.len() == out.len() => {
-                out.copy_from_slice(&v);
-                Ok(())
+    crate::lock::as_callback(|| {
+        Python::attach(|py| {
+            let got = f
+                .call1(py, (vector(py, want.to_vec()),))
+                .and_then(|v| Ok(f32_rows(v.bind(py), "fetched rows")?.as_slice()?.to_vec()));
+            match got {
+                Ok(v) if v.len() == out.len() => {
+                    out.copy_from_slice(&v);
+                    Ok(())
+                }
+                Ok(v) => Err(Error::Callback(format!(
+                    "fetch gave {} values for {} ids of dimension {d}",
+                    v.len(),
+                    want.len()
+                ))),
+                Err(e) => Err(Error::Callback(format!("fetch raised {e}"))),
             }
-            Ok(v) => Err(Error::Callback(format!(
-                "fetch gave {} values for {} ids of dimension {d}",
-                v.len(),
-                want.len()
-            ))),
-            Err(e) => Err(Error::Callback(format!("fetch raised {e}"))),
-        }
+        })
     })
 }
 
@@ -65,10 +68,12 @@ fn filter_of(f: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Filter>> {
     if f.is_callable() {
         let g = f.clone().unbind();
         return Ok(Some(Filter::predicate(move |id| {
-            Python::attach(|py| {
-                g.call1(py, (id,))
-                    .and_then(|v| v.is_truthy(py))
-                    .map_err(|e| Error::Callback(format!("filter raised {e}")))
+            crate::lock::as_callback(|| {
+                Python::attach(|py| {
+                    g.call1(py, (id,))
+                        .and_then(|v| v.is_truthy(py))
+                        .map_err(|e| Error::Callback(format!("filter raised {e}")))
+                })
             })
         })));
     }
@@ -91,37 +96,45 @@ fn filter_of(f: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Filter>> {
 impl PyIndex {
     pub fn wrap(ix: Index) -> Self {
         PyIndex {
-            ix: RwLock::new(ix),
+            ix: Locked::new(ix, "index"),
             progress: Default::default(),
         }
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, Index> {
-        self.ix.read().unwrap_or_else(|e| e.into_inner())
+    fn read(&self, py: Python<'_>) -> PyResult<RwLockReadGuard<'_, Index>> {
+        self.ix.read(py)
     }
 
-    /// Runs `f` on the index shared, with the GIL released (the lock is taken there too).
-    fn shared<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> T + Send) -> T {
-        py.detach(|| f(&self.read()))
+    /// Runs `f` on the index shared, with the GIL released.
+    fn shared<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> T + Send) -> PyResult<T> {
+        let ix = self.read(py)?;
+        let ix: &Index = &ix;
+        Ok(py.detach(|| f(ix)))
     }
 
     /// Runs `f` on the index exclusively, with the GIL released.
-    fn exclusive<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Index) -> T + Send) -> T {
-        py.detach(|| f(&mut self.ix.write().unwrap_or_else(|e| e.into_inner())))
+    fn exclusive<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Index) -> T + Send,
+    ) -> PyResult<T> {
+        let mut ix = self.ix.write(py)?;
+        let ix: &mut Index = &mut ix;
+        Ok(py.detach(|| f(ix)))
     }
 
-    fn dim(&self) -> usize {
-        self.read().codebook().dim()
+    fn dim(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.read(py)?.codebook().dim())
     }
 
     /// Queries as float32 rows of this index's dimension.
     fn queries<'py>(&self, q: &Bound<'py, PyAny>) -> PyResult<(PyReadonlyArray2<'py, f32>, usize)> {
         let q = f32_rows(q, "queries")?;
         let (n, d) = (q.shape()[0], q.shape()[1]);
-        if d != self.dim() {
+        let want = self.dim(q.py())?;
+        if d != want {
             return Err(invalid(format!(
-                "queries have dimension {d}; the index's is {}",
-                self.dim()
+                "queries have dimension {d}; the index's is {want}"
             )));
         }
         Ok((q, n))
@@ -148,19 +161,20 @@ impl PyIndex {
         let (q, nq) = self.queries(queries)?;
         let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
         let qs = q.as_slice()?;
-        let r = self.with_raw(&raw, |raw| {
+        let r = self.with_raw(py, &raw, |raw| {
             self.shared(py, |ix| f(ix, qs, &p, raw, filter.as_ref()))
-        })?;
+        })??;
         Ok((r.py_err()?, nq))
     }
 
     /// Runs `f` with the raw vectors as the core reads them.
     fn with_raw<T>(
         &self,
+        py: Python<'_>,
         raw: &Option<Raw<'_>>,
         f: impl FnOnce(Option<&dyn RawVectors>) -> T,
     ) -> PyResult<T> {
-        let d = self.dim();
+        let d = self.dim(py)?;
         Ok(match raw {
             None => f(None),
             Some(Raw::Rows(a)) => f(Some(&DenseRaw {
@@ -237,59 +251,59 @@ impl PyIndex {
 
     /// Checks every section's checksum (for an index loaded with `verify=False`).
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        self.shared(py, |ix| ix.verify()).py_err()
+        self.shared(py, |ix| ix.verify())?.py_err()
     }
 
     /// Saves the index (written to a temporary file, then renamed over `path`).
     fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        self.shared(py, |ix| ix.save(&path)).py_err()
+        self.shared(py, |ix| ix.save(&path))?.py_err()
     }
 
     /// The index in the file format, as bytes.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let b = self.shared(py, |ix| ix.to_bytes());
-        PyBytes::new(py, &b)
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let b = self.shared(py, |ix| ix.to_bytes())?;
+        Ok(PyBytes::new(py, &b))
     }
 
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
-        Ok((slf.getattr("from_bytes")?, (slf.get().to_bytes(slf.py()),)))
+        Ok((slf.getattr("from_bytes")?, (slf.get().to_bytes(slf.py())?,)))
     }
 
-    fn __len__(&self) -> usize {
-        self.read().len()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.read(py)?.len())
     }
 
     /// Vectors held (FAISS's name).
     #[getter]
-    fn ntotal(&self) -> usize {
-        self.read().len()
+    fn ntotal(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.read(py)?.len())
     }
 
     #[getter]
-    fn d(&self) -> usize {
-        self.dim()
+    fn d(&self, py: Python<'_>) -> PyResult<usize> {
+        self.dim(py)
     }
 
     #[getter]
-    fn nlist(&self) -> usize {
-        self.read().nlist()
+    fn nlist(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.read(py)?.nlist())
     }
 
     #[getter]
-    fn metric(&self) -> &'static str {
-        self.read().codebook().metric().name()
+    fn metric(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.read(py)?.codebook().metric().name())
     }
 
     #[getter]
-    fn refine(&self) -> &'static str {
-        self.read().refine().name()
+    fn refine(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.read(py)?.refine().name())
     }
 
     #[getter]
-    fn fingerprint(&self) -> u64 {
-        self.read().codebook().fingerprint()
+    fn fingerprint(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.read(py)?.codebook().fingerprint())
     }
 
     /// Encodes `x` (n x d) and appends it under `ids` (default: ntotal, ntotal + 1, ...).
@@ -304,16 +318,16 @@ impl PyIndex {
     ) -> PyResult<()> {
         let x = rows(x, "x")?;
         let (n, d) = x.shape();
-        if d != self.dim() {
+        let want = self.dim(py)?;
+        if d != want {
             return Err(invalid(format!(
-                "x has dimension {d}; the index's is {}",
-                self.dim()
+                "x has dimension {d}; the index's is {want}"
             )));
         }
         let ids = match ids.filter(|i| !i.is_none()) {
             Some(i) => crate::arrays::ids(i, "ids")?,
             None => {
-                let base = self.ntotal() as u64;
+                let base = self.ntotal(py)? as u64;
                 (base..base + n as u64).collect()
             }
         };
@@ -322,7 +336,7 @@ impl PyIndex {
         let r = self.exclusive(py, |ix| match &p {
             Some(p) => ix.add_with_progress(v, &ids, p.as_ref()),
             None => ix.add(v, &ids),
-        });
+        })?;
         settle(p.as_deref(), r)
     }
 
@@ -407,11 +421,11 @@ impl PyIndex {
     /// Removes every vector under each of `ids`; returns how many were removed.
     fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
         let ids = crate::arrays::ids(ids, "ids")?;
-        self.exclusive(py, |ix| ix.remove(&ids)).py_err()
+        self.exclusive(py, |ix| ix.remove(&ids))?.py_err()
     }
 
     fn __contains__(&self, py: Python<'_>, id: u64) -> PyResult<bool> {
-        self.shared(py, |ix| ix.contains(id)).py_err()
+        self.shared(py, |ix| ix.contains(id))?.py_err()
     }
 
     /// The decoded vectors of `ids` (each must be present): float32 len(ids) x d.
@@ -421,8 +435,8 @@ impl PyIndex {
         ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let ids = crate::arrays::ids(ids, "ids")?;
-        let x = self.shared(py, |ix| ix.reconstruct(&ids)).py_err()?;
-        matrix(py, x, ids.len(), self.dim())
+        let x = self.shared(py, |ix| ix.reconstruct(&ids))?.py_err()?;
+        matrix(py, x, ids.len(), self.dim(py)?)
     }
 
     /// The codes of `ids` (each must be present) as `Compressor.encode` gives them: uint8,
@@ -437,7 +451,7 @@ impl PyIndex {
             .shared(py, |ix| {
                 let size = ix.codebook().codec_size();
                 ix.get_codes(&ids).map(|c| (c, size))
-            })
+            })?
             .py_err()?;
         matrix(py, codes, ids.len(), size)
     }
@@ -456,13 +470,12 @@ impl PyIndex {
             return Err(invalid("an index cannot merge itself"));
         }
         let p = self.progress.for_call(progress)?;
-        let r = py.detach(|| {
-            let src = other.read();
-            let mut dst = self.ix.write().unwrap_or_else(|e| e.into_inner());
-            match &p {
-                Some(p) => dst.merge_from_with_progress(&src, p.as_ref()),
-                None => dst.merge_from(&src),
-            }
+        let src = other.read(py)?;
+        let mut dst = self.ix.write(py)?;
+        let (src, dst): (&Index, &mut Index) = (&src, &mut dst);
+        let r = py.detach(|| match &p {
+            Some(p) => dst.merge_from_with_progress(&src, p.as_ref()),
+            None => dst.merge_from(&src),
         });
         settle(p.as_deref(), r)
     }
@@ -474,13 +487,14 @@ impl PyIndex {
     #[pyo3(signature = (n, work = "search", k = 10, nprobe = 16, rerank = 0))]
     fn estimate_memory(
         &self,
+        py: Python<'_>,
         n: usize,
         work: &str,
         k: usize,
         nprobe: usize,
         rerank: usize,
     ) -> PyResult<(usize, usize)> {
-        let ix = self.read();
+        let ix = self.read(py)?;
         match work.parse().py_err()? {
             vlc_compress::Work::Build => ix.estimate_add_memory(n).py_err(),
             vlc_compress::Work::Search => {
@@ -496,7 +510,8 @@ impl PyIndex {
 
     /// Counts and memory by part (codes, ids, refinement rows, id map, search tables).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let s = serde_json::to_string(&self.read().stats()).map_err(|e| invalid(e.to_string()))?;
+        let s =
+            serde_json::to_string(&self.read(py)?.stats()).map_err(|e| invalid(e.to_string()))?;
         py.import("json")?.call_method1("loads", (s,))
     }
 
@@ -505,14 +520,14 @@ impl PyIndex {
         self.progress.set(progress)
     }
 
-    fn __repr__(&self) -> String {
-        let ix = self.read();
-        format!(
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let ix = self.read(py)?;
+        Ok(format!(
             "Index(ntotal={}, d={}, nlist={}, metric={:?})",
             ix.len(),
             ix.codebook().dim(),
             ix.nlist(),
             ix.codebook().metric().name()
-        )
+        ))
     }
 }

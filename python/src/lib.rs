@@ -11,6 +11,7 @@ mod compressor;
 mod context;
 mod errors;
 mod index;
+mod lock;
 mod progress;
 
 /// The training parameters as the core's table lists them: dicts of id, name, whole, min,

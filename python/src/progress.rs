@@ -35,15 +35,17 @@ impl PyProgress {
 
 impl Progress for PyProgress {
     fn report(&self, phase: Phase, done: u64, total: u64) -> bool {
-        Python::attach(
-            |py| match self.f.call1(py, (phase_name(phase), done, total)) {
-                Ok(v) => !v.is_truthy(py).unwrap_or(false),
-                Err(e) => {
-                    *self.raised.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                    false
-                }
-            },
-        )
+        crate::lock::as_callback(|| {
+            Python::attach(
+                |py| match self.f.call1(py, (phase_name(phase), done, total)) {
+                    Ok(v) => !v.is_truthy(py).unwrap_or(false),
+                    Err(e) => {
+                        *self.raised.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                        false
+                    }
+                },
+            )
+        })
     }
 }
 

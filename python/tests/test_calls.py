@@ -93,3 +93,47 @@ def test_search_releases_the_gil(index, data):
     worker.join()
     assert elapsed > 0.05, "the search was too short to tell"
     assert counted > 0.2 * alone * elapsed, (counted, alone, elapsed)
+
+
+def _in_time(f, seconds=60):
+    """Runs f on a thread and returns what it raised (None if nothing), failing the test if
+    it has not ended in time: a deadlock would otherwise hang the suite."""
+    out = {}
+
+    def run():
+        try:
+            f()
+            out["raised"] = None
+        except BaseException as e:  # noqa: BLE001 - handed back to the test
+            out["raised"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "the call deadlocked"
+    return out["raised"]
+
+
+def test_a_callback_that_changes_its_own_index_gets_an_error(compressor, data):
+    x, q = data
+    ix = compressor.new_index()
+    ix.add(x[:1000])
+    before = ix.to_bytes()
+    # A progress callback of add that adds to (or reads) the index being changed.
+    for again in (lambda: ix.add(x[:10]), lambda: len(ix), lambda: ix.search(q, 5)):
+        e = _in_time(lambda: ix.add(x, progress=lambda *a: again()))
+        assert isinstance(e, vc.InvalidStateError) and "in use" in str(e), repr(e)
+        assert ix.to_bytes() == before
+    # A filter of a search that removes from (or adds to) the index it filters.
+    for change in (lambda: ix.remove([1]), lambda: ix.add(x[:1])):
+        e = _in_time(lambda: ix.search(q, 5, filter=lambda i: change() or True))
+        assert isinstance(e, vc.Error) and "in use" in str(e), repr(e)
+    assert ix.to_bytes() == before
+    # Reading it from a search's own callbacks is fine: searches share it.
+    D, I = ix.search(q, 5, filter=lambda i: len(ix) > 0)
+    assert (I >= 0).all()
+    # Training's callback retraining its own compressor.
+    c = vc.Compressor(anchors=32, bytes_per_vector=8, max_iters=5)
+    e = _in_time(lambda: c.train(x, progress=lambda *a: c.train(x[:100])))
+    assert isinstance(e, vc.InvalidStateError), repr(e)
+    assert not c.is_trained

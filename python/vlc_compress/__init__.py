@@ -22,6 +22,7 @@ from .errors import (
     CorruptError,
     Error,
     InvalidArgumentError,
+    InvalidStateError,
     OutOfMemoryError,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "Error",
     "Index",
     "InvalidArgumentError",
+    "InvalidStateError",
     "OutOfMemoryError",
     "PARAMS",
     "Status",

@@ -40,12 +40,18 @@ class CorruptError(Error):
     """A file or buffer is not a valid vlc_compress file, or is damaged."""
 
 
+class InvalidStateError(Error):
+    """The object cannot do this now: not trained yet, or in use by the call whose callback
+    asks (a callback may not change the object its call is using)."""
+
+
 _BY_NAME = {
     "INVALID_ARGUMENT": InvalidArgumentError,
     "CANCELLED": CancelledError,
     "OUT_OF_MEMORY": OutOfMemoryError,
     "CODEBOOK_MISMATCH": CodebookMismatchError,
     "CORRUPT": CorruptError,
+    "INVALID_STATE": InvalidStateError,
 }
 
 
