@@ -780,12 +780,9 @@ fn filters_radii_and_estimates_take_what_search_and_train_take() {
     .concat();
     let (ok, _, err) = vlc(&ranged, &dir);
     assert!(ok, "{err}");
-    assert!(
-        vlc_compress::vecio::read_file(&dir.join("o.ivecs"))
-            .unwrap()
-            .len()
-            > 0
-    );
+    assert!(!vlc_compress::vecio::read_file(&dir.join("o.ivecs"))
+        .unwrap()
+        .is_empty());
     for bad in [
         &["--anchors", "0"][..],
         &["--bytes", "5000"][..],
