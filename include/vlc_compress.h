@@ -110,6 +110,12 @@ typedef enum {
    * was before the call.
    */
   VLCC_STATUS_CANCELLED = 18,
+  /**
+   * The call's deadline passed (`VLCC_SEARCH_PARAM_TIMEOUT_MS`, or the context's timeout:
+   * `vlcc_context_set_timeout`): it stopped and left every object, and every output, as
+   * it was before the call.
+   */
+  VLCC_STATUS_TIMED_OUT = 19,
 } vlcc_status;
 
 /**
@@ -132,6 +138,14 @@ typedef enum {
    * Merging another index in: `done` of `total` lists.
    */
   VLCC_PHASE_MERGE = 3,
+  /**
+   * Searching (search, search with bounds, range search): `done` of `total` queries.
+   */
+  VLCC_PHASE_SEARCH = 4,
+  /**
+   * Checking a file's checksums (load, verify): `done` of `total` bytes.
+   */
+  VLCC_PHASE_VERIFY = 5,
 } vlcc_phase;
 
 /**
@@ -345,6 +359,12 @@ typedef enum {
    * Default 0.
    */
   VLCC_SEARCH_PARAM_RERANK_AUTO = 4,
+  /**
+   * Milliseconds a search with these parameters may take, from its start (0 = none: the
+   * context's timeout, `vlcc_context_set_timeout`, applies). Past it the search stops with
+   * VLCC_STATUS_TIMED_OUT and writes nothing. Whole numbers >= 0. Default 0.
+   */
+  VLCC_SEARCH_PARAM_TIMEOUT_MS = 5,
 } vlcc_search_param;
 
 /**
@@ -479,6 +499,13 @@ typedef struct {
 } vlcc_index_info;
 
 /**
+ * A progress callback: `done` of `total` in `phase`. Return 0 to go on; anything else
+ * cancels the call, which returns VLCC_STATUS_CANCELLED and leaves every object as it was
+ * before it (an index keeps its contents, a compressor its codebook or none).
+ */
+typedef int (*vlcc_progress_fn)(void *user, vlcc_phase phase, uint64_t done, uint64_t total);
+
+/**
  * An index's memory by part, in bytes. Parts built on demand read 0 until built.
  */
 typedef struct {
@@ -512,13 +539,6 @@ typedef struct {
    */
   uint32_t memory_mapped;
 } vlcc_index_memory;
-
-/**
- * A progress callback: `done` of `total` in `phase`. Return 0 to go on; anything else
- * cancels the call, which returns VLCC_STATUS_CANCELLED and leaves every object as it was
- * before it (an index keeps its contents, a compressor its codebook or none).
- */
-typedef int (*vlcc_progress_fn)(void *user, vlcc_phase phase, uint64_t done, uint64_t total);
 
 #ifdef __cplusplus
 extern "C" {
@@ -839,6 +859,13 @@ vlcc_status vlcc_index_add_device(vlcc_index *ix, const float *x, size_t n, cons
  * (`vlcc_search_params_set_fetch`; `raw` NULL and `raw_n` 0). An id without a row fails with
  * INVALID_ARGUMENT, a row whose distance is not finite with NON_FINITE.
  *
+ * The search reports to the params' progress callback (`vlcc_search_params_set_progress`),
+ * else the index's, else the context's (phase VLCC_PHASE_SEARCH: queries answered); a
+ * non-zero answer stops it with VLCC_STATUS_CANCELLED. Past the params'
+ * `VLCC_SEARCH_PARAM_TIMEOUT_MS` (else the context's timeout) it stops with
+ * VLCC_STATUS_TIMED_OUT. Either way within about 10 ms and one query on the host (one batch
+ * of queries on a GPU), with nothing written.
+ *
  * Thread-safe: any number of threads may search one index at once, and get exactly what
  * sequential calls return. Outputs are written only on success and must not overlap the inputs.
  */
@@ -916,7 +943,9 @@ vlcc_status vlcc_index_save(const vlcc_index *ix, const char *path);
  * and every checksum unless deferred, is validated: damaged files fail with
  * VLCC_STATUS_CORRUPT. A path that is not a regular file (a directory, a FIFO, a device)
  * fails with VLCC_STATUS_INVALID_ARGUMENT naming what it is, found without blocking; a
- * missing or unreadable file with VLCC_STATUS_IO.
+ * missing or unreadable file with VLCC_STATUS_IO. The checksums report to the context's
+ * progress callback (phase VLCC_PHASE_VERIFY: bytes checked), which may cancel
+ * (VLCC_STATUS_CANCELLED), and stop at the context's timeout (VLCC_STATUS_TIMED_OUT).
  */
 vlcc_status vlcc_index_load(const vlcc_context *ctx,
                             const char *path,
@@ -924,9 +953,34 @@ vlcc_status vlcc_index_load(const vlcc_context *ctx,
                             vlcc_index **out);
 
 /**
+ * `vlcc_index_load` watched for this call alone: its checksums report to `f(user, ...)`
+ * (phase VLCC_PHASE_VERIFY; NULL: the context's callback) and stop at a non-zero answer
+ * (VLCC_STATUS_CANCELLED), and past `timeout_ms` milliseconds (0: the context's timeout) the
+ * load stops with VLCC_STATUS_TIMED_OUT. `*out` is written only on success.
+ */
+vlcc_status vlcc_index_load_watched(const vlcc_context *ctx,
+                                    const char *path,
+                                    int32_t flags,
+                                    vlcc_progress_fn f,
+                                    void *user,
+                                    uint64_t timeout_ms,
+                                    vlcc_index **out);
+
+/**
+ * `vlcc_index_verify` watched for this call alone, as `vlcc_index_load_watched` (NULL `f`:
+ * the index's callback, else the context's).
+ */
+vlcc_status vlcc_index_verify_watched(const vlcc_index *ix,
+                                      vlcc_progress_fn f,
+                                      void *user,
+                                      uint64_t timeout_ms);
+
+/**
  * Checks every checksum of a memory-mapped index's file: VLCC_STATUS_CORRUPT names the
  * first damaged section. An index held in memory has nothing to check (VLCC_STATUS_OK).
- * Thread-safe; reads the whole file.
+ * Thread-safe; reads the whole file, reporting to the index's progress callback, else the
+ * context's (phase VLCC_PHASE_VERIFY: bytes checked), which may cancel; stops at the
+ * context's timeout (VLCC_STATUS_TIMED_OUT).
  */
 vlcc_status vlcc_index_verify(const vlcc_index *ix);
 
@@ -1000,7 +1054,8 @@ vlcc_status vlcc_index_get_codes(const vlcc_index *ix,
  * re-rank that did not hit its cap), else 0. Any of the four may be NULL. No output may
  * overlap another output or the inputs (VLCC_STATUS_OVERLAP). The index must keep
  * error bounds (`vlcc_index_new_with_refine`, any kind but NONE), else INVALID_STATE. Scans
- * on the host; thread-safe like search; nothing is written on error.
+ * on the host; progress, cancel and deadlines as `vlcc_index_search`; thread-safe like
+ * search; nothing is written on error.
  */
 vlcc_status vlcc_index_search_bounds(const vlcc_index *ix,
                                      const float *queries,
@@ -1094,10 +1149,27 @@ vlcc_status vlcc_context_set_progress(const vlcc_context *ctx, vlcc_progress_fn 
 vlcc_status vlcc_compressor_set_progress(vlcc_compressor *c, vlcc_progress_fn f, void *user);
 
 /**
- * As `vlcc_context_set_progress`, for this index's add and merge calls only (it takes
- * precedence over the context's). Not saved with the index. Exclusive access.
+ * As `vlcc_context_set_progress`, for this index's add, merge, search (top-k, bounds, range)
+ * and verify calls only (it takes precedence over the context's; a search's own, set on its
+ * `vlcc_search_params`, over both). Not saved with the index. Exclusive access.
  */
 vlcc_status vlcc_index_set_progress(vlcc_index *ix, vlcc_progress_fn f, void *user);
+
+/**
+ * Every long call on objects made from `ctx` (train, encode, add, merge, search, search with
+ * bounds, range search, load onto it, verify) stops with VLCC_STATUS_TIMED_OUT once
+ * `timeout_ms` milliseconds have passed from its start, leaving every object and output as
+ * it was; 0 (the default) sets no limit. A search's own `VLCC_SEARCH_PARAM_TIMEOUT_MS` takes
+ * precedence. On the host a call stops within about 10 ms of its deadline plus one step
+ * (a query, a block of rows); on a GPU, plus one batch. Thread-safe; calls already running
+ * keep the deadline they started with.
+ */
+vlcc_status vlcc_context_set_timeout(const vlcc_context *ctx, uint64_t timeout_ms);
+
+/**
+ * Stores the context's timeout in milliseconds (0 = none) in `*out`.
+ */
+vlcc_status vlcc_context_timeout(const vlcc_context *ctx, uint64_t *out);
 
 /**
  * Every vector of the lists each query probes (`params`: nprobe; k is not used) whose squared
@@ -1109,8 +1181,9 @@ vlcc_status vlcc_index_set_progress(vlcc_index *ix, vlcc_progress_fn f, void *us
  * radius fails with INVALID_ARGUMENT. Hits count against the context's memory cap as they
  * are found (28 bytes each while the call runs, 12 in the results): where they pass what the
  * cap leaves beside the search, or what memory holds, the call fails with OUT_OF_MEMORY and
- * `*out` is not written. Scans on the device on CUDA contexts (a callback filter keeps the
- * host path), on the host elsewhere; thread-safe like search.
+ * `*out` is not written. Progress, cancel and deadlines as `vlcc_index_search`. Scans on the
+ * device on CUDA contexts (a callback filter keeps the host path), on the host elsewhere;
+ * thread-safe like search.
  */
 vlcc_status vlcc_index_range_search(const vlcc_index *ix,
                                     const float *queries,
@@ -1214,6 +1287,17 @@ vlcc_status vlcc_search_params_set_fetch(vlcc_search_params *p, int (*f)(void *u
  * Removes the filter, if any: searches return any id again. Exclusive access.
  */
 vlcc_status vlcc_search_params_clear_filter(vlcc_search_params *p);
+
+/**
+ * Searches with these parameters (search, search with bounds, range search) report to
+ * `f(user, ...)` (`vlcc_progress_fn`, phase VLCC_PHASE_SEARCH: queries answered of those
+ * asked) instead of the index's or context's callback; a non-zero answer stops the search
+ * with VLCC_STATUS_CANCELLED and nothing written. Reports come at least every 10 ms of work
+ * (and a query), so a cancel is heard within about that. `f` NULL removes it. `f` is called
+ * from the searching threads, one at a time per search; `user` must stay valid while the
+ * parameters may be used. Exclusive access.
+ */
+vlcc_status vlcc_search_params_set_progress(vlcc_search_params *p, vlcc_progress_fn f, void *user);
 
 /**
  * A static, NUL-terminated name for `status` ("VLCC_STATUS_OK", ...); never NULL, never freed.

@@ -2,7 +2,7 @@
 //! without an index, and makes indexes on its codebook.
 
 use crate::error::{Error, Result};
-use crate::progress::{watching, Listener, Progress, SharedProgress, Watch};
+use crate::progress::{watching, Control, Listener, Progress, SharedProgress, Watch};
 use crate::quant::estimate::{self, Shape, Work};
 use crate::{backend, Codebook, Context, Index, TrainParams, TrainReport, Vectors};
 use std::sync::Arc;
@@ -160,7 +160,10 @@ impl Compressor {
     /// (`Error::Cancelled`) keeps the codebook there was.
     pub fn train(&mut self, x: &[f32], d: usize) -> Result<&TrainReport> {
         let p = self.progress.or_context(&self.ctx);
-        watching(p.as_ref(), |w| self.train_watched(x, d, w))
+        let ctx = self.ctx.clone();
+        watching(&ctx, &Control::default(), p.as_ref(), |w| {
+            self.train_watched(x, d, w)
+        })
     }
 
     /// As `train`, reporting to `progress` for this call.
@@ -170,7 +173,10 @@ impl Compressor {
         d: usize,
         progress: &dyn Progress,
     ) -> Result<&TrainReport> {
-        self.train_watched(x, d, &Watch::new(progress))
+        let ctx = self.ctx.clone();
+        watching(&ctx, &Control::progress(progress), None, |w| {
+            self.train_watched(x, d, w)
+        })
     }
 
     fn train_watched(&mut self, x: &[f32], d: usize, watch: &Watch) -> Result<&TrainReport> {
@@ -208,15 +214,18 @@ impl Compressor {
         let cb = self.codebook()?;
         self.fit_encode(cb, x.len() / cb.dim().max(1), matches!(x, Vectors::F16(_)))?;
         let p = self.progress.or_context(&self.ctx);
-        watching(p.as_ref(), |w| self.ctx.run(|b| cb.encode_watched(b, x, w)))
+        watching(&self.ctx, &Control::default(), p.as_ref(), |w| {
+            self.ctx.run(|b| cb.encode_watched(b, x, w))
+        })
     }
 
     /// As `encode`, reporting rows done to `progress` for this call.
     pub fn encode_with_progress(&self, x: Vectors<'_>, progress: &dyn Progress) -> Result<Vec<u8>> {
         let cb = self.codebook()?;
         self.fit_encode(cb, x.len() / cb.dim().max(1), matches!(x, Vectors::F16(_)))?;
-        let w = Watch::new(progress);
-        self.ctx.run(|b| cb.encode_watched(b, x, &w))
+        watching(&self.ctx, &Control::progress(progress), None, |w| {
+            self.ctx.run(|b| cb.encode_watched(b, x, w))
+        })
     }
 
     /// As `encode`, for `n` vectors (n x d f32) in CUDA device memory at address `at` (a
@@ -234,7 +243,7 @@ impl Compressor {
         self.fit_encode(cb, n, false)?;
         let p = self.progress.or_context(&self.ctx);
         // SAFETY: as the caller vouches.
-        watching(p.as_ref(), |w| {
+        watching(&self.ctx, &Control::default(), p.as_ref(), |w| {
             self.ctx
                 .run(|b| unsafe { cb.encode_device_watched(b, at, n, w) })
         })

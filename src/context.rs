@@ -13,6 +13,8 @@ pub struct Context {
     device_memory_cap: std::sync::atomic::AtomicUsize,
     exact_rotation: std::sync::atomic::AtomicBool,
     progress: std::sync::RwLock<Listener>,
+    /// Microseconds a long call may take (0 = no limit).
+    timeout_micros: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Context {
@@ -50,6 +52,7 @@ impl Context {
             device_memory_cap: 0.into(),
             exact_rotation: false.into(),
             progress: Default::default(),
+            timeout_micros: 0.into(),
         })
     }
 
@@ -143,6 +146,33 @@ impl Context {
             )));
         }
         Ok(())
+    }
+
+    /// Every long call on objects made from this context (train, encode, add, merge, search,
+    /// range search, load, verify) stops with `Error::TimedOut` once `timeout` has passed
+    /// from its start, leaving every object as it was; `None` (the default) sets no limit.
+    /// A call's own deadline (`Control`) takes precedence. Checked as often as progress is
+    /// polled: a call stops within tens of milliseconds of its deadline on the host.
+    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) {
+        let us = timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64);
+        self.timeout_micros
+            .store(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        match self
+            .timeout_micros
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            us => Some(std::time::Duration::from_micros(us)),
+        }
+    }
+
+    /// The deadline of a call starting now, from the timeout.
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        self.timeout()
+            .and_then(|t| std::time::Instant::now().checked_add(t))
     }
 
     /// The progress callback for long calls on objects made from this context that have none

@@ -42,6 +42,9 @@ pub enum Error {
     /// The caller's progress callback asked the call to stop; nothing changed.
     #[error("cancelled: {0}")]
     Cancelled(String),
+    /// The call's deadline (its own, or its context's timeout) passed; nothing changed.
+    #[error("timed out: {0}")]
+    TimedOut(String),
     /// Operating-system I/O failure.
     #[error("i/o error: {context}: {source}")]
     Io {

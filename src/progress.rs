@@ -1,13 +1,15 @@
-//! Progress reports and cancellation for the long calls (train, encode, add, merge).
+//! Progress reports, cancellation and deadlines for the long calls (train, encode, add,
+//! merge, search, range search, load, verify).
 //!
 //! A caller's [`Progress`] hears `(phase, done, total)` at steps of the work and answers
 //! whether to go on. A `false` answer cancels: the call returns [`Error::Cancelled`] and
-//! leaves every object as it was before the call. The library draws nothing itself.
+//! leaves every object as it was before the call. A deadline passed ends the call the same
+//! way with [`Error::TimedOut`]. The library draws nothing itself.
 
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The steps of long work a report names (numbers are the C ABI's `vlcc_phase`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,6 +23,10 @@ pub enum Phase {
     Encode = 2,
     /// Merging another index in: `done` of `total` lists.
     Merge = 3,
+    /// Searching (top-k, bounds, range): `done` of `total` queries.
+    Search = 4,
+    /// Checking a file's checksums (load, verify): `done` of `total` bytes.
+    Verify = 5,
 }
 
 impl Phase {
@@ -30,6 +36,8 @@ impl Phase {
             Phase::Codebooks => "codebooks",
             Phase::Encode => "encode",
             Phase::Merge => "merge",
+            Phase::Search => "search",
+            Phase::Verify => "verify",
         }
     }
 }
@@ -76,13 +84,48 @@ impl Listener {
     }
 }
 
-/// Runs `f` with a watch on `progress`, or on none: without a listener, work is not split
-/// into reporting steps.
-pub(crate) fn watching<R>(progress: Option<&SharedProgress>, f: impl FnOnce(&Watch) -> R) -> R {
-    match progress {
-        Some(p) => f(&Watch::new(&**p)),
-        None => f(&Watch::none()),
+/// How one long call is watched: its own progress callback (else the object's, else the
+/// context's) and its own deadline (else the context's timeout from the call's start).
+#[derive(Clone, Copy, Default)]
+pub struct Control<'a> {
+    pub progress: Option<&'a dyn Progress>,
+    pub deadline: Option<Instant>,
+}
+
+impl<'a> Control<'a> {
+    /// A call that reports to `progress`.
+    pub fn progress(progress: &'a dyn Progress) -> Control<'a> {
+        Control {
+            progress: Some(progress),
+            deadline: None,
+        }
     }
+
+    /// A call that stops with `Error::TimedOut` once `timeout` has passed from now.
+    pub fn timeout(timeout: Duration) -> Control<'a> {
+        Control {
+            progress: None,
+            deadline: Instant::now().checked_add(timeout),
+        }
+    }
+}
+
+/// Runs `f` with a watch on the call's progress callback (`ctl`'s, else `fallback`: the
+/// object's or its context's) and deadline (`ctl`'s, else `ctx`'s timeout from now).
+/// Without a listener, work is not split into reporting steps.
+pub(crate) fn watching<R>(
+    ctx: &crate::Context,
+    ctl: &Control,
+    fallback: Option<&SharedProgress>,
+    f: impl FnOnce(&Watch) -> R,
+) -> R {
+    let deadline = ctl.deadline.or_else(|| ctx.deadline());
+    let w = match (ctl.progress, fallback) {
+        (Some(p), _) => Watch::new(p),
+        (None, Some(p)) => Watch::new(&**p),
+        (None, None) => Watch::none(),
+    };
+    f(&w.until(deadline))
 }
 
 /// One call's view of its caller's `Progress`: reports go through one at a time, and once
@@ -98,10 +141,15 @@ pub(crate) struct Watch<'a> {
     /// When the last report went out, in microseconds since `born`.
     last: AtomicU64,
     born: Instant,
+    /// Past this, every check fails with `TimedOut`.
+    deadline: Option<Instant>,
+    /// Set with `stopped` where the deadline, not the caller, stopped the call.
+    timed_out: AtomicBool,
 }
 
-/// How long `poll` lets pass between reports from inside a long step.
-const POLL_EVERY_MICROS: u64 = 50_000;
+/// How long `poll` lets pass between reports from inside a long step: a cancel is heard
+/// within about this (and a step between two polls).
+const POLL_EVERY_MICROS: u64 = 10_000;
 
 impl<'a> Watch<'a> {
     pub fn new(progress: &'a dyn Progress) -> Watch<'a> {
@@ -112,7 +160,15 @@ impl<'a> Watch<'a> {
             listening: true,
             last: AtomicU64::new(0),
             born: Instant::now(),
+            deadline: None,
+            timed_out: AtomicBool::new(false),
         }
+    }
+
+    /// This watch, failing every check with `TimedOut` past `deadline` (if any).
+    pub fn until(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
     }
 
     /// A watch with no listener: reports go nowhere and nothing cancels.
@@ -127,29 +183,57 @@ impl<'a> Watch<'a> {
         self.listening
     }
 
+    /// Sets the position to the start of `phase` (of `total`) without a report, unless it is
+    /// already in `phase`: what `poll` reports before the first step ends.
+    pub fn begin(&self, phase: Phase, total: usize) {
+        let mut at = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        if at.0 != phase {
+            *at = (phase, 0, total);
+        }
+    }
+
     /// Reports `done` of `total` in `phase`; `Err(Cancelled)` once the caller said stop.
     pub fn report(&self, phase: Phase, done: usize, total: usize) -> Result<()> {
-        self.check()?;
+        self.moved(|at| *at = (phase, done, total))
+    }
+
+    /// Adds `by` to the position in `phase` (of `total`) and reports it, for work done in
+    /// pieces on several threads: the position only grows.
+    pub fn advance(&self, phase: Phase, by: usize, total: usize) -> Result<()> {
+        self.moved(|at| {
+            let done = if at.0 == phase { at.1 } else { 0 };
+            *at = (phase, done + by, total)
+        })
+    }
+
+    /// Moves the position as `step` says and reports it, under the lock.
+    fn moved(&self, step: impl FnOnce(&mut (Phase, usize, usize))) -> Result<()> {
+        self.check_deadline()?;
         if self.listening {
-            let go = {
-                let mut at = self.at.lock().unwrap_or_else(|e| e.into_inner());
-                *at = (phase, done, total);
-                self.last.store(self.micros(), Ordering::Relaxed);
-                self.progress.report(phase, done as u64, total as u64)
-            };
-            if !go {
+            let mut at = self.at.lock().unwrap_or_else(|e| e.into_inner());
+            // Another thread may have stopped the call while this one waited: once stopped,
+            // the callback hears nothing more.
+            self.check()?;
+            step(&mut at);
+            let (phase, done, total) = *at;
+            self.last.store(self.micros(), Ordering::Relaxed);
+            if !self.progress.report(phase, done as u64, total as u64) {
                 self.stopped.store(true, Ordering::Relaxed);
             }
         }
         self.check()
     }
 
-    /// From inside a long step, on any thread: once `POLL_EVERY_MICROS` have passed since the
-    /// last report, reports the last position again (so that the caller may cancel before
-    /// the step ends); else only checks.
+    /// From inside a long step, on any thread: checks the deadline, and once
+    /// `POLL_EVERY_MICROS` have passed since the last report, reports the last position again
+    /// (so that the caller may cancel before the step ends); else only checks.
     pub fn poll(&self) -> Result<()> {
         self.check()?;
+        if !self.listening && self.deadline.is_none() {
+            return Ok(());
+        }
         let (now, last) = (self.micros(), self.last.load(Ordering::Relaxed));
+        self.check_deadline()?;
         if !self.listening || now.saturating_sub(last) < POLL_EVERY_MICROS {
             return Ok(());
         }
@@ -169,9 +253,22 @@ impl<'a> Watch<'a> {
         self.born.elapsed().as_micros() as u64
     }
 
-    /// `Err(Cancelled)` if the caller said stop, without a report.
+    /// `Err(TimedOut)` once the deadline has passed (and from then on, on every check).
+    fn check_deadline(&self) -> Result<()> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.timed_out.store(true, Ordering::Relaxed);
+            self.stopped.store(true, Ordering::Relaxed);
+        }
+        self.check()
+    }
+
+    /// `Err(Cancelled)` if the caller said stop (`Err(TimedOut)` if the deadline passed),
+    /// without a report.
     pub fn check(&self) -> Result<()> {
         if self.stopped.load(Ordering::Relaxed) {
+            if self.timed_out.load(Ordering::Relaxed) {
+                return Err(Error::TimedOut("the call's deadline passed".into()));
+            }
             return Err(Error::Cancelled(
                 "the progress callback asked to stop".into(),
             ));

@@ -240,7 +240,8 @@ pub trait Backend: Send + Sync {
     /// `allow`, only vectors whose bit is set there are candidates: bit `i % 32` of word
     /// `i / 32` for the vector at position i of the lists back to back (`ListsView::flatten`'s
     /// order). Called where `Caps::scans` says yes; `None` (no room on the device, say) leaves
-    /// the search to the host, which is what backends without device search answer.
+    /// the search to the host, which is what backends without device search answer. `poll`
+    /// is asked between batches of queries: its error (a cancel, a deadline) stops the search.
     fn search_lists(
         &self,
         _cb: &CodebookView,
@@ -249,6 +250,7 @@ pub trait Backend: Send + Sync {
         _nprobe: usize,
         _want: usize,
         _allow: Option<&[u32]>,
+        _poll: Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         Ok(None)
     }
@@ -258,7 +260,7 @@ pub trait Backend: Send + Sync {
     /// and scores query after query, unordered within a query; more than `most_hits` in all
     /// is an `OutOfMemory`, found before they are copied to the host (the caller's memory cap
     /// sets it). `None` leaves it to the host, which is what backends without device range
-    /// search answer.
+    /// search answer. `poll` as for `search_lists`.
     fn range_lists(
         &self,
         _cb: &CodebookView,
@@ -268,6 +270,7 @@ pub trait Backend: Send + Sync {
         _radius: f32,
         _allow: Option<&[u32]>,
         _most_hits: usize,
+        _poll: Poll,
     ) -> Result<Option<RangeHits>> {
         Ok(None)
     }
@@ -278,7 +281,7 @@ pub trait Backend: Send + Sync {
     /// when `cands` is `None`, those of `search_lists(cb, lists, q, nprobe, want)`, which then
     /// never leave the device; `None` says the device cannot scan these lists, and the caller
     /// scans on the host and calls again with its candidates. Backends without
-    /// `Caps::device_pointers` answer `BackendUnavailable`.
+    /// `Caps::device_pointers` answer `BackendUnavailable`. `poll` as for `search_lists`.
     ///
     /// # Safety
     /// Nothing writes the rows at `raw.at` while the call runs.
@@ -291,6 +294,7 @@ pub trait Backend: Send + Sync {
         _want: usize,
         _cands: Option<&[u64]>,
         _raw: DeviceRerank,
+        _poll: Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         Err(crate::Error::BackendUnavailable(format!(
             "re-ranking against device memory needs the CUDA backend; this context runs on {}",

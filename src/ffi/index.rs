@@ -216,6 +216,13 @@ pub unsafe extern "C" fn vlcc_index_add_device(
 /// (`vlcc_search_params_set_fetch`; `raw` NULL and `raw_n` 0). An id without a row fails with
 /// INVALID_ARGUMENT, a row whose distance is not finite with NON_FINITE.
 ///
+/// The search reports to the params' progress callback (`vlcc_search_params_set_progress`),
+/// else the index's, else the context's (phase VLCC_PHASE_SEARCH: queries answered); a
+/// non-zero answer stops it with VLCC_STATUS_CANCELLED. Past the params'
+/// `VLCC_SEARCH_PARAM_TIMEOUT_MS` (else the context's timeout) it stops with
+/// VLCC_STATUS_TIMED_OUT. Either way within about 10 ms and one query on the host (one batch
+/// of queries on a GPU), with nothing written.
+///
 /// Thread-safe: any number of threads may search one index at once, and get exactly what
 /// sequential calls return. Outputs are written only on success and must not overlap the inputs.
 #[no_mangle]
@@ -234,9 +241,10 @@ pub unsafe extern "C" fn vlcc_index_search(
         let (p, filter) = (sp.p, sp.filter.as_ref());
         let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;
         let inputs = [Span::slice(q, "queries"), Span::slice(raw.dense(), "raw vectors")];
+        let ctl = sp.control();
         write_results(&inputs, &[], nq, p.k, ids, distances, || match sp.auto {
-            true => Ok(h.search_bounded(q, &p, raw.get(), filter, true)?.results),
-            false => h.search_filtered(q, &p, raw.get(), filter),
+            true => Ok(h.search_bounded_with(q, &p, raw.get(), filter, true, &ctl)?.results),
+            false => h.search_with(q, &p, raw.get(), filter, &ctl),
         })
     }
 }
@@ -486,7 +494,9 @@ pub enum vlcc_load_flag {
 /// and every checksum unless deferred, is validated: damaged files fail with
 /// VLCC_STATUS_CORRUPT. A path that is not a regular file (a directory, a FIFO, a device)
 /// fails with VLCC_STATUS_INVALID_ARGUMENT naming what it is, found without blocking; a
-/// missing or unreadable file with VLCC_STATUS_IO.
+/// missing or unreadable file with VLCC_STATUS_IO. The checksums report to the context's
+/// progress callback (phase VLCC_PHASE_VERIFY: bytes checked), which may cancel
+/// (VLCC_STATUS_CANCELLED), and stop at the context's timeout (VLCC_STATUS_TIMED_OUT).
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_load(
     ctx: *const vlcc_context,
@@ -507,9 +517,53 @@ pub unsafe extern "C" fn vlcc_index_load(
     }
 }
 
+/// `vlcc_index_load` watched for this call alone: its checksums report to `f(user, ...)`
+/// (phase VLCC_PHASE_VERIFY; NULL: the context's callback) and stop at a non-zero answer
+/// (VLCC_STATUS_CANCELLED), and past `timeout_ms` milliseconds (0: the context's timeout) the
+/// load stops with VLCC_STATUS_TIMED_OUT. `*out` is written only on success.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_load_watched(
+    ctx: *const vlcc_context,
+    path: *const c_char,
+    flags: i32,
+    f: super::progress::vlcc_progress_fn,
+    user: *mut std::ffi::c_void,
+    timeout_ms: u64,
+    out: *mut *mut vlcc_index,
+) -> vlcc_status {
+    ffi_boundary! {
+        need_out(out, "out")?;
+        let ctx = context_arc(ctx)?;
+        let path = c_path(path, "path")?;
+        let own = super::progress::shared(f, user);
+        let ctl = super::progress::call_control(&own, timeout_ms);
+        let defer = flags & vlcc_load_flag::DeferChecksums as i32 != 0;
+        let index = Index::load_with(ctx, path, flags != 0, defer, &ctl)?;
+        write_out(out, boxed(index), "out")
+    }
+}
+
+/// `vlcc_index_verify` watched for this call alone, as `vlcc_index_load_watched` (NULL `f`:
+/// the index's callback, else the context's).
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_verify_watched(
+    ix: *const vlcc_index,
+    f: super::progress::vlcc_progress_fn,
+    user: *mut std::ffi::c_void,
+    timeout_ms: u64,
+) -> vlcc_status {
+    ffi_boundary! {
+        let own = super::progress::shared(f, user);
+        index_ref(ix)?.verify_with(&super::progress::call_control(&own, timeout_ms))?;
+        Ok(())
+    }
+}
+
 /// Checks every checksum of a memory-mapped index's file: VLCC_STATUS_CORRUPT names the
 /// first damaged section. An index held in memory has nothing to check (VLCC_STATUS_OK).
-/// Thread-safe; reads the whole file.
+/// Thread-safe; reads the whole file, reporting to the index's progress callback, else the
+/// context's (phase VLCC_PHASE_VERIFY: bytes checked), which may cancel; stops at the
+/// context's timeout (VLCC_STATUS_TIMED_OUT).
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_verify(ix: *const vlcc_index) -> vlcc_status {
     ffi_boundary! {
@@ -672,7 +726,8 @@ pub unsafe extern "C" fn vlcc_index_get_codes(
 /// re-rank that did not hit its cap), else 0. Any of the four may be NULL. No output may
 /// overlap another output or the inputs (VLCC_STATUS_OVERLAP). The index must keep
 /// error bounds (`vlcc_index_new_with_refine`, any kind but NONE), else INVALID_STATE. Scans
-/// on the host; thread-safe like search; nothing is written on error.
+/// on the host; progress, cancel and deadlines as `vlcc_index_search`; thread-safe like
+/// search; nothing is written on error.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_search_bounds(
     ix: *const vlcc_index,
@@ -701,8 +756,9 @@ pub unsafe extern "C" fn vlcc_index_search_bounds(
         ];
         let mut extra = None;
         let inputs = [Span::slice(q, "queries"), Span::slice(raw.dense(), "raw vectors")];
+        let ctl = sp.control();
         write_results(&inputs, &extra_out, nq, p.k, ids, distances, || {
-            let b = h.search_bounded(q, &p, raw.get(), filter, sp.auto)?;
+            let b = h.search_bounded_with(q, &p, raw.get(), filter, sp.auto, &ctl)?;
             let res = b.results.clone();
             extra = Some(b);
             Ok(res)

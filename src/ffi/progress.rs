@@ -1,4 +1,5 @@
-//! Progress callbacks for the long calls (train, encode, add, merge), and cancelling them.
+//! Progress callbacks for the long calls (train, encode, add, merge, search, load, verify),
+//! cancelling them, and their deadlines.
 
 use super::compressor::{compressor_mut, vlcc_compressor};
 use super::context::{context_ref, vlcc_context};
@@ -20,6 +21,10 @@ pub enum vlcc_phase {
     Encode = 2,
     /// Merging another index in: `done` of `total` lists.
     Merge = 3,
+    /// Searching (search, search with bounds, range search): `done` of `total` queries.
+    Search = 4,
+    /// Checking a file's checksums (load, verify): `done` of `total` bytes.
+    Verify = 5,
 }
 
 impl From<Phase> for vlcc_phase {
@@ -29,6 +34,8 @@ impl From<Phase> for vlcc_phase {
             Phase::Codebooks => vlcc_phase::Codebooks,
             Phase::Encode => vlcc_phase::Encode,
             Phase::Merge => vlcc_phase::Merge,
+            Phase::Search => vlcc_phase::Search,
+            Phase::Verify => vlcc_phase::Verify,
         }
     }
 }
@@ -40,7 +47,7 @@ pub type vlcc_progress_fn = Option<
     unsafe extern "C" fn(user: *mut c_void, phase: vlcc_phase, done: u64, total: u64) -> c_int,
 >;
 
-struct CProgress {
+pub(crate) struct CProgress {
     f: unsafe extern "C" fn(*mut c_void, vlcc_phase, u64, u64) -> c_int,
     user: *mut c_void,
 }
@@ -57,7 +64,21 @@ impl Progress for CProgress {
     }
 }
 
-fn shared(f: vlcc_progress_fn, user: *mut c_void) -> Option<SharedProgress> {
+/// A call's control from its own callback, if any, and timeout in milliseconds (0 = none).
+pub(crate) fn call_control(
+    own: &Option<SharedProgress>,
+    timeout_ms: u64,
+) -> crate::progress::Control<'_> {
+    let after = std::time::Duration::from_millis(timeout_ms);
+    crate::progress::Control {
+        progress: own.as_deref().map(|p| p as &dyn Progress),
+        deadline: (timeout_ms > 0)
+            .then(|| std::time::Instant::now().checked_add(after))
+            .flatten(),
+    }
+}
+
+pub(crate) fn shared(f: vlcc_progress_fn, user: *mut c_void) -> Option<SharedProgress> {
     f.map(|f| Arc::new(CProgress { f, user }) as SharedProgress)
 }
 
@@ -93,8 +114,9 @@ pub unsafe extern "C" fn vlcc_compressor_set_progress(
     }
 }
 
-/// As `vlcc_context_set_progress`, for this index's add and merge calls only (it takes
-/// precedence over the context's). Not saved with the index. Exclusive access.
+/// As `vlcc_context_set_progress`, for this index's add, merge, search (top-k, bounds, range)
+/// and verify calls only (it takes precedence over the context's; a search's own, set on its
+/// `vlcc_search_params`, over both). Not saved with the index. Exclusive access.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_set_progress(
     ix: *mut vlcc_index,
@@ -104,5 +126,36 @@ pub unsafe extern "C" fn vlcc_index_set_progress(
     ffi_boundary! {
         index_mut(ix)?.set_progress(shared(f, user));
         Ok(())
+    }
+}
+
+/// Every long call on objects made from `ctx` (train, encode, add, merge, search, search with
+/// bounds, range search, load onto it, verify) stops with VLCC_STATUS_TIMED_OUT once
+/// `timeout_ms` milliseconds have passed from its start, leaving every object and output as
+/// it was; 0 (the default) sets no limit. A search's own `VLCC_SEARCH_PARAM_TIMEOUT_MS` takes
+/// precedence. On the host a call stops within about 10 ms of its deadline plus one step
+/// (a query, a block of rows); on a GPU, plus one batch. Thread-safe; calls already running
+/// keep the deadline they started with.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_set_timeout(
+    ctx: *const vlcc_context,
+    timeout_ms: u64,
+) -> vlcc_status {
+    ffi_boundary! {
+        let t = (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms));
+        context_ref(ctx)?.set_timeout(t);
+        Ok(())
+    }
+}
+
+/// Stores the context's timeout in milliseconds (0 = none) in `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_context_timeout(
+    ctx: *const vlcc_context,
+    out: *mut u64,
+) -> vlcc_status {
+    ffi_boundary! {
+        let ms = context_ref(ctx)?.timeout().map_or(0, |t| t.as_millis().max(1) as u64);
+        super::boundary::write_out(out, ms, "out")
     }
 }

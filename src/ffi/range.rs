@@ -21,8 +21,9 @@ pub struct vlcc_range_results {
 /// radius fails with INVALID_ARGUMENT. Hits count against the context's memory cap as they
 /// are found (28 bytes each while the call runs, 12 in the results): where they pass what the
 /// cap leaves beside the search, or what memory holds, the call fails with OUT_OF_MEMORY and
-/// `*out` is not written. Scans on the device on CUDA contexts (a callback filter keeps the
-/// host path), on the host elsewhere; thread-safe like search.
+/// `*out` is not written. Progress, cancel and deadlines as `vlcc_index_search`. Scans on the
+/// device on CUDA contexts (a callback filter keeps the host path), on the host elsewhere;
+/// thread-safe like search.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_range_search(
     ix: *const vlcc_index,
@@ -41,7 +42,7 @@ pub unsafe extern "C" fn vlcc_index_range_search(
         let d = h.codebook().dim();
         let q = slice(queries, count(nq, d, "queries")?, "queries")?;
         let raw = Raw::of(sp, raw, raw_n, d)?;
-        let r = h.range_search(q, radius, &sp.p, raw.get(), sp.filter.as_ref())?;
+        let r = h.range_search_with(q, radius, &sp.p, raw.get(), sp.filter.as_ref(), &sp.control())?;
         write_out(out, Box::into_raw(Box::new(r)) as *mut vlcc_range_results, "out")
     }
 }

@@ -31,6 +31,10 @@ pub enum vlcc_search_param {
     /// (`vlcc_index_new_with_refine`, any kind but NONE) and raw vectors or a fetch. 0 or 1.
     /// Default 0.
     RerankAuto = 4,
+    /// Milliseconds a search with these parameters may take, from its start (0 = none: the
+    /// context's timeout, `vlcc_context_set_timeout`, applies). Past it the search stops with
+    /// VLCC_STATUS_TIMED_OUT and writes nothing. Whole numbers >= 0. Default 0.
+    TimeoutMs = 5,
 }
 
 /// What a `vlcc_search_params` holds: the numbers, the filter and the fetch callback if set.
@@ -41,6 +45,18 @@ pub(crate) struct Params {
     pub fetch: Option<Fetch>,
     /// `VLCC_SEARCH_PARAM_RERANK_AUTO`.
     pub auto: bool,
+    /// `VLCC_SEARCH_PARAM_TIMEOUT_MS` (0 = none).
+    pub timeout_ms: u64,
+    /// `vlcc_search_params_set_progress`.
+    pub progress: crate::progress::Listener,
+}
+
+impl Params {
+    /// How a search with these parameters is watched: its own callback and deadline, where
+    /// set (else the index's or context's apply).
+    pub fn control(&self) -> crate::progress::Control<'_> {
+        super::progress::call_control(&self.progress.0, self.timeout_ms)
+    }
 }
 
 /// A caller's fetch callback and pointer, which the caller vouches may be used from any thread.
@@ -146,6 +162,13 @@ pub unsafe extern "C" fn vlcc_search_params_set(
 ) -> vlcc_status {
     ffi_boundary! {
         let p = params_mut(p)?;
+        if param == vlcc_search_param::TimeoutMs as u32 {
+            if !(value >= 0.0 && value.fract() == 0.0 && value <= u64::MAX as f64) {
+                return fail(vlcc_status::InvalidArgument, format!("timeout_ms = {value}: must be a whole number >= 0"));
+            }
+            p.timeout_ms = value as u64;
+            return Ok(());
+        }
         if param != vlcc_search_param::RerankAuto as u32 {
             return Ok(p.p.set(param, value)?);
         }
@@ -168,6 +191,8 @@ pub unsafe extern "C" fn vlcc_search_params_get(
         let p = search_params_ref(p)?;
         let v = if param == vlcc_search_param::RerankAuto as u32 {
             p.auto as u8 as f64
+        } else if param == vlcc_search_param::TimeoutMs as u32 {
+            p.timeout_ms as f64
         } else {
             p.p.get(param)?
         };
@@ -268,6 +293,25 @@ pub unsafe extern "C" fn vlcc_search_params_clear_filter(
 ) -> vlcc_status {
     ffi_boundary! {
         params_mut(p)?.filter = None;
+        Ok(())
+    }
+}
+
+/// Searches with these parameters (search, search with bounds, range search) report to
+/// `f(user, ...)` (`vlcc_progress_fn`, phase VLCC_PHASE_SEARCH: queries answered of those
+/// asked) instead of the index's or context's callback; a non-zero answer stops the search
+/// with VLCC_STATUS_CANCELLED and nothing written. Reports come at least every 10 ms of work
+/// (and a query), so a cancel is heard within about that. `f` NULL removes it. `f` is called
+/// from the searching threads, one at a time per search; `user` must stay valid while the
+/// parameters may be used. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_search_params_set_progress(
+    p: *mut vlcc_search_params,
+    f: super::progress::vlcc_progress_fn,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        params_mut(p)?.progress = crate::progress::Listener(super::progress::shared(f, user));
         Ok(())
     }
 }

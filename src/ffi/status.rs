@@ -47,6 +47,10 @@ pub enum vlcc_status {
     /// A progress callback returned non-zero: the call stopped and left every object as it
     /// was before the call.
     Cancelled = 18,
+    /// The call's deadline passed (`VLCC_SEARCH_PARAM_TIMEOUT_MS`, or the context's timeout:
+    /// `vlcc_context_set_timeout`): it stopped and left every object, and every output, as
+    /// it was before the call.
+    TimedOut = 19,
 }
 
 impl From<&Error> for vlcc_status {
@@ -65,6 +69,7 @@ impl From<&Error> for vlcc_status {
             Error::Io { .. } => vlcc_status::Io,
             Error::Callback(_) => vlcc_status::CallbackFailed,
             Error::Cancelled(_) => vlcc_status::Cancelled,
+            Error::TimedOut(_) => vlcc_status::TimedOut,
         }
     }
 }
@@ -93,6 +98,7 @@ pub extern "C" fn vlcc_status_str(status: u32) -> *const c_char {
         16 => b"VLCC_STATUS_PANIC\0",
         17 => b"VLCC_STATUS_CALLBACK_FAILED\0",
         18 => b"VLCC_STATUS_CANCELLED\0",
+        19 => b"VLCC_STATUS_TIMED_OUT\0",
         _ => b"VLCC_STATUS_UNKNOWN\0",
     };
     s.as_ptr().cast()

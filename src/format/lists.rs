@@ -49,9 +49,9 @@ impl Lists {
 
     /// Checks the checksums of a mapped file's sections (all of them: a deferred load left the
     /// bulk ones out). Lists held in memory have none to check.
-    pub(crate) fn verify(&self) -> Result<()> {
+    pub(crate) fn verify(&self, watch: &crate::progress::Watch) -> Result<()> {
         match &self.mapped {
-            Some(m) => super::read::verify_sections(&m.map),
+            Some(m) => super::read::verify_sections(&m.map, watch),
             None => Ok(()),
         }
     }

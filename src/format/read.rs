@@ -5,6 +5,7 @@ use super::*;
 use crate::error::{Error, Result};
 use crate::index::Refine;
 use crate::params::{Metric, Rotation};
+use crate::progress::{Phase, Watch};
 use crate::quant::{Codebook, ProductQuantizer};
 use std::ops::Range;
 
@@ -51,10 +52,28 @@ enum Checks {
 }
 
 fn layout(b: &[u8]) -> Result<Layout> {
-    layout_with(b, Checks::All)
+    layout_with(b, Checks::All, &Watch::none())
 }
 
-fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
+/// Bytes of a section checksummed between two polls of the watch.
+const SUM_PIECE: usize = 8 << 20;
+
+/// The checksum of `bytes` (as `checksum`), taken in pieces with `watch` told of each
+/// (`Phase::Verify`, of `total` bytes) and asked whether to go on.
+fn watched_checksum(bytes: &[u8], watch: &Watch, total: usize) -> Result<u64> {
+    if !watch.listening() && bytes.len() <= SUM_PIECE {
+        watch.poll()?;
+        return Ok(checksum(bytes));
+    }
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for piece in bytes.chunks(SUM_PIECE) {
+        h.update(piece);
+        watch.advance(Phase::Verify, piece.len(), total)?;
+    }
+    Ok(h.digest())
+}
+
+fn layout_with(b: &[u8], checks: Checks, watch: &Watch) -> Result<Layout> {
     if b.len() < HEADER {
         return corrupt(format!(
             "{} bytes is shorter than the {HEADER}-byte header",
@@ -159,7 +178,10 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
         let r = off as usize..end as usize;
         let bulk = matches!(id, sec::IDS | sec::CODES | sec::REFINE);
         let check = checks == Checks::All || !bulk;
-        if VERIFY_CHECKSUMS && check && checksum(&b[r.clone()]) != u64_at(e, 24) {
+        if VERIFY_CHECKSUMS
+            && check
+            && watched_checksum(&b[r.clone()], watch, b.len())? != u64_at(e, 24)
+        {
             return corrupt(format!("section {id} checksum mismatch"));
         }
         sections.push((id, r));
@@ -172,6 +194,8 @@ fn layout_with(b: &[u8], checks: Checks) -> Result<Layout> {
             align_up(pos)
         ));
     }
+    // The header, table and padding between the sections: the file is checked to its end.
+    watch.report(Phase::Verify, b.len(), b.len())?;
     zero_padding(b, pos..b.len())?;
     if (version == VERSION) != sections.iter().any(|s| s.0 == sec::LEVELS) {
         return corrupt(format!(
@@ -458,14 +482,21 @@ pub fn load_codebook(path: &Path) -> Result<Codebook> {
 /// map and are used in place; otherwise they are read in. With `defer` (mapped loads only),
 /// the checksums of the ids, codes and refinement rows are left to `verify_sections`: every
 /// size and offset, the header, the section table and the codebook are still checked.
-pub(crate) fn load_index(path: &Path, mmap: bool, defer: bool) -> Result<IndexParts> {
+/// Its checksums are taken in pieces reported to `watch` (`Phase::Verify`), which may stop
+/// the load.
+pub(crate) fn load_index(
+    path: &Path,
+    mmap: bool,
+    defer: bool,
+    watch: &Watch,
+) -> Result<IndexParts> {
     let map = open_map(path)?;
     let checks = if mmap && defer {
         Checks::Structure
     } else {
         Checks::All
     };
-    let l = layout_with(&map, checks)?;
+    let l = layout_with(&map, checks, watch)?;
     kind_check(&l, Kind::Index)?;
     let (cb, meta) = codebook(&map, &l)?;
     if !mmap {
@@ -491,7 +522,8 @@ pub(crate) fn load_index(path: &Path, mmap: bool, defer: bool) -> Result<IndexPa
     Ok((cb, Lists::mapped(mapped)?, meta.refine))
 }
 
-/// Checks every section checksum of a mapped index file (what a deferred load left out).
-pub(crate) fn verify_sections(map: &[u8]) -> Result<()> {
-    layout(map).map(|_| ())
+/// Checks every section checksum of a mapped index file (what a deferred load left out),
+/// reporting to `watch` as `load_index` does.
+pub(crate) fn verify_sections(map: &[u8], watch: &Watch) -> Result<()> {
+    layout_with(map, Checks::All, watch).map(|_| ())
 }

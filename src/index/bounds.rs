@@ -9,6 +9,7 @@ use super::search::{Cand, TopK};
 use super::{Filter, Index, RawVectors, SearchResults};
 use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
+use crate::progress::{Control, Watch};
 use crate::quant::prepare;
 use rayon::prelude::*;
 
@@ -131,6 +132,19 @@ impl Index {
         filter: Option<&Filter>,
         auto: bool,
     ) -> Result<BoundedResults> {
+        self.search_bounded_with(queries, p, raw, filter, auto, &Control::default())
+    }
+
+    /// As [`Index::search_bounded`], watched as `ctl` says (as [`Index::search_with`]).
+    pub fn search_bounded_with(
+        &self,
+        queries: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
+        auto: bool,
+        ctl: &Control,
+    ) -> Result<BoundedResults> {
         if self.refine == super::Refine::None {
             return Err(Error::InvalidState(
                 "this index keeps no error bounds: make it with a refinement kind (bound, f16 or int8)"
@@ -143,10 +157,24 @@ impl Index {
             ));
         }
         if !auto {
-            let res = self.search_filtered(queries, p, raw, filter)?;
+            let res = self.search_with(queries, p, raw, filter, ctl)?;
             let exact = (p.rerank > 0).then(|| self.candidates(p));
             return self.bounded(queries, res, exact);
         }
+        self.watched_search(ctl, queries, |w| {
+            self.auto_search(queries, p, raw, filter, w)
+        })
+    }
+
+    /// The certified re-rank of `search_bounded_with`, watched by `watch`.
+    fn auto_search(
+        &self,
+        queries: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
+        watch: &Watch,
+    ) -> Result<BoundedResults> {
         self.check_search(queries, p, raw)?;
         let (d, k, cap) = (self.cb.dim(), p.k, self.candidates(p));
         self.fit_search(queries.len() / d, p.nprobe, k, cap)?;
@@ -169,12 +197,14 @@ impl Index {
         for qb in q.chunks(AUTO_BATCH * d) {
             let nb = qb.len() / d;
             let (mut cid, mut cscore) = self.empty_results(nb, cap)?;
+            let w = (watch, nq);
             self.context()
-                .run(|_| self.scan_host(qb, &scan, None, filter, &mut cid, &mut cscore))?;
+                .run(|_| self.scan_host(qb, &scan, None, filter, w, &mut cid, &mut cscore))?;
             let part = self.context().run(|_| {
                 (0..nb)
                     .into_par_iter()
                     .map(|i| {
+                        watch.poll()?;
                         let qv = &qb[i * d..(i + 1) * d];
                         let ids = &cid[i * cap..(i + 1) * cap];
                         // Back to smaller-is-better scores.

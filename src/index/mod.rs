@@ -24,7 +24,7 @@ pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 use crate::backend::{CodebookView, ListsView};
 use crate::error::{Error, Result};
 use crate::format::{List, Lists};
-use crate::progress::{watching, Listener, Phase, Progress, SharedProgress, Watch};
+use crate::progress::{watching, Control, Listener, Phase, Progress, SharedProgress, Watch};
 use crate::quant::estimate::{self, Shape};
 use crate::quant::{Codebook, Vectors};
 use crate::Context;
@@ -170,13 +170,32 @@ impl Index {
     /// map and are used in place (a change copies into memory only the lists it touches);
     /// otherwise they are read in. Damaged files give `Corrupt`.
     pub fn load(ctx: Arc<Context>, path: impl AsRef<std::path::Path>, mmap: bool) -> Result<Index> {
+        Index::load_with(ctx, path, mmap, false, &Control::default())
+    }
+
+    /// As `load` (`defer`: as `load_deferred`, which maps the file), watched as `ctl` says:
+    /// its progress callback (else the context's) hears `Phase::Verify` (bytes checksummed)
+    /// and may cancel; past its deadline (else the context's timeout) the load stops with
+    /// `Error::TimedOut`. Nothing is kept of a load that stops.
+    pub fn load_with(
+        ctx: Arc<Context>,
+        path: impl AsRef<std::path::Path>,
+        mmap: bool,
+        defer: bool,
+        ctl: &Control,
+    ) -> Result<Index> {
+        let mmap = mmap || defer;
         if !mmap {
             // Read in, the lists take about the file's size.
             let len = std::fs::metadata(path.as_ref()).map_or(0, |m| m.len() as usize);
             let shown = path.as_ref().display().to_string();
             ctx.check_cap(len, || format!("reading {shown} into memory"))?;
         }
-        let (cb, lists, refine) = crate::format::load_index(path.as_ref(), mmap, false)?;
+        let fallback = ctx.progress();
+        let parts = watching(&ctx, ctl, fallback.as_ref(), |w| {
+            crate::format::load_index(path.as_ref(), mmap, defer, w)
+        });
+        let (cb, lists, refine) = parts?;
         Index::from_parts(ctx, Arc::new(cb), lists, refine)
     }
 
@@ -186,14 +205,19 @@ impl Index {
     /// `verify` checks the rest; until then a damaged bulk section goes unnoticed (its values
     /// are still bounds-checked where used: never a crash).
     pub fn load_deferred(ctx: Arc<Context>, path: impl AsRef<std::path::Path>) -> Result<Index> {
-        let (cb, lists, refine) = crate::format::load_index(path.as_ref(), true, true)?;
-        Index::from_parts(ctx, Arc::new(cb), lists, refine)
+        Index::load_with(ctx, path, true, true, &Control::default())
     }
 
     /// Checks every checksum of a memory-mapped index's file (`Corrupt` on a mismatch). An
     /// index held in memory has nothing to check: `Ok`.
     pub fn verify(&self) -> Result<()> {
-        self.lists.verify()
+        self.verify_with(&Control::default())
+    }
+
+    /// As `verify`, watched as `ctl` says (as `load_with`; the index's progress callback
+    /// comes before the context's).
+    pub fn verify_with(&self, ctl: &Control) -> Result<()> {
+        self.watched(ctl, |w| self.lists.verify(w))
     }
 
     /// Parses an index from the bytes of its file (`to_bytes`), onto `ctx`.
@@ -534,7 +558,10 @@ impl Index {
     /// with a given id. On error nothing is added.
     pub fn add<'a>(&mut self, x: impl Into<Vectors<'a>>, ids: &[u64]) -> Result<()> {
         let p = self.progress.or_context(&self.ctx);
-        watching(p.as_ref(), |w| self.add_watched(x.into(), ids, w))
+        let ctx = self.ctx.clone();
+        watching(&ctx, &Control::default(), p.as_ref(), |w| {
+            self.add_watched(x.into(), ids, w)
+        })
     }
 
     /// As `add`, reporting rows encoded to `progress` for this call.
@@ -544,7 +571,10 @@ impl Index {
         ids: &[u64],
         progress: &dyn Progress,
     ) -> Result<()> {
-        self.add_watched(x.into(), ids, &Watch::new(progress))
+        let ctx = self.ctx.clone();
+        watching(&ctx, &Control::progress(progress), None, |w| {
+            self.add_watched(x.into(), ids, w)
+        })
     }
 
     fn add_watched(&mut self, x: Vectors<'_>, ids: &[u64], watch: &Watch) -> Result<()> {
@@ -595,7 +625,7 @@ impl Index {
         let (ctx, n) = (&self.ctx, ids.len());
         let p = self.progress.or_context(ctx);
         // SAFETY: as the caller vouches.
-        let (anchor, codes) = watching(p.as_ref(), |w| {
+        let (anchor, codes) = watching(ctx, &Control::default(), p.as_ref(), |w| {
             ctx.run(|b| unsafe { cb.encode_parts_device_watched(b, at, n, w) })
         })?;
         self.append(&anchor, &codes, &[], ids)
@@ -688,7 +718,10 @@ impl Index {
     /// Appends every vector of `other`, which must share this index's codebook.
     pub fn merge_from(&mut self, other: &Index) -> Result<()> {
         let p = self.progress.or_context(&self.ctx);
-        watching(p.as_ref(), |w| self.merge_watched(other, w))
+        let ctx = self.ctx.clone();
+        watching(&ctx, &Control::default(), p.as_ref(), |w| {
+            self.merge_watched(other, w)
+        })
     }
 
     /// As `merge_from`, reporting lists copied to `progress` for this call.
@@ -697,7 +730,10 @@ impl Index {
         other: &Index,
         progress: &dyn Progress,
     ) -> Result<()> {
-        self.merge_watched(other, &Watch::new(progress))
+        let ctx = self.ctx.clone();
+        watching(&ctx, &Control::progress(progress), None, |w| {
+            self.merge_watched(other, w)
+        })
     }
 
     fn merge_watched(&mut self, other: &Index, watch: &Watch) -> Result<()> {

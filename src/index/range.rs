@@ -5,6 +5,7 @@ use super::search::{query_block, Cand, HitRoom, Within, HIT_BYTES};
 use super::{Filter, Index, RawVectors};
 use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
+use crate::progress::{Control, Phase, Watch};
 use crate::quant::prepare;
 use rayon::prelude::*;
 
@@ -62,6 +63,19 @@ impl Index {
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
     ) -> Result<RangeResults> {
+        self.range_search_with(queries, radius, p, raw, filter, &Control::default())
+    }
+
+    /// As [`Index::range_search`], watched as `ctl` says (as [`Index::search_with`]).
+    pub fn range_search_with(
+        &self,
+        queries: &[f32],
+        radius: f32,
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
+        ctl: &Control,
+    ) -> Result<RangeResults> {
         let own = self.refined();
         let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
         if radius.is_nan() {
@@ -78,27 +92,16 @@ impl Index {
         // Scores are smaller-is-better: minus the similarity under inner product.
         let bound = if l2 { radius } else { -radius };
         let q = prepare(queries, d, metric);
-        let per_query = self.context().run(|b| {
-            let hits = match self.range_on_device(b, &q, p.nprobe, bound, filter, &room)? {
-                Some(h) => h,
-                None => self.range_on_host(&q, p.nprobe, bound, filter, &room)?,
-            };
-            // Re-scored exactly where asked (a block of rows at a time, so that the rows
-            // fetched stay small whatever the hits), then best first.
-            hits.into_par_iter()
-                .enumerate()
-                .map(|(i, mut hits)| {
-                    if let Some(raw) = raw {
-                        for part in hits.chunks_mut(RESCORE_ROWS) {
-                            self.rescore(&q[i * d..(i + 1) * d], part, raw)?;
-                        }
-                        hits.retain(|c| c.0 <= bound);
-                    }
-                    hits.sort_unstable();
-                    Ok(hits)
-                })
-                .collect::<Result<Vec<Vec<Cand>>>>()
+        let per_query = self.watched_search(ctl, &q, |w| {
+            self.context().run(|b| {
+                let hits = match self.range_on_device(b, &q, p.nprobe, bound, filter, &room, w)? {
+                    Some(h) => h,
+                    None => self.range_on_host(&q, p.nprobe, bound, filter, &room, w)?,
+                };
+                self.range_finish(&q, hits, raw, bound, w)
+            })
         })?;
+
         let total: usize = per_query.iter().map(Vec::len).sum();
         let mut r = RangeResults {
             offsets: Vec::with_capacity(q.len() / d.max(1) + 1),
@@ -121,6 +124,33 @@ impl Index {
         Ok(r)
     }
 
+    /// Each query's hits re-scored exactly where asked (a block of rows at a time, so that
+    /// the rows fetched stay small whatever the hits), then best first.
+    fn range_finish(
+        &self,
+        q: &[f32],
+        hits: Vec<Vec<Cand>>,
+        raw: Option<&dyn RawVectors>,
+        bound: f32,
+        watch: &Watch,
+    ) -> Result<Vec<Vec<Cand>>> {
+        let d = self.cb.dim();
+        hits.into_par_iter()
+            .enumerate()
+            .map(|(i, mut hits)| {
+                if let Some(raw) = raw {
+                    for part in hits.chunks_mut(RESCORE_ROWS) {
+                        watch.poll()?;
+                        self.rescore(&q[i * d..(i + 1) * d], part, raw)?;
+                    }
+                    hits.retain(|c| c.0 <= bound);
+                }
+                hits.sort_unstable();
+                Ok(hits)
+            })
+            .collect()
+    }
+
     /// Each prepared query's hits within `bound` (smaller is better), from the host scan, in
     /// the `room` they may take.
     fn range_on_host(
@@ -130,8 +160,10 @@ impl Index {
         bound: f32,
         filter: Option<&Filter>,
         room: &HitRoom,
+        watch: &Watch,
     ) -> Result<Vec<Vec<Cand>>> {
         let d = self.cb.dim();
+        let nq = q.len() / d.max(1);
         let blocks = q
             .par_chunks(query_block(q.len() / d.max(1)) * d)
             .map(|qb| {
@@ -140,7 +172,9 @@ impl Index {
                     out.push(w.hits()?);
                     Ok(())
                 };
-                self.scan_block(qb, nprobe, filter, || Within::new(bound, room), keep)?;
+                let fresh = || Within::new(bound, room);
+                self.scan_block(qb, nprobe, filter, watch, fresh, keep)?;
+                watch.advance(Phase::Search, qb.len() / d, nq)?;
                 Ok(out)
             })
             .collect::<Result<Vec<Vec<Vec<Cand>>>>>()?;
@@ -157,6 +191,7 @@ impl Index {
         bound: f32,
         filter: Option<&Filter>,
         room: &HitRoom,
+        watch: &Watch,
     ) -> Result<Option<Vec<Vec<Cand>>>> {
         if !filter.is_none_or(Filter::on_device) {
             return Ok(None);
@@ -169,8 +204,8 @@ impl Index {
                 Some(f) => Some(f.positions(&lists.flatten_ids())?),
                 None => None,
             };
-            let most = room.hits();
-            backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref(), most)
+            let (most, poll) = (room.hits(), || watch.poll());
+            backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref(), most, &poll)
         })?;
         let Some((counts, ids, scores)) = found else {
             return Ok(None);

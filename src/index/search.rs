@@ -14,6 +14,7 @@ use crate::backend::{Backend, DeviceRerank};
 use crate::error::{check_finite, raw_not_finite, try_vec, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
+use crate::progress::{watching, Control, Phase, Watch};
 use crate::quant::prepare;
 use rayon::prelude::*;
 
@@ -94,8 +95,46 @@ impl Index {
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
     ) -> Result<SearchResults> {
-        self.context()
-            .run(|b| self.search_on(b, queries, p, raw, filter))
+        self.search_with(queries, p, raw, filter, &Control::default())
+    }
+
+    /// As [`Index::search_filtered`], watched as `ctl` says: its progress callback (else the
+    /// index's, else the context's) hears `Phase::Search` (queries answered) and may cancel
+    /// (`Error::Cancelled`); past its deadline (else the context's timeout) the search stops
+    /// with `Error::TimedOut`. On the host a search stops within about 10 ms and one query of
+    /// either; on a device, one batch.
+    pub fn search_with(
+        &self,
+        queries: &[f32],
+        p: &SearchParams,
+        raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
+        ctl: &Control,
+    ) -> Result<SearchResults> {
+        self.watched_search(ctl, queries, |w| {
+            self.context()
+                .run(|b| self.search_on(b, queries, p, raw, filter, w))
+        })
+    }
+
+    /// Runs `f` with the watch of a search (or load, verify) on this index as `ctl` says.
+    pub(super) fn watched<R>(&self, ctl: &Control, f: impl FnOnce(&Watch) -> R) -> R {
+        let fallback = self.progress.or_context(&self.ctx);
+        watching(&self.ctx, ctl, fallback.as_ref(), f)
+    }
+
+    /// `watched` for a search of `queries`: its position starts at none of them answered.
+    pub(super) fn watched_search<R>(
+        &self,
+        ctl: &Control,
+        queries: &[f32],
+        f: impl FnOnce(&Watch) -> R,
+    ) -> R {
+        let nq = queries.len() / self.cb.dim().max(1);
+        self.watched(ctl, |w| {
+            w.begin(Phase::Search, nq);
+            f(w)
+        })
     }
 
     fn search_on(
@@ -105,6 +144,7 @@ impl Index {
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
+        watch: &Watch,
     ) -> Result<SearchResults> {
         let own = self.refined();
         let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
@@ -124,13 +164,15 @@ impl Index {
                 Some(f) => Some(f.positions(&lists.flatten_ids())?),
                 None => None,
             };
-            backend.search_lists(cb, lists, &q, p.nprobe, want, allow.as_deref())
+            let poll = || watch.poll();
+            backend.search_lists(cb, lists, &q, p.nprobe, want, allow.as_deref(), &poll)
         })?;
         match on_device {
-            None => self.scan_host(&q, p, raw, filter, &mut ids, &mut dist)?,
+            None => self.scan_host(&q, p, raw, filter, (watch, nq), &mut ids, &mut dist)?,
             // The device's candidates, re-ranked and cut to k here.
             Some((cid, cdist)) => {
-                self.finish_all(&q, want, &cid, &cdist, raw, &mut ids, &mut dist)?
+                let out = (&mut ids[..], &mut dist[..]);
+                self.finish_all(&q, want, &cid, &cdist, raw, watch, out)?
             }
         }
         results(k, ids, dist)
@@ -155,8 +197,10 @@ impl Index {
         n: usize,
     ) -> Result<SearchResults> {
         // SAFETY: as the caller vouches.
-        self.context()
-            .run(|b| unsafe { self.search_device_raw_on(b, queries, p, at, n) })
+        self.watched_search(&Control::default(), queries, |w| {
+            self.context()
+                .run(|b| unsafe { self.search_device_raw_on(b, queries, p, at, n, w) })
+        })
     }
 
     /// `search_device_raw` on `backend`.
@@ -170,13 +214,14 @@ impl Index {
         p: &SearchParams,
         at: u64,
         n: usize,
+        watch: &Watch,
     ) -> Result<SearchResults> {
         // Bad parameters are named before the backend's answer; the queries are checked once,
         // by whichever search runs.
         p.validate()?;
         crate::backend::need_device_memory(backend, "re-ranking against device memory")?;
         if p.rerank == 0 {
-            return self.search_on(backend, queries, p, None, None);
+            return self.search_on(backend, queries, p, None, None, watch);
         }
         self.check_queries(queries, p)?;
         let d = self.cb.dim();
@@ -186,9 +231,10 @@ impl Index {
         let q = prepare(queries, d, self.cb.metric);
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.
+        let poll = || watch.poll();
         let device = |cands: Option<&[u64]>| {
             self.with_views(|cb, lists| unsafe {
-                backend.rerank_device(cb, lists, &q, p.nprobe, want, cands, raw)
+                backend.rerank_device(cb, lists, &q, p.nprobe, want, cands, raw, &poll)
             })
         };
         let (cid, cdist) = match device(None)? {
@@ -201,13 +247,13 @@ impl Index {
                     rerank: 0,
                 };
                 let (mut cid, mut cdist) = self.empty_results(nq, want)?;
-                self.scan_host(&q, &cands, None, None, &mut cid, &mut cdist)?;
+                self.scan_host(&q, &cands, None, None, (watch, nq), &mut cid, &mut cdist)?;
                 device(Some(&cid))?
                     .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
             }
         };
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
-        self.finish_all(&q, k, &cid, &cdist, None, &mut ids, &mut dist)?;
+        self.finish_all(&q, k, &cid, &cdist, None, watch, (&mut ids, &mut dist))?;
         results(k, ids, dist)
     }
 
@@ -218,27 +264,33 @@ impl Index {
     }
 
     /// The host scan of the prepared queries `q` into their `p.k` result slots, re-ranked
-    /// against `raw` where given: one coarse GEMM per block of queries.
+    /// against `raw` where given: one coarse GEMM per block of queries, each block reported
+    /// to `watch` as it ends (as part of `total` queries of the call).
     pub(super) fn scan_host(
         &self,
         q: &[f32],
         p: &SearchParams,
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
+        (watch, total): (&Watch, usize),
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
         let (d, k, want) = (self.cb.dim(), p.k, self.candidates(p));
-        let block = query_block(q.len() / d.max(1));
+        let nq = q.len() / d.max(1);
+        let block = query_block(nq);
         q.par_chunks(block * d)
             .zip(ids.par_chunks_mut(block * k))
             .zip(dist.par_chunks_mut(block * k))
-            .map(|((qb, ib), db)| self.search_block(qb, p, want, raw, filter, ib, db))
+            .map(|((qb, ib), db)| {
+                self.search_block(qb, p, want, raw, filter, watch, ib, db)?;
+                watch.advance(Phase::Search, qb.len() / d.max(1), total)
+            })
             .collect()
     }
 
     /// Each query's `per` candidates (ids and scores, best first, as the device gives them)
-    /// through `finish` into its k result slots.
+    /// through `finish` into its k result slots (`out`: ids and distances).
     #[allow(clippy::too_many_arguments)]
     fn finish_all(
         &self,
@@ -247,8 +299,8 @@ impl Index {
         cid: &[u64],
         cdist: &[f32],
         raw: Option<&dyn RawVectors>,
-        ids: &mut [u64],
-        dist: &mut [f32],
+        watch: &Watch,
+        (ids, dist): (&mut [u64], &mut [f32]),
     ) -> Result<()> {
         let (d, nq) = (self.cb.dim(), q.len() / self.cb.dim());
         if nq == 0 {
@@ -259,13 +311,15 @@ impl Index {
             .zip(dist.par_chunks_mut(k))
             .enumerate()
             .map(|(i, (io, dout))| {
+                watch.poll()?;
                 let cands = (0..per)
                     .map(|r| Cand(cdist[i * per + r], cid[i * per + r]))
                     .filter(|c| c.1 != u64::MAX)
                     .collect();
                 self.finish(&q[i * d..(i + 1) * d], cands, raw, io, dout)
             })
-            .collect()
+            .collect::<Result<()>>()?;
+        watch.advance(Phase::Search, nq, nq)
     }
 
     /// The checks of the parameters and queries every search makes.
@@ -370,6 +424,7 @@ impl Index {
         want: usize,
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
+        watch: &Watch,
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
@@ -378,6 +433,7 @@ impl Index {
             qb,
             p.nprobe,
             filter,
+            watch,
             || TopK::new(want),
             |i, top| {
                 let qv = &qb[i * d..(i + 1) * d];
@@ -394,15 +450,16 @@ impl Index {
         qb: &[f32],
         nprobe: usize,
         filter: Option<&Filter>,
+        watch: &Watch,
         fresh: impl Fn() -> K,
         done: impl FnMut(usize, K) -> Result<()>,
     ) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.scan_block_avx2(qb, nprobe, filter, fresh, done) };
+            return unsafe { self.scan_block_avx2(qb, nprobe, filter, watch, fresh, done) };
         }
-        self.scan_block_any(qb, nprobe, filter, fresh, done)
+        self.scan_block_any(qb, nprobe, filter, watch, fresh, done)
     }
 
     /// The same code compiled for AVX2 (no FMA: results equal the baseline build's).
@@ -413,10 +470,11 @@ impl Index {
         qb: &[f32],
         nprobe: usize,
         filter: Option<&Filter>,
+        watch: &Watch,
         fresh: impl Fn() -> K,
         done: impl FnMut(usize, K) -> Result<()>,
     ) -> Result<()> {
-        self.scan_block_any(qb, nprobe, filter, fresh, done)
+        self.scan_block_any(qb, nprobe, filter, watch, fresh, done)
     }
 
     #[inline(always)]
@@ -425,6 +483,7 @@ impl Index {
         qb: &[f32],
         nprobe: usize,
         filter: Option<&Filter>,
+        watch: &Watch,
         fresh: impl Fn() -> K,
         mut done: impl FnMut(usize, K) -> Result<()>,
     ) -> Result<()> {
@@ -478,6 +537,8 @@ impl Index {
         let per = nsub * ks;
         let terms_of = |a: usize| tables.l2_terms.as_ref().map(|t| &t[a * per..(a + 1) * per]);
         for i in 0..r {
+            // Between queries: a cancel or a deadline is heard within one query.
+            watch.poll()?;
             let qv = &qb[i * d..(i + 1) * d];
             let qn = linalg::dot(qv, qv);
             let terms = match (&probe, &ints) {

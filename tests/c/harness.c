@@ -1,6 +1,7 @@
 /* C harness for the vlc_compress ABI: every exported function, every error path. Built with
  * -std=c11 -Wall -Wextra -Wpedantic -Werror (and again under ASan/UBSan/LSan) by
  * tests/c_harness.rs, which passes the scratch directory as argv[1]. */
+#define _POSIX_C_SOURCE 200809L
 #include "vlc_compress.h"
 
 #include <math.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int second_unit_version_ok(void);
 
@@ -113,7 +115,9 @@ static void test_versions_and_statuses(void) {
     expect(strcmp(vlcc_status_str(VLCC_STATUS_PANIC), "VLCC_STATUS_PANIC") == 0, "status name");
     expect(strcmp(vlcc_status_str(999), "VLCC_STATUS_UNKNOWN") == 0, "unknown status");
     expect(strcmp(vlcc_status_str(VLCC_STATUS_CALLBACK_FAILED), "VLCC_STATUS_CALLBACK_FAILED") == 0, "status name");
-    for (uint32_t s = 0; s <= VLCC_STATUS_CANCELLED; s++) expect(vlcc_status_str(s) != NULL, "every status has a name");
+    for (uint32_t s = 0; s <= VLCC_STATUS_TIMED_OUT; s++)
+        expect(strcmp(vlcc_status_str(s), "VLCC_STATUS_UNKNOWN") != 0, "every status has a name");
+    expect(strcmp(vlcc_status_str(VLCC_STATUS_TIMED_OUT), "VLCC_STATUS_TIMED_OUT") == 0, "status name");
 }
 
 static void test_context(void) {
@@ -950,6 +954,152 @@ static void test_progress_and_cancel(vlcc_context *ctx, const float *x) {
     vlcc_compressor_free(c);
 }
 
+/* Cancels a search at its first report, or (sleep_ms > 0) sleeps at each report so that a
+ * deadline of a millisecond passes. */
+typedef struct {
+    int reports, sleep_ms, went_back;
+    uint64_t last_done, total;
+} search_log;
+
+static int log_search(void *user, vlcc_phase phase, uint64_t done, uint64_t total) {
+    search_log *l = user;
+    if (phase != VLCC_PHASE_SEARCH || done > total || done < l->last_done) l->went_back++;
+    l->last_done = done;
+    l->total = total;
+    l->reports++;
+    if (l->sleep_ms == 0) return 1;
+    struct timespec t = {0, (long)l->sleep_ms * 1000000L};
+    nanosleep(&t, NULL);
+    return 0;
+}
+
+/* Searches (top-k, bounds, range) under a progress callback that cancels and under
+ * deadlines: CANCELLED or TIMED_OUT, with nothing written. */
+static void test_search_control(vlcc_context *ctx, const float *x) {
+    enum { Q = 512 };
+    vlcc_compressor *c = trained(ctx, x, 9);
+    vlcc_index *ix = NULL;
+    expect_status(vlcc_index_new_with_refine(c, VLCC_REFINE_BOUND, &ix), VLCC_STATUS_OK);
+    uint64_t ids[N];
+    for (size_t i = 0; i < N; i++) ids[i] = i;
+    expect_status(vlcc_index_add(ix, x, N, ids), VLCC_STATUS_OK);
+    float *q = malloc(sizeof(float) * Q * D);
+    for (size_t i = 0; i < Q; i++) memcpy(q + i * D, x + (i % N) * D, sizeof(float) * D);
+    vlcc_search_params *sp = NULL;
+    expect_status(vlcc_search_params_new(&sp), VLCC_STATUS_OK);
+    uint64_t *out_ids = malloc(sizeof(uint64_t) * Q * K);
+    float *out_d = malloc(sizeof(float) * Q * K);
+    memset(out_ids, 0xAB, sizeof(uint64_t) * Q * K);
+    memset(out_d, 0xAB, sizeof(float) * Q * K);
+    double v = -1;
+    expect_status(vlcc_search_params_get(sp, VLCC_SEARCH_PARAM_TIMEOUT_MS, &v), VLCC_STATUS_OK);
+    expect(v == 0, "no search timeout by default");
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_TIMEOUT_MS, -1), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_TIMEOUT_MS, 0.5), VLCC_STATUS_INVALID_ARGUMENT);
+    expect_status(vlcc_search_params_set_progress(NULL, log_search, NULL), VLCC_STATUS_NULL_POINTER);
+
+    /* Cancelled at the first report: top-k, bounds, range. */
+    search_log l = {0, 0, 0, 0, 0};
+    expect_status(vlcc_search_params_set_progress(sp, log_search, &l), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, Q, sp, NULL, 0, out_ids, out_d), VLCC_STATUS_CANCELLED);
+    expect(l.reports == 1 && l.went_back == 0 && l.total == Q, "one report, in queries");
+    float *lo = malloc(sizeof(float) * Q * K);
+    expect_status(vlcc_index_search_bounds(ix, q, Q, sp, NULL, 0, out_ids, out_d, lo, NULL, NULL, NULL),
+                  VLCC_STATUS_CANCELLED);
+    vlcc_range_results *rr = NULL;
+    expect_status(vlcc_index_range_search(ix, q, Q, sp, 1e30f, NULL, 0, &rr), VLCC_STATUS_CANCELLED);
+    expect(rr == NULL, "no range results when cancelled");
+    int untouched = 1;
+    for (size_t i = 0; i < Q * K; i++) untouched &= out_ids[i] == 0xABABABABABABABABull;
+    expect(untouched, "a cancelled search writes nothing");
+
+    /* A millisecond's deadline, passed while the callback sleeps: TIMED_OUT. */
+    search_log slow = {0, 5, 0, 0, 0};
+    expect_status(vlcc_search_params_set_progress(sp, log_search, &slow), VLCC_STATUS_OK);
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_TIMEOUT_MS, 1), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, Q, sp, NULL, 0, out_ids, out_d), VLCC_STATUS_TIMED_OUT);
+    expect_status(vlcc_index_range_search(ix, q, Q, sp, 1e30f, NULL, 0, &rr), VLCC_STATUS_TIMED_OUT);
+    for (size_t i = 0; i < Q * K; i++) untouched &= out_ids[i] == 0xABABABABABABABABull;
+    expect(untouched, "a search past its deadline writes nothing");
+    /* The context's timeout, when the search sets none. */
+    expect_status(vlcc_search_params_set(sp, VLCC_SEARCH_PARAM_TIMEOUT_MS, 0), VLCC_STATUS_OK);
+    expect_status(vlcc_context_set_timeout(NULL, 1), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_context_set_timeout(ctx, 1), VLCC_STATUS_OK);
+    uint64_t ms = 0;
+    expect_status(vlcc_context_timeout(ctx, &ms), VLCC_STATUS_OK);
+    expect(ms == 1, "the context's timeout");
+    expect_status(vlcc_index_search(ix, q, Q, sp, NULL, 0, out_ids, out_d), VLCC_STATUS_TIMED_OUT);
+    expect_status(vlcc_context_set_timeout(ctx, 0), VLCC_STATUS_OK);
+    /* Without the callback the search ends, and its reports went nowhere. */
+    expect_status(vlcc_search_params_set_progress(sp, NULL, NULL), VLCC_STATUS_OK);
+    expect_status(vlcc_index_search(ix, q, Q, sp, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
+    expect(out_ids[0] != 0xABABABABABABABABull, "a search that ends writes its results");
+    free(lo);
+    free(out_d);
+    free(out_ids);
+    free(q);
+    vlcc_search_params_free(sp);
+    vlcc_index_free(ix);
+    vlcc_compressor_free(c);
+}
+
+/* Counts VERIFY reports and answers `stop` (non-zero cancels). */
+typedef struct {
+    uint64_t reports, last_done, total;
+    int stop;
+} verify_log;
+
+static int log_verify(void *user, vlcc_phase phase, uint64_t done, uint64_t total) {
+    verify_log *l = user;
+    if (phase != VLCC_PHASE_VERIFY || done > total) l->total = UINT64_MAX;
+    else l->total = total;
+    l->last_done = done;
+    l->reports++;
+    return l->stop;
+}
+
+/* Loads and verifies watched: checksums reported in bytes up to the file's size, a cancel
+ * makes no index, a deferred load's verify reports and cancels too. */
+static void test_load_control(vlcc_context *ctx, const float *x, const char *dir) {
+    vlcc_compressor *c = trained(ctx, x, 10);
+    vlcc_index *ix = NULL;
+    expect_status(vlcc_index_new(c, &ix), VLCC_STATUS_OK);
+    uint64_t ids[N];
+    for (size_t i = 0; i < N; i++) ids[i] = i;
+    expect_status(vlcc_index_add(ix, x, N, ids), VLCC_STATUS_OK);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/harness-watched.vlcc", dir);
+    expect_status(vlcc_index_save(ix, path), VLCC_STATUS_OK);
+    verify_log l = {0, 0, 0, 0};
+    vlcc_index *loaded = NULL;
+    expect_status(vlcc_index_load_watched(ctx, path, VLCC_LOAD_FLAG_MMAP, log_verify, &l, 0, &loaded),
+                  VLCC_STATUS_OK);
+    expect(loaded != NULL && l.reports > 0 && l.total != UINT64_MAX && l.last_done == l.total,
+           "a watched load reports its checksums to the file's end");
+    vlcc_index *none = NULL;
+    l.stop = 1;
+    expect_status(vlcc_index_load_watched(ctx, path, VLCC_LOAD_FLAG_MMAP, log_verify, &l, 0, &none),
+                  VLCC_STATUS_CANCELLED);
+    expect(none == NULL, "a cancelled load makes no index");
+    expect_status(vlcc_index_load_watched(NULL, path, 0, NULL, NULL, 0, &none), VLCC_STATUS_NULL_POINTER);
+    vlcc_index *deferred = NULL;
+    expect_status(vlcc_index_load_watched(ctx, path, VLCC_LOAD_FLAG_MMAP | VLCC_LOAD_FLAG_DEFER_CHECKSUMS, NULL,
+                                          NULL, 0, &deferred),
+                  VLCC_STATUS_OK);
+    l.stop = 0;
+    l.reports = 0;
+    expect_status(vlcc_index_verify_watched(deferred, log_verify, &l, 0), VLCC_STATUS_OK);
+    expect(l.reports > 0 && l.last_done == l.total, "a watched verify reports");
+    l.stop = 1;
+    expect_status(vlcc_index_verify_watched(deferred, log_verify, &l, 0), VLCC_STATUS_CANCELLED);
+    expect_status(vlcc_index_verify_watched(NULL, NULL, NULL, 0), VLCC_STATUS_NULL_POINTER);
+    remove(path);
+    vlcc_index_free(deferred);
+    vlcc_index_free(loaded);
+    vlcc_index_free(ix);
+    vlcc_compressor_free(c);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : ".";
     float *x = clustered(N, 3);
@@ -961,6 +1111,8 @@ int main(int argc, char **argv) {
     test_index(ctx, x, dir);
     test_filters_and_ids(ctx, x);
     test_progress_and_cancel(ctx, x);
+    test_search_control(ctx, x);
+    test_load_control(ctx, x, dir);
     /* Round trip: train -> encode -> search -> save -> load -> search, all identical above. */
     vlcc_context_free(ctx);
     free(x);

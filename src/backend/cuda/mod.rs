@@ -498,8 +498,9 @@ impl Backend for CudaBackend {
         nprobe: usize,
         want: usize,
         allow: Option<&[u32]>,
+        poll: super::Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        self.scan(cb, lists, q, nprobe, want, None, allow)
+        self.scan(cb, lists, q, nprobe, want, None, allow, poll)
     }
 
     fn range_lists(
@@ -511,8 +512,9 @@ impl Backend for CudaBackend {
         radius: f32,
         allow: Option<&[u32]>,
         most_hits: usize,
+        poll: super::Poll,
     ) -> Result<Option<super::RangeHits>> {
-        self.range(cb, lists, q, nprobe, radius, allow, most_hits)
+        self.range(cb, lists, q, nprobe, radius, allow, most_hits, poll)
     }
 
     unsafe fn rerank_device(
@@ -524,6 +526,7 @@ impl Backend for CudaBackend {
         want: usize,
         cands: Option<&[u64]>,
         raw: DeviceRerank,
+        poll: super::Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         let d = cb.d;
         if want > MAX_WANT {
@@ -542,7 +545,7 @@ impl Backend for CudaBackend {
             self.device_rows(raw.at, raw.n, d, "raw vectors")?;
         }
         let Some(cands) = cands else {
-            return self.scan(cb, lists, q, nprobe, want, Some(raw), None);
+            return self.scan(cb, lists, q, nprobe, want, Some(raw), None, poll);
         };
         self.bind()?;
         let dev = self.lock();
@@ -553,6 +556,7 @@ impl Backend for CudaBackend {
             .chunks(QUERY_BATCH * d)
             .zip(cands.chunks(QUERY_BATCH * want))
         {
+            poll()?;
             let (qd, cd) = (self.up(s, qb)?, self.up(s, candb)?);
             let (i, v) = self.rerank_batch(&dev, cb, &qd, &cd, want, raw, &mut bad)?;
             ids.extend(i);

@@ -150,12 +150,13 @@ impl CudaBackend {
         want: usize,
         raw: Option<DeviceRerank>,
         allow: Option<&[u32]>,
+        poll: crate::backend::Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
         if !self.caps().scans(cb, lists, want) {
             return Ok(None);
         }
         self.resident(cb, lists, allow, |dev, dc, dl, allow| {
-            self.scan_resident(dev, dc, dl, cb, q, nprobe, want, raw, allow)
+            self.scan_resident(dev, dc, dl, cb, q, nprobe, want, raw, allow, poll)
         })
     }
 
@@ -198,6 +199,7 @@ impl CudaBackend {
         want: usize,
         raw: Option<DeviceRerank>,
         allow: Option<&CudaSlice<u32>>,
+        poll: crate::backend::Poll,
     ) -> Result<(Vec<u64>, Vec<f32>)> {
         let s = &dev.stream;
         let mut rerank = match raw {
@@ -206,6 +208,7 @@ impl CudaBackend {
         };
         let (mut ids, mut dist) = (Vec::new(), Vec::new());
         for batch in q.chunks(cb.d * QUERY_BATCH) {
+            poll()?;
             let (qd, cid, cd) =
                 self.search_batch(dev, dc, dl, batch, nprobe.min(dl.m), want, allow)?;
             let (i, v) = match &mut rerank {
@@ -232,6 +235,7 @@ impl CudaBackend {
         radius: f32,
         allow: Option<&[u32]>,
         most_hits: usize,
+        poll: crate::backend::Poll,
     ) -> Result<Option<crate::backend::RangeHits>> {
         if !self.caps().scans(cb, lists, 1) {
             return Ok(None);
@@ -239,6 +243,7 @@ impl CudaBackend {
         self.resident(cb, lists, allow, |dev, dc, dl, allow| {
             let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
             for batch in q.chunks(cb.d * QUERY_BATCH) {
+                poll()?;
                 let n = nprobe.min(dl.m);
                 let most = most_hits - ids.len();
                 let (c, i, v) = self.range_batch(dev, dc, dl, batch, n, radius, allow, most)?;

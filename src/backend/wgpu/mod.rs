@@ -384,8 +384,9 @@ impl Backend for WgpuBackend {
         nprobe: usize,
         want: usize,
         allow: Option<&[u32]>,
+        poll: crate::backend::Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        search::search_lists(self, cb, lists, q, nprobe, want, allow)
+        search::search_lists(self, cb, lists, q, nprobe, want, allow, poll)
     }
     fn set_memory_cap(&self, bytes: usize) {
         self.memory_cap.store(bytes, Ordering::Relaxed);

@@ -143,6 +143,7 @@ pub(super) fn search_lists(
     nprobe: usize,
     want: usize,
     allow: Option<&[u32]>,
+    poll: crate::backend::Poll,
 ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
     let lut = cb.nsub * cb.ksub();
     let want_built = want.max(1).next_power_of_two();
@@ -184,6 +185,7 @@ pub(super) fn search_lists(
     let mut ids = Vec::with_capacity(nq * want);
     let mut dist = Vec::with_capacity(nq * want);
     for chunk in q.chunks(batch * d) {
+        poll()?;
         let n = nprobe.min(dl.m);
         let (i, s) = search_batch(b, &pipes, dc, dl, cb, chunk, n, want, allow)?;
         ids.extend(i);
