@@ -194,7 +194,16 @@ fn the_bindings_call_every_c_function() {
         "found only {} functions",
         functions.len()
     );
-    let go: String = ["vlccompress.go", "progress.go", "callbacks.go"]
+    // Every source file of the binding, its tests left out.
+    let mut go_files: Vec<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("bindings/go"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| f.ends_with(".go") && !f.ends_with("_test.go"))
+            .collect();
+    go_files.sort();
+    assert!(go_files.len() >= 3, "found {go_files:?}");
+    let go: String = go_files
         .iter()
         .map(|f| read(&format!("bindings/go/{f}")))
         .collect();

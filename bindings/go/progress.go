@@ -36,6 +36,8 @@ const (
 	PhaseCodebooks Phase = C.VLCC_PHASE_CODEBOOKS // residual codebooks: sub-quantizer fits
 	PhaseEncode    Phase = C.VLCC_PHASE_ENCODE    // encoding (Encode, Add): rows
 	PhaseMerge     Phase = C.VLCC_PHASE_MERGE     // merging: lists
+	PhaseSearch    Phase = C.VLCC_PHASE_SEARCH    // searching: queries answered
+	PhaseVerify    Phase = C.VLCC_PHASE_VERIFY    // checking checksums (Load, Verify): bytes
 )
 
 func (p Phase) String() string {
@@ -48,11 +50,16 @@ func (p Phase) String() string {
 		return "encode"
 	case PhaseMerge:
 		return "merge"
+	case PhaseSearch:
+		return "search"
+	case PhaseVerify:
+		return "verify"
 	}
 	return "unknown"
 }
 
-// ProgressFunc hears done of total in phase during Train, Encode, Add and Merge. Returning
+// ProgressFunc hears done of total in phase during Train, Encode, Add, Merge, searches, Load
+// and Verify. Returning
 // false cancels the call, which returns ErrCancelled and leaves every object as it was. It is
 // called from the library's threads, one call at a time per operation; a panic in it
 // cancels too.

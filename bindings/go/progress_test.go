@@ -437,3 +437,81 @@ func TestContextVariantsKeepTheirMessages(t *testing.T) {
 		}
 	}
 }
+
+// Searches stop when their context is done or their timeout passes, return nothing, and
+// match ErrCancelled and the context's error (or ErrTimedOut); loads and verifies too.
+func TestSearchesLoadsAndVerifiesStop(t *testing.T) {
+	_, ix, x := indexed(t, 4000, 25)
+	q := append([]float32(nil), x...)
+	bg := context.Background()
+	p := SearchParams{K: 10, NProbe: 32}
+	for name, run := range map[string]func(context.Context, SearchParams) error{
+		"search": func(c context.Context, p SearchParams) error { _, _, err := ix.SearchContext(c, q, p); return err },
+		"range":  func(c context.Context, p SearchParams) error { _, err := ix.RangeSearchContext(c, q, 1e30, p); return err },
+	} {
+		// Done during the search: its own callback cancels the context at the first report.
+		ctx, cancel := context.WithCancel(bg)
+		reports := 0
+		p.Progress = func(ph Phase, done, total uint64) bool {
+			if ph != PhaseSearch || done > total {
+				t.Errorf("%s: report %v %d of %d", name, ph, done, total)
+			}
+			reports++
+			cancel()
+			return true
+		}
+		err := run(ctx, p)
+		if !errors.Is(err, ErrCancelled) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: a done context gave %v", name, err)
+		}
+		// A millisecond's timeout passes while the callback sleeps.
+		p.Progress = func(Phase, uint64, uint64) bool { time.Sleep(5 * time.Millisecond); return true }
+		p.Timeout = time.Millisecond
+		if err := run(bg, p); !errors.Is(err, ErrTimedOut) {
+			t.Fatalf("%s: past its timeout: %v", name, err)
+		}
+		p.Progress, p.Timeout = nil, 0
+		if err := run(bg, p); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// The context's timeout, for the calls that set none.
+	if err := ix.ctx.SetTimeout(time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := ix.ctx.Timeout(); err != nil || d != time.Millisecond {
+		t.Fatalf("Timeout: %v %v", d, err)
+	}
+	slow := SearchParams{K: 10, NProbe: 32, Progress: func(Phase, uint64, uint64) bool { time.Sleep(5 * time.Millisecond); return true }}
+	if _, _, err := ix.Search(q, slow); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("the context's timeout: %v", err)
+	}
+	if err := ix.ctx.SetTimeout(0); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ix.vlcc")
+	if err := ix.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	done, stop := context.WithCancel(bg)
+	stop()
+	if _, err := LoadContext(done, ix.ctx, path, true); !errors.Is(err, context.Canceled) {
+		t.Fatalf("LoadContext: %v", err)
+	}
+	loaded, err := LoadContext(bg, ix.ctx, path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loaded.Close()
+	lazy, err := LoadDeferredContext(bg, ix.ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Close()
+	if err := lazy.VerifyContext(done); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("VerifyContext: %v", err)
+	}
+	if err := lazy.VerifyContext(bg); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -13,8 +13,10 @@
 //
 // Long calls report progress to a ProgressFunc (SetProgress on the object or its Context)
 // that may cancel them, and have variants taking a context.Context (TrainContext,
-// EncodeContext, AddContext, MergeContext) that stop when it is done; a stopped call returns
-// an error matching ErrCancelled (and the context's error) and changes nothing.
+// EncodeContext, AddContext, MergeContext, SearchContext, RangeSearchContext,
+// SearchBoundsContext, LoadContext, VerifyContext) that stop when it is done; a stopped call
+// returns an error matching ErrCancelled (and the context's error) and changes nothing.
+// Context.SetTimeout and SearchParams.Timeout stop calls with ErrTimedOut.
 package vlccompress
 
 /*
@@ -63,6 +65,7 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -90,6 +93,7 @@ const (
 	StatusPanic              Status = C.VLCC_STATUS_PANIC
 	StatusCallbackFailed     Status = C.VLCC_STATUS_CALLBACK_FAILED
 	StatusCancelled          Status = C.VLCC_STATUS_CANCELLED
+	StatusTimedOut           Status = C.VLCC_STATUS_TIMED_OUT
 )
 
 // Error carries the status of a failed call and the library's message.
@@ -129,6 +133,7 @@ var (
 	ErrPanic              = &Error{Status: StatusPanic}
 	ErrCallbackFailed     = &Error{Status: StatusCallbackFailed}
 	ErrCancelled          = &Error{Status: StatusCancelled}
+	ErrTimedOut           = &Error{Status: StatusTimedOut}
 )
 
 // call runs f and, on failure, reads the message on the same OS thread: the library keeps
@@ -1080,6 +1085,12 @@ type SearchParams struct {
 	// K-th exact distance (an index with error bounds: NewIndexWithRefine, any kind but
 	// RefineNone; and Raw or Fetch).
 	RerankAuto bool
+	// Progress hears the search (PhaseSearch: queries answered) and may cancel it
+	// (ErrCancelled); nil: the index's ProgressFunc, else the context's.
+	Progress ProgressFunc
+	// Timeout stops the search with ErrTimedOut once it has run this long, rounded up to a
+	// millisecond (0: the context's timeout, Context.SetTimeout).
+	Timeout time.Duration
 }
 
 // setCallbacks puts p's filter and fetch on the C parameters sp (of an index of dimension d);
@@ -1091,11 +1102,15 @@ func setCallbacks(sp *C.vlcc_search_params, p SearchParams, d int) (C.vlcc_statu
 		}
 	}
 	s, release := setFilter(sp, p.Filter)
-	if s != C.VLCC_STATUS_OK || p.Fetch == nil {
+	if s != C.VLCC_STATUS_OK {
 		return s, release
 	}
+	s, released := setControl(sp, p)
+	if s != C.VLCC_STATUS_OK || p.Fetch == nil {
+		return s, func() { release(); released() }
+	}
 	h := cgo.NewHandle(fetchCall{p.Fetch, d})
-	return C.set_go_fetch(sp, C.uintptr_t(h)), func() { release(); h.Delete() }
+	return C.set_go_fetch(sp, C.uintptr_t(h)), func() { release(); released(); h.Delete() }
 }
 
 // setFilter puts f on the C parameters sp; the returned func releases what it holds and must
