@@ -1,6 +1,7 @@
 // Tests of the C++ wrapper: every handle and call, the errors it throws, partial rows, progress
 // and cancel, filters, re-rank, bounds, files and bytes, the C handles. Run by scripts/test.sh
 // as C++17 and C++20, plain and under ASan/UBSan, and through the installed CMake target.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -284,6 +285,66 @@ void index_calls(const vlcc::Context& ctx, const std::vector<float>& x, const st
     EXPECT(moved.size() == n - 10);
 }
 
+// Searches, range searches, loads and verifies stop at a cancel or past their timeout, with
+// CANCELLED or TIMED_OUT, and report what they did.
+void search_control(const vlcc::Context& ctx, const std::vector<float>& x, const std::string& dir) {
+    using std::chrono::milliseconds;
+    vlcc::Compressor c = trained(ctx, x);
+    vlcc::Index ix(c);
+    ix.add(x, iota(n));
+    const auto q = vlcc::span<const float>(x);
+    vlcc::SearchParams p(5, 32);
+    uint64_t last = 0;
+    p.progress([&](vlcc_phase ph, uint64_t done, uint64_t total) {
+        EXPECT(ph == VLCC_PHASE_SEARCH && done <= total && total == n && done >= last);
+        last = done;
+        return true;
+    });
+    EXPECT(ix.search(q, p).ids == ix.search(q, 5, 32).ids && last == n);
+    p.progress([](vlcc_phase, uint64_t, uint64_t) { return false; });
+    EXPECT_STATUS(VLCC_STATUS_CANCELLED, ix.search(q, p));
+    EXPECT_STATUS(VLCC_STATUS_CANCELLED, ix.range_search(q, 1e30f, p));
+    p.progress([](vlcc_phase, uint64_t, uint64_t) -> bool { throw std::runtime_error("stop"); });
+    EXPECT_STATUS(VLCC_STATUS_CANCELLED, ix.search(q, p));
+    // A callback slow enough that a millisecond's timeout passes.
+    p.progress([](vlcc_phase, uint64_t, uint64_t) {
+        auto until = std::chrono::steady_clock::now() + milliseconds(3);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+        return true;
+    });
+    p.timeout(milliseconds(1));
+    EXPECT(p.get(VLCC_SEARCH_PARAM_TIMEOUT_MS) == 1);
+    EXPECT_STATUS(VLCC_STATUS_TIMED_OUT, ix.search(q, p));
+    p.progress(nullptr).timeout(milliseconds(0));
+    EXPECT(ix.search(q, p).ids.size() == n * 5);
+    // The context's timeout, for calls without their own.
+    vlcc::Context timed(VLCC_BACKEND_CPU, 0, 2);
+    timed.set_timeout(milliseconds(250));
+    EXPECT(timed.timeout() == milliseconds(250));
+    timed.set_timeout(milliseconds(0));
+    // Loads and verifies: checksums in pieces, a cancel stops them.
+    const std::string path = dir + "/cpp-control.vlcc";
+    ix.save(path);
+    uint64_t checked = 0;
+    auto count = [&](vlcc_phase ph, uint64_t done, uint64_t) {
+        EXPECT(ph == VLCC_PHASE_VERIFY);
+        checked = done;
+        return true;
+    };
+    vlcc::Index loaded = vlcc::Index::load(ctx, path, VLCC_LOAD_FLAG_MMAP, count);
+    EXPECT(checked > 0 && loaded.size() == n);
+    auto stop = [](vlcc_phase, uint64_t, uint64_t) { return false; };
+    EXPECT_STATUS(VLCC_STATUS_CANCELLED, vlcc::Index::load(ctx, path, VLCC_LOAD_FLAG_MMAP, stop));
+    vlcc::Index deferred =
+        vlcc::Index::load(ctx, path, VLCC_LOAD_FLAG_MMAP | VLCC_LOAD_FLAG_DEFER_CHECKSUMS, vlcc::ProgressFn());
+    checked = 0;
+    deferred.verify(count);
+    EXPECT(checked > 0);
+    EXPECT_STATUS(VLCC_STATUS_CANCELLED, deferred.verify(stop));
+    std::remove(path.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -297,6 +358,7 @@ int main(int argc, char** argv) {
         memory_budget(x);
         progress_and_cancel(ctx, x);
         index_calls(ctx, x, dir);
+        search_control(ctx, x, dir);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "unexpected exception: %s\n", e.what());
         return 1;

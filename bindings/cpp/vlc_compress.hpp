@@ -7,6 +7,7 @@
 // from many threads at once; add/remove/train need exclusive access.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -88,6 +89,8 @@ inline void check(vlcc_status s) {
     msg.assign(buf.data(), n);
     throw Error(s, msg);
 }
+// Whole milliseconds, none below zero.
+inline uint64_t millis(std::chrono::milliseconds t) { return static_cast<uint64_t>(t.count() < 0 ? 0 : t.count()); }
 struct ContextFree { void operator()(vlcc_context* p) const noexcept { vlcc_context_free(p); } };
 struct CompressorFree { void operator()(vlcc_compressor* p) const noexcept { vlcc_compressor_free(p); } };
 struct IndexFree { void operator()(vlcc_index* p) const noexcept { vlcc_index_free(p); } };
@@ -195,6 +198,16 @@ public:
         size_t n = 0;
         detail::check(vlcc_context_threads(p_.get(), &n));
         return n;
+    }
+    // Searches, range searches, loads and verifies on this context without a timeout of
+    // their own stop past `t` with VLCC_STATUS_TIMED_OUT (zero: none); whole milliseconds.
+    void set_timeout(std::chrono::milliseconds t) const {
+        detail::check(vlcc_context_set_timeout(p_.get(), detail::millis(t)));
+    }
+    std::chrono::milliseconds timeout() const {
+        uint64_t ms = 0;
+        detail::check(vlcc_context_timeout(p_.get(), &ms));
+        return std::chrono::milliseconds(ms);
     }
     // Long calls on objects made from this context that have no callback of their own report
     // to `fn`; an empty function removes it. The context must outlive the calls that use it.
@@ -397,6 +410,23 @@ public:
     SearchParams& rerank_auto(bool on) { return set(VLCC_SEARCH_PARAM_RERANK_AUTO, on ? 1 : 0); }
     const vlcc_search_params* get() const noexcept { return p_.get(); }
 
+    // Searches with these parameters report to `fn` (phase VLCC_PHASE_SEARCH: queries
+    // answered) instead of the index's or the context's callback; returning false (or
+    // throwing) stops the search with VLCC_STATUS_CANCELLED, outputs untouched. Called from
+    // the library's threads one call at a time; an empty function removes it.
+    SearchParams& progress(ProgressFn fn) {
+        auto f = fn ? std::make_unique<ProgressFn>(std::move(fn)) : nullptr;
+        detail::check(f ? vlcc_search_params_set_progress(p_.get(), &detail::progress_trampoline, f.get())
+                        : vlcc_search_params_set_progress(p_.get(), nullptr, nullptr));
+        progress_ = std::move(f);
+        return *this;
+    }
+    // Searches with these parameters stop past `t` with VLCC_STATUS_TIMED_OUT (zero: the
+    // context's timeout); whole milliseconds.
+    SearchParams& timeout(std::chrono::milliseconds t) {
+        return set(VLCC_SEARCH_PARAM_TIMEOUT_MS, static_cast<double>(detail::millis(t)));
+    }
+
     // Searches return only ids in [0, n_bits) whose bit is set (bit i%8 of byte i/8); copied.
     SearchParams& filter_bitset(span<const uint8_t> bits, uint64_t n_bits) {
         detail::check(vlcc_search_params_set_filter_bitset(p_.get(), bits.data(), n_bits));
@@ -464,6 +494,7 @@ private:
     // The callbacks' state, alive as long as the parameters that point at it.
     std::unique_ptr<std::function<bool(uint64_t)>> fn_;
     std::unique_ptr<FetchState> fetch_;
+    std::unique_ptr<ProgressFn> progress_;
 };
 
 /// Search results, best first: k per query.
@@ -529,6 +560,22 @@ public:
     // Checks every checksum of a memory-mapped index's file; throws CORRUPT naming the first
     // damaged section. An index held in memory has nothing to check.
     void verify() const { detail::check(vlcc_index_verify(p_.get())); }
+    // load (VLCC_LOAD_FLAG_* in `flags`), its checksums reporting to `progress` (phase
+    // VLCC_PHASE_VERIFY: bytes checked; empty: the context's callback), which may cancel;
+    // past `timeout` (zero: the context's) it throws with VLCC_STATUS_TIMED_OUT.
+    static Index load(const Context& ctx, const std::string& path, int32_t flags, const ProgressFn& progress,
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+        vlcc_index* p = nullptr;
+        detail::check(vlcc_index_load_watched(ctx.get(), path.c_str(), flags,
+                                              progress ? &detail::progress_trampoline : nullptr,
+                                              const_cast<ProgressFn*>(&progress), detail::millis(timeout), &p));
+        return Index(p);
+    }
+    // verify, watched as that load (empty `progress`: the index's callback, else the context's).
+    void verify(const ProgressFn& progress, std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) const {
+        detail::check(vlcc_index_verify_watched(p_.get(), progress ? &detail::progress_trampoline : nullptr,
+                                                const_cast<ProgressFn*>(&progress), detail::millis(timeout)));
+    }
     // The memory {host, device} in bytes that `work` on this index takes at its peak
     // (vlcc_index_estimate_memory): BUILD, adding n vectors in one call; SEARCH, searching n
     // queries with `params` (null: the defaults). What the context's memory cap is checked
