@@ -81,6 +81,34 @@ impl PyContext {
         self.ctx.set_device_memory_cap(bytes)
     }
 
+    /// Seconds after which searches, range searches, loads and verifies on this context
+    /// without a timeout of their own raise TimedOutError (None or 0: never).
+    #[getter]
+    fn timeout(&self) -> Option<f64> {
+        self.ctx.timeout().map(|t| t.as_secs_f64())
+    }
+
+    #[setter]
+    fn set_timeout(&self, seconds: Option<f64>) -> PyResult<()> {
+        let t = match seconds {
+            None => None,
+            Some(s) if s >= 0.0 => {
+                Some(std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+                    crate::errors::invalid(format!(
+                        "timeout {s} s is beyond what a deadline can hold"
+                    ))
+                })?)
+            }
+            Some(s) => {
+                return Err(crate::errors::invalid(format!(
+                    "timeout must be a number of seconds >= 0 or None, not {s}"
+                )))
+            }
+        };
+        self.ctx.set_timeout(t.filter(|t| !t.is_zero()));
+        Ok(())
+    }
+
     /// A progress callback for every long call on this context that has none of its own
     /// (None removes it).
     fn set_progress(&self, progress: Option<Bound<'_, PyAny>>) -> PyResult<()> {

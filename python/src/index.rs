@@ -10,6 +10,8 @@ use numpy::{PyArray1, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::sync::RwLockReadGuard;
+use std::time::{Duration, Instant};
+use vlc_compress::progress::Control;
 use vlc_compress::{DenseRaw, Error, FetchRaw, Filter, Index, RawVectors, SearchParams};
 
 #[pyclass(module = "vlc_compress._native", name = "Index", frozen)]
@@ -142,6 +144,7 @@ impl PyIndex {
 
     /// Runs a search call `f` with the queries checked, the raw vectors and filter taken as
     /// the core reads them, and the GIL released: its result and the number of queries.
+    #[allow(clippy::too_many_arguments)]
     fn run_search<T: Send>(
         &self,
         py: Python<'_>,
@@ -149,32 +152,62 @@ impl PyIndex {
         p: SearchParams,
         raw: Option<&Bound<'_, PyAny>>,
         filter: Option<&Bound<'_, PyAny>>,
+        (progress, timeout): Watched<'_>,
         f: impl FnOnce(
                 &Index,
                 &[f32],
                 &SearchParams,
                 Option<&dyn RawVectors>,
                 Option<&Filter>,
+                &Control,
             ) -> vlc_compress::Result<T>
             + Send,
     ) -> PyResult<(T, usize)> {
         let (q, nq) = self.queries(queries)?;
         let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
         let qs = q.as_slice()?;
-        let r = self.with_raw(py, &raw, |raw| {
-            self.shared(py, |ix| f(ix, qs, &p, raw, filter.as_ref()))
+        let d = self.dim(py)?;
+        let r = self.with_raw(d, &raw, |raw| {
+            self.watched(py, progress, timeout, |ix, ctl| {
+                Ok(f(ix, qs, &p, raw, filter.as_ref(), ctl))
+            })
+        })???;
+        Ok((r, nq))
+    }
+
+    /// Runs `f` on the index shared, watched by `progress` (else the index's callback, else
+    /// the context's), Ctrl-C and `timeout` seconds (else the context's timeout), with the
+    /// GIL released; a callback's exception is raised in place of the cancel it caused.
+    fn watched<T: Send>(
+        &self,
+        py: Python<'_>,
+        progress: Option<Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+        f: impl FnOnce(&Index, &Control) -> PyResult<vlc_compress::Result<T>> + Send,
+    ) -> PyResult<PyResult<T>> {
+        let deadline = deadline(timeout)?;
+        let ix = self.read(py)?;
+        let ix: &Index = &ix;
+        let (own, heard) = self.progress.watching(progress, ix.context())?;
+        let r = progress::interruptible(py, heard, |w| {
+            f(
+                ix,
+                &Control {
+                    progress: Some(w),
+                    deadline,
+                },
+            )
         })??;
-        Ok((r.py_err()?, nq))
+        Ok(settle(own.as_deref(), r))
     }
 
     /// Runs `f` with the raw vectors as the core reads them.
     fn with_raw<T>(
         &self,
-        py: Python<'_>,
+        d: usize,
         raw: &Option<Raw<'_>>,
         f: impl FnOnce(Option<&dyn RawVectors>) -> T,
     ) -> PyResult<T> {
-        let d = self.dim(py)?;
         Ok(match raw {
             None => f(None),
             Some(Raw::Rows(a)) => f(Some(&DenseRaw {
@@ -206,6 +239,23 @@ type RangeHits<'py> = (
     Bound<'py, PyArray1<i64>>,
 );
 
+/// A call's own progress callback and timeout in seconds.
+type Watched<'py> = (Option<Bound<'py, PyAny>>, Option<f64>);
+
+/// The deadline `timeout` seconds from now (none without one).
+fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout {
+        None => Ok(None),
+        // Past what an Instant can hold, no deadline is ever reached.
+        Some(t) if t >= 0.0 => Ok(Duration::try_from_secs_f64(t)
+            .ok()
+            .and_then(|t| Instant::now().checked_add(t))),
+        Some(t) => Err(invalid(format!(
+            "timeout must be a number of seconds >= 0, not {t}"
+        ))),
+    }
+}
+
 /// The search parameters of a call.
 fn params(k: usize, nprobe: usize, rerank: usize) -> SearchParams {
     SearchParams { k, nprobe, rerank }
@@ -216,23 +266,34 @@ impl PyIndex {
     /// Loads an index file. With `mmap`, codes and ids are read in place from the mapped file
     /// (checksums verified at load unless `verify=False`; then call `verify()` when it suits).
     #[staticmethod]
-    #[pyo3(signature = (path, mmap = true, verify = true, context = None))]
+    /// `progress` hears "verify" (bytes checksummed) and may cancel; past `timeout` seconds
+    /// (else the context's) the load raises TimedOutError; Ctrl-C stops it.
+    #[pyo3(signature = (path, mmap = true, verify = true, context = None, progress = None, timeout = None))]
     fn load(
         py: Python<'_>,
         path: std::path::PathBuf,
         mmap: bool,
         verify: bool,
         context: Option<&Bound<'_, PyContext>>,
+        progress: Option<Bound<'_, PyAny>>,
+        timeout: Option<f64>,
     ) -> PyResult<Self> {
         let ctx = PyContext::or_default(context)?;
-        let ix = py.detach(|| {
-            if verify {
-                Index::load(ctx, &path, mmap)
-            } else {
-                Index::load_deferred(ctx, &path)
-            }
-        });
-        Ok(Self::wrap(ix.py_err()?))
+        let deadline = deadline(timeout)?;
+        let own = progress::callback(progress)?;
+        let heard = match &own {
+            Some(p) => Some(p.clone() as vlc_compress::SharedProgress),
+            None => ctx.progress(),
+        };
+        let ix = progress::interruptible(py, heard, |w| {
+            let ctl = Control {
+                progress: Some(w),
+                deadline,
+            };
+            // A deferred load checks no checksums: it maps in place.
+            Index::load_with(ctx, &path, mmap || !verify, !verify, &ctl)
+        })?;
+        Ok(Self::wrap(settle(own.as_deref(), ix)?))
     }
 
     /// An index from `to_bytes()`'s bytes.
@@ -249,9 +310,16 @@ impl PyIndex {
         ))
     }
 
-    /// Checks every section's checksum (for an index loaded with `verify=False`).
-    fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        self.shared(py, |ix| ix.verify())?.py_err()
+    /// Checks every section's checksum (for an index loaded with `verify=False`), watched
+    /// as `load`.
+    #[pyo3(signature = (progress = None, timeout = None))]
+    fn verify(
+        &self,
+        py: Python<'_>,
+        progress: Option<Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        self.watched(py, progress, timeout, |ix, ctl| Ok(ix.verify_with(ctl)))?
     }
 
     /// Saves the index (written to a temporary file, then renamed over `path`).
@@ -345,8 +413,11 @@ impl PyIndex {
     /// (inner product, cosine). `rerank` > 0 re-scores that many candidates exactly against
     /// `raw` (an array whose row i is id i, or a callable fetch(ids) -> rows), or against the
     /// index's own refinement rows. `filter`: allowed ids, a boolean mask over ids, or a
-    /// callable fn(id) -> bool.
-    #[pyo3(signature = (queries, k, nprobe = 16, rerank = 0, raw = None, filter = None))]
+    /// callable fn(id) -> bool. `progress(phase, done, total)` hears "search" (queries
+    /// answered) and may cancel; past `timeout` seconds (else the context's) the search
+    /// raises TimedOutError; Ctrl-C stops it with KeyboardInterrupt.
+    #[pyo3(signature = (queries, k, nprobe = 16, rerank = 0, raw = None, filter = None, progress = None, timeout = None))]
+    #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
@@ -356,10 +427,13 @@ impl PyIndex {
         rerank: usize,
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
+        progress: Option<Bound<'py, PyAny>>,
+        timeout: Option<f64>,
     ) -> PyResult<Hits<'py>> {
         let p = params(k, nprobe, rerank);
-        let (r, nq) = self.run_search(py, queries, p, raw, filter, |ix, q, p, raw, f| {
-            ix.search_filtered(q, p, raw, f)
+        let w = (progress, timeout);
+        let (r, nq) = self.run_search(py, queries, p, raw, filter, w, |ix, q, p, raw, f, c| {
+            ix.search_with(q, p, raw, f, c)
         })?;
         Ok((
             matrix(py, r.distances, nq, k)?,
@@ -370,8 +444,10 @@ impl PyIndex {
     /// As `search`, with each hit's distance bounds from the index's error bounds (an index
     /// made with a refine kind): `(D, I, lower, upper, certified)`. With `auto`, the re-rank
     /// keeps going (up to `rerank` candidates) until the top k is proven exact over the
-    /// probed lists; `certified[i]` says whether query i's was.
-    #[pyo3(signature = (queries, k, nprobe = 16, rerank = 0, raw = None, filter = None, auto = false))]
+    /// probed lists; `certified[i]` says whether query i's was. `progress` and `timeout` as
+    /// in `search`.
+    #[pyo3(signature = (queries, k, nprobe = 16, rerank = 0, raw = None, filter = None, auto = false, progress = None, timeout = None))]
+    #[allow(clippy::too_many_arguments)]
     fn search_bounded<'py>(
         &self,
         py: Python<'py>,
@@ -382,10 +458,13 @@ impl PyIndex {
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
         auto: bool,
+        progress: Option<Bound<'py, PyAny>>,
+        timeout: Option<f64>,
     ) -> PyResult<BoundedHits<'py>> {
         let p = params(k, nprobe, rerank);
-        let (r, nq) = self.run_search(py, queries, p, raw, filter, |ix, q, p, raw, f| {
-            ix.search_bounded(q, p, raw, f, auto)
+        let w = (progress, timeout);
+        let (r, nq) = self.run_search(py, queries, p, raw, filter, w, |ix, q, p, raw, f, c| {
+            ix.search_bounded_with(q, p, raw, f, auto, c)
         })?;
         Ok((
             matrix(py, r.results.distances, nq, k)?,
@@ -398,7 +477,9 @@ impl PyIndex {
 
     /// Every vector of the probed lists within `radius` (squared L2) or at or above it
     /// (similarity): `(lims, D, I)` in FAISS's shape, query i's hits at `lims[i]:lims[i+1]`.
-    #[pyo3(signature = (queries, radius, nprobe = 16, rerank = 0, raw = None, filter = None))]
+    /// `progress` and `timeout` as in `search`.
+    #[pyo3(signature = (queries, radius, nprobe = 16, rerank = 0, raw = None, filter = None, progress = None, timeout = None))]
+    #[allow(clippy::too_many_arguments)]
     fn range_search<'py>(
         &self,
         py: Python<'py>,
@@ -408,10 +489,13 @@ impl PyIndex {
         rerank: usize,
         raw: Option<&Bound<'py, PyAny>>,
         filter: Option<&Bound<'py, PyAny>>,
+        progress: Option<Bound<'py, PyAny>>,
+        timeout: Option<f64>,
     ) -> PyResult<RangeHits<'py>> {
         let p = params(1, nprobe, rerank);
-        let (r, _) = self.run_search(py, queries, p, raw, filter, |ix, q, p, raw, f| {
-            ix.range_search(q, radius, p, raw, f)
+        let w = (progress, timeout);
+        let (r, _) = self.run_search(py, queries, p, raw, filter, w, |ix, q, p, raw, f, c| {
+            ix.range_search_with(q, radius, p, raw, f, c)
         })?;
         let lims = r.offsets.iter().map(|&o| o as u64).collect();
         let ids = r.ids.iter().map(|&i| i as i64).collect();

@@ -2,8 +2,10 @@
 //! An exception raised inside one cancels the call and is raised again in its place.
 
 use pyo3::prelude::*;
-use std::sync::{Arc, Mutex, RwLock};
-use vlc_compress::{Phase, Progress};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::time::Duration;
+use vlc_compress::{Phase, Progress, SharedProgress};
 
 pub struct PyProgress {
     f: Py<PyAny>,
@@ -16,6 +18,8 @@ pub fn phase_name(p: Phase) -> &'static str {
         Phase::Codebooks => "codebooks",
         Phase::Encode => "encode",
         Phase::Merge => "merge",
+        Phase::Search => "search",
+        Phase::Verify => "verify",
     }
 }
 
@@ -72,6 +76,20 @@ impl Slot {
         Ok(())
     }
 
+    /// The callback for one call: its own, else the object's, else the context's.
+    pub fn watching(
+        &self,
+        per_call: Option<Bound<'_, PyAny>>,
+        ctx: &vlc_compress::Context,
+    ) -> PyResult<(Option<Arc<PyProgress>>, Option<SharedProgress>)> {
+        let own = self.for_call(per_call)?;
+        let shared = match &own {
+            Some(p) => Some(p.clone() as SharedProgress),
+            None => ctx.progress(),
+        };
+        Ok((own, shared))
+    }
+
     /// The callback for one call: its own, else the object's (the core then consults the
     /// context's).
     pub fn for_call(
@@ -94,4 +112,76 @@ pub fn settle<T>(p: Option<&PyProgress>, r: vlc_compress::Result<T>) -> PyResult
             .and_then(PyProgress::take_raised)
             .unwrap_or_else(|| crate::errors::to_py(e))),
     }
+}
+
+/// A call's progress as the core hears it: the caller's callback (if any), and a cancel once
+/// the interpreter has a signal's exception (Ctrl-C's `KeyboardInterrupt`) to raise.
+struct Interruptible {
+    inner: Option<SharedProgress>,
+    interrupted: AtomicBool,
+}
+
+impl Progress for Interruptible {
+    fn report(&self, phase: Phase, done: u64, total: u64) -> bool {
+        !self.interrupted.load(Ordering::Relaxed)
+            && self
+                .inner
+                .as_ref()
+                .is_none_or(|p| p.report(phase, done, total))
+    }
+}
+
+/// How often the main thread looks for a signal while a call runs.
+const SIGNALS_EVERY: Duration = Duration::from_millis(20);
+
+/// Runs `f`, a library call watched by the progress it is given (`inner`, and on the main
+/// thread Ctrl-C), with the GIL released. Signals reach Python only on the main thread and
+/// only when it runs Python, so there `f` runs on a scoped thread while the main thread
+/// checks for signals every 20 ms: a handler's exception (`KeyboardInterrupt`) cancels the
+/// call and is raised in its place, once the call has stopped.
+pub fn interruptible<T: Send>(
+    py: Python<'_>,
+    inner: Option<SharedProgress>,
+    f: impl FnOnce(&dyn Progress) -> T + Send,
+) -> PyResult<T> {
+    let watch = Interruptible {
+        inner,
+        interrupted: AtomicBool::new(false),
+    };
+    if !on_main_thread(py)? {
+        return Ok(py.detach(|| f(&watch)));
+    }
+    let mut raised = None;
+    let got = py.detach(|| {
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            let watch = &watch;
+            let call = s.spawn(move || {
+                let r = f(watch);
+                let _ = tx.send(());
+                r
+            });
+            while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(SIGNALS_EVERY) {
+                if raised.is_none() {
+                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                        raised = Some(e);
+                        watch.interrupted.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            call.join()
+        })
+    });
+    match (raised, got) {
+        (Some(e), _) => Err(e),
+        (None, Ok(v)) => Ok(v),
+        (None, Err(panic)) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// Whether this is the interpreter's main thread, the one its signal handlers run on.
+fn on_main_thread(py: Python<'_>) -> PyResult<bool> {
+    let threading = py.import("threading")?;
+    let main = threading.call_method0("main_thread")?.getattr("ident")?;
+    Ok(main.eq(threading.call_method0("get_ident")?)?)
 }

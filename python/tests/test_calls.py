@@ -137,3 +137,84 @@ def test_a_callback_that_changes_its_own_index_gets_an_error(compressor, data):
     e = _in_time(lambda: c.train(x, progress=lambda *a: c.train(x[:100])))
     assert isinstance(e, vc.InvalidStateError), repr(e)
     assert not c.is_trained
+
+
+def test_searches_report_cancel_and_time_out(compressor, index, data):
+    x, _ = data
+    q = np.repeat(x[:500], 4, axis=0)
+    bounded = compressor.new_index(refine="bound")
+    bounded.add(x)
+    seen = []
+    D, I = index.search(q, 5, nprobe=32, progress=lambda *a: seen.append(a))
+    assert seen and all(p == "search" and 0 <= d <= t == len(q) for p, d, t in seen)
+    assert seen[-1][1] == len(q)
+    assert (I == index.search(q, 5, nprobe=32)[1]).all()
+    for call in (
+        lambda **w: index.search(q, 5, nprobe=64, **w),
+        lambda **w: index.range_search(q, 1e30, nprobe=64, **w),
+        lambda **w: bounded.search_bounded(q, 5, nprobe=64, **w),
+    ):
+        with pytest.raises(vc.CancelledError):
+            call(progress=lambda *a: True)
+        with pytest.raises(KeyError, match="from the callback"):
+            call(progress=lambda *a: (_ for _ in ()).throw(KeyError("from the callback")))
+        # A callback slow enough that a millisecond's timeout passes.
+        with pytest.raises(vc.TimedOutError) as e:
+            call(progress=lambda *a: time.sleep(0.003), timeout=0.001)
+        assert e.value.status == vc.Status.TIMED_OUT and isinstance(e.value, TimeoutError)
+    with pytest.raises(vc.InvalidArgumentError):
+        index.search(q, 5, timeout=-1)
+    ctx = vc.Context("cpu", threads=2)
+    assert ctx.timeout is None
+    ctx.timeout = 0.25
+    assert ctx.timeout == pytest.approx(0.25)
+    ctx.timeout = None
+    assert ctx.timeout is None
+
+
+def test_loads_and_verifies_report_and_cancel(index, tmp_path):
+    path = tmp_path / "ix.vlcc"
+    index.save(path)
+    seen = []
+    vc.Index.load(path, progress=lambda *a: seen.append(a))
+    assert seen and all(p == "verify" for p, _, _ in seen)
+    with pytest.raises(vc.CancelledError):
+        vc.Index.load(path, progress=lambda *a: True)
+    deferred = vc.Index.load(path, verify=False)
+    seen.clear()
+    deferred.verify(progress=lambda *a: seen.append(a))
+    assert seen and seen[-1][1] == seen[-1][2]
+    with pytest.raises(vc.CancelledError):
+        deferred.verify(progress=lambda *a: True)
+
+
+def test_ctrl_c_stops_a_long_search():
+    """SIGINT during a search on the main thread stops it with KeyboardInterrupt within
+    about 50 ms (signals reach Python there only), and the index still answers."""
+    import os
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread")
+    x = np.random.default_rng(3).standard_normal((60_000, 32)).astype(np.float32)
+    c = vc.Compressor(vc.Context("cpu", threads=2), anchors=64, bytes_per_vector=8, max_iters=3)
+    c.train(x[:10_000])
+    ix = c.new_index()
+    ix.add(x)
+    q = x[:10_000]  # about a second's search on two cores
+    sent = {}
+
+    def interrupt():
+        sent["at"] = time.perf_counter()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.2, interrupt)
+    timer.start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        ix.search(q, 10, nprobe=64)
+    ended = time.perf_counter()
+    timer.join()
+    assert "at" in sent and ended - t0 >= 0.15, "the search ended before the signal"
+    assert ended - sent["at"] < 0.1, ended - sent["at"]
+    assert ix.search(q[:5], 10, nprobe=4)[1].shape == (5, 10)

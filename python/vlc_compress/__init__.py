@@ -24,6 +24,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidStateError,
     OutOfMemoryError,
+    TimedOutError,
 )
 
 #: The C ABI's statuses, by name (from the library itself).
@@ -45,5 +46,6 @@ __all__ = [
     "OutOfMemoryError",
     "PARAMS",
     "Status",
+    "TimedOutError",
     "__version__",
 ]

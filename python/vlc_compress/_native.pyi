@@ -29,6 +29,7 @@ class Context:
     memory_cap: int
     device_memory_cap: int
     exact_rotation: bool
+    timeout: Optional[float]
     def set_progress(self, progress: Optional[ProgressFn]) -> None: ...
 
 class Compressor:
@@ -61,10 +62,17 @@ class Compressor:
 
 class Index:
     @staticmethod
-    def load(path: Path, mmap: bool = True, verify: bool = True, context: Optional[Context] = None) -> Index: ...
+    def load(
+        path: Path,
+        mmap: bool = True,
+        verify: bool = True,
+        context: Optional[Context] = None,
+        progress: Optional[ProgressFn] = None,
+        timeout: Optional[float] = None,
+    ) -> Index: ...
     @staticmethod
     def from_bytes(data: bytes, context: Optional[Context] = None) -> Index: ...
-    def verify(self) -> None: ...
+    def verify(self, progress: Optional[ProgressFn] = None, timeout: Optional[float] = None) -> None: ...
     def save(self, path: Path) -> None: ...
     def to_bytes(self) -> bytes: ...
     def __len__(self) -> int: ...
@@ -83,7 +91,15 @@ class Index:
     def fingerprint(self) -> int: ...
     def add(self, x: ArrayLike, ids: Optional[ArrayLike] = None, progress: Optional[ProgressFn] = None) -> None: ...
     def search(
-        self, queries: ArrayLike, k: int, nprobe: int = 16, rerank: int = 0, raw: RawArg = None, filter: FilterArg = None
+        self,
+        queries: ArrayLike,
+        k: int,
+        nprobe: int = 16,
+        rerank: int = 0,
+        raw: RawArg = None,
+        filter: FilterArg = None,
+        progress: Optional[ProgressFn] = None,
+        timeout: Optional[float] = None,
     ) -> Tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
     def search_bounded(
         self,
@@ -94,6 +110,8 @@ class Index:
         raw: RawArg = None,
         filter: FilterArg = None,
         auto: bool = False,
+        progress: Optional[ProgressFn] = None,
+        timeout: Optional[float] = None,
     ) -> Tuple[
         npt.NDArray[np.float32],
         npt.NDArray[np.int64],
@@ -102,7 +120,15 @@ class Index:
         npt.NDArray[np.bool_],
     ]: ...
     def range_search(
-        self, queries: ArrayLike, radius: float, nprobe: int = 16, rerank: int = 0, raw: RawArg = None, filter: FilterArg = None
+        self,
+        queries: ArrayLike,
+        radius: float,
+        nprobe: int = 16,
+        rerank: int = 0,
+        raw: RawArg = None,
+        filter: FilterArg = None,
+        progress: Optional[ProgressFn] = None,
+        timeout: Optional[float] = None,
     ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
     def remove(self, ids: Union[ArrayLike, Sequence[int]]) -> int: ...
     def reconstruct(self, ids: Union[ArrayLike, Sequence[int]]) -> npt.NDArray[np.float32]: ...

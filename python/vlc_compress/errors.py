@@ -28,6 +28,11 @@ class CancelledError(Error):
     """A progress callback asked the call to stop; every object is as it was before it."""
 
 
+class TimedOutError(Error, TimeoutError):
+    """The call's timeout (or its context's) passed before it ended; every object is as it
+    was before it."""
+
+
 class OutOfMemoryError(Error, MemoryError):
     """Memory ran out, or the context's memory cap would have been passed."""
 
@@ -48,6 +53,7 @@ class InvalidStateError(Error):
 _BY_NAME = {
     "INVALID_ARGUMENT": InvalidArgumentError,
     "CANCELLED": CancelledError,
+    "TIMED_OUT": TimedOutError,
     "OUT_OF_MEMORY": OutOfMemoryError,
     "CODEBOOK_MISMATCH": CodebookMismatchError,
     "CORRUPT": CorruptError,
