@@ -823,3 +823,76 @@ fn filters_radii_and_estimates_take_what_search_and_train_take() {
     assert!(!ok && err.contains("2^56"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Ctrl-C stops a long search (exit 130, no output written) within a fraction of a second;
+/// `--timeout-ms` stops one with an error naming the deadline.
+#[test]
+fn ctrl_c_and_timeouts_stop_a_long_search() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = std::env::temp_dir().join(format!("vlcc-cli-int-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = data("base.fvecs");
+    let build = [
+        "build",
+        "--input",
+        &base,
+        "--out",
+        "ix.vlcc",
+        "--anchors",
+        "32",
+        "--bytes",
+        "8",
+        "--iters",
+        "3",
+    ];
+    let (ok, _, err) = vlc(&build, &dir);
+    assert!(ok, "{err}");
+    // Forty thousand queries over every list: seconds of search on two cores.
+    let x = vlc_compress::vecio::read_fvecs(Path::new(&base)).unwrap();
+    let many: Vec<f32> = x.data.repeat(4);
+    vlc_compress::vecio::write_vectors(&dir.join("q.fvecs"), &many, x.cols).unwrap();
+    let search = [
+        "search",
+        "--index",
+        "ix.vlcc",
+        "--query",
+        "q.fvecs",
+        "--out",
+        "o.ivecs",
+        "--nprobe",
+        "32",
+        "--threads",
+        "2",
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlcc"))
+        .args(search)
+        .current_dir(&dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the search ended too soon to interrupt"
+    );
+    let sent = std::time::Instant::now();
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{:?} {err}",
+        out.status.signal()
+    );
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+    assert!(!dir.join("o.ivecs").exists());
+    let timed = [&search[..], &["--timeout-ms", "100"]].concat();
+    let (st, err) = vlc_in_time(&timed, &dir);
+    assert!(!st.success() && err.contains("deadline"), "{err}");
+    assert!(!dir.join("o.ivecs").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

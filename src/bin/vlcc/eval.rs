@@ -124,7 +124,7 @@ impl Progress for Bar {
         }
         self.bar.set_length(total);
         self.bar.set_position(done);
-        true
+        !crate::interrupt::interrupted()
     }
 }
 

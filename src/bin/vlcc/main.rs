@@ -2,6 +2,7 @@
 
 mod bench;
 mod eval;
+mod interrupt;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -71,6 +72,10 @@ pub(crate) struct RunOpts {
     /// Cap on the device memory each call takes on a GPU backend, in bytes (0 = none).
     #[arg(long, default_value_t = 0)]
     device_memory_cap: usize,
+    /// Stop searches, loads and checksum checks that run longer than this many
+    /// milliseconds (0 = never).
+    #[arg(long, default_value_t = 0)]
+    timeout_ms: u64,
     /// Rotate every query in f32 products on the host (the same results on every CPU),
     /// instead of in 8-bit integers where the CPU has AVX-512 VNNI and the codes hold at
     /// most a bit a dimension (faster).
@@ -89,6 +94,10 @@ impl RunOpts {
         ctx.set_memory_cap(self.memory_cap);
         ctx.set_device_memory_cap(self.device_memory_cap);
         ctx.set_exact_rotation(self.exact_rotation);
+        ctx.set_timeout(
+            Some(std::time::Duration::from_millis(self.timeout_ms)).filter(|t| !t.is_zero()),
+        );
+        interrupt::watch(&ctx);
         Ok(Arc::new(ctx))
     }
 
@@ -455,6 +464,7 @@ fn read_filter(path: &std::path::Path) -> Result<vlc_compress::Filter, Box<dyn s
 
 fn main() {
     let cli = Cli::parse();
+    interrupt::install();
     let res = match cli.cmd {
         Cmd::Demo(a) => eval::demo(&a.run),
         Cmd::Train(a) => train(a),
@@ -468,9 +478,22 @@ fn main() {
         Cmd::Estimate(a) => estimate(a),
     };
     if let Err(e) = res {
+        if interrupted_call(&*e) {
+            eprintln!("vlcc: interrupted");
+            std::process::exit(130);
+        }
         eprintln!("vlcc: {e}");
         std::process::exit(1);
     }
+}
+
+/// Whether `e` is a call that Ctrl-C cancelled.
+fn interrupted_call(e: &(dyn std::error::Error + 'static)) -> bool {
+    interrupt::interrupted()
+        && matches!(
+            e.downcast_ref::<vlc_compress::Error>(),
+            Some(vlc_compress::Error::Cancelled(_))
+        )
 }
 
 pub(crate) type AnyResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -640,6 +663,7 @@ fn build(a: BuildArgs) -> AnyResult {
 
 fn info(a: InfoArgs) -> AnyResult {
     let ctx = Arc::new(Context::new(vlc_compress::BackendKind::Cpu, 0, 1)?);
+    interrupt::watch(&ctx);
     let t = std::time::Instant::now();
     let index = if a.defer_checksums {
         vlc_compress::Index::load_deferred(ctx, &a.index)?
