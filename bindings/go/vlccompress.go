@@ -2,9 +2,11 @@
 // embeddings (train a codebook, encode and decode vectors, search a compressed index).
 //
 // The package finds the library through pkg-config (`vlc_compress.pc`): install the library
-// (scripts/install.sh) and `go get vlc-compress.dev/vlccompress`, with PKG_CONFIG_PATH naming
-// the install's lib/pkgconfig if it is not a system prefix. In the source tree,
-// `export PKG_CONFIG_PATH=$(bash scripts/dev-pkgconfig.sh)` points it at target/release.
+// (scripts/install.sh), with PKG_CONFIG_PATH naming the install's lib/pkgconfig if it is not
+// a system prefix. The module path is not published yet: require it through a `replace`
+// directive naming a clone's bindings/go.
+// In the source tree, `export PKG_CONFIG_PATH=$(bash scripts/dev-pkgconfig.sh)` points it at
+// target/release.
 //
 // Every object must be released with Close (a finalizer does it as a last resort). A Context
 // may be closed before the objects made from it. Index.Search may be called from many

@@ -1,5 +1,6 @@
-// A Go program that takes the binding as any user does: fetched through a module proxy, built
-// against an installed library found with pkg-config (CI: scripts/test.sh, install step).
+// A Go program that takes the binding as the README tells users to today (a `replace` naming
+// the binding's sources), built against an installed library found with pkg-config (CI:
+// scripts/test.sh, install step).
 package main
 
 import (
