@@ -165,7 +165,7 @@ typedef enum {
    */
   VLCC_BACKEND_CUDA = 2,
   /**
-   * Vulkan/Metal/DX12 GPUs through WGPU.
+   * Vulkan and Metal GPUs through WGPU (DX12 is not compiled in).
    */
   VLCC_BACKEND_WGPU = 3,
 } vlcc_backend;

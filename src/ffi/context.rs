@@ -23,7 +23,7 @@ pub enum vlcc_backend {
     Cpu = 1,
     /// NVIDIA GPUs through CUDA.
     Cuda = 2,
-    /// Vulkan/Metal/DX12 GPUs through WGPU.
+    /// Vulkan and Metal GPUs through WGPU (DX12 is not compiled in).
     Wgpu = 3,
 }
 
