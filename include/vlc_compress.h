@@ -171,6 +171,62 @@ typedef enum {
 } vlcc_backend;
 
 /**
+ * Why a GPU context answered part of a call on the host (bits of
+ * `vlcc_run_report.fallbacks`).
+ */
+enum vlcc_fallback
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * A predicate filter (`vlcc_search_params_set_filter_callback`) is host code.
+   */
+  VLCC_FALLBACK_PREDICATE_FILTER = 1,
+  /**
+   * More candidates per query (k or rerank) than a device scan keeps (128).
+   */
+  VLCC_FALLBACK_TOO_MANY_CANDIDATES = (1 << 1),
+  /**
+   * A list's lookup table is larger than the device scan takes.
+   */
+  VLCC_FALLBACK_SCAN_TABLE_TOO_LARGE = (1 << 2),
+  /**
+   * The lists' precomputed L2 terms would pass 512 MiB, so they were not made; the
+   * device scan needs them.
+   */
+  VLCC_FALLBACK_LIST_TERMS_TOO_LARGE = (1 << 3),
+  /**
+   * Codes of a width the device scan does not read.
+   */
+  VLCC_FALLBACK_CODE_WIDTH = (1 << 4),
+  /**
+   * More vectors than the device scan's 32-bit offsets reach.
+   */
+  VLCC_FALLBACK_TOO_MANY_VECTORS = (1 << 5),
+  /**
+   * The device declined the lists: they did not fit its memory or the context's device
+   * memory cap, the upload failed, or they pass one of its binding limits.
+   */
+  VLCC_FALLBACK_DEVICE_DECLINED = (1 << 6),
+  /**
+   * The certified re-rank (`VLCC_SEARCH_PARAM_RERANK_AUTO`) scans on the host.
+   */
+  VLCC_FALLBACK_CERTIFIED_RERANK = (1 << 7),
+  /**
+   * The backend has no range scan (WGPU): range searches scan on the host.
+   */
+  VLCC_FALLBACK_NO_RANGE_SCAN = (1 << 8),
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum vlcc_fallback vlcc_fallback;
+#else
+typedef uint32_t vlcc_fallback;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Flags for `vlcc_index_load` (bits; numbers are stable).
  */
 typedef enum {
@@ -387,6 +443,11 @@ typedef enum {
 } vlcc_work;
 
 /**
+ * Reasons a device context did part of a call on the host, as bits (C `vlcc_fallback`).
+ */
+typedef struct Fallbacks Fallbacks;
+
+/**
  * Opaque handle to a compressor (parameters plus, once trained, a codebook). Owned by the
  * caller; free with `vlcc_compressor_free`. Thread rules: `set_param`, `train` and
  * `load`-style calls need exclusive access; the calls taking `const vlcc_compressor*`
@@ -539,6 +600,21 @@ typedef struct {
    */
   uint32_t memory_mapped;
 } vlcc_index_memory;
+
+/**
+ * Where a call ran (`vlcc_last_run_report`).
+ */
+typedef struct {
+  /**
+   * The context's backend (a `vlcc_backend`, never AUTO: the one it opened).
+   */
+  uint32_t backend;
+  /**
+   * The parts of the call a GPU context answered on the host, as `vlcc_fallback` bits (0:
+   * everything ran on `backend`; always 0 on the CPU).
+   */
+  uint32_t fallbacks;
+} vlcc_run_report;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1209,6 +1285,21 @@ vlcc_status vlcc_range_results_view(const vlcc_range_results *r,
  * Frees range-search results. NULL is a no-op.
  */
 void vlcc_range_results_free(vlcc_range_results *r);
+
+/**
+ * Stores in `*out` the run report of the last call on this thread that ran work: train,
+ * encode, add, merge, a search, search with bounds or range search, load, verify, and their
+ * variants; whether it succeeded or not. Such a call refused before its work (a bad
+ * argument) leaves no report: INVALID_STATE, as before the first. Read it right after the
+ * call, on the same thread (Go: the binding does). Thread-safe.
+ */
+vlcc_status vlcc_last_run_report(vlcc_run_report *out);
+
+/**
+ * A static, NUL-terminated name for one `vlcc_fallback` bit ("predicate_filter", ...);
+ * "unknown" for any other number. Never NULL, never freed. Thread-safe.
+ */
+const char *vlcc_fallback_str(uint32_t fallback);
 
 /**
  * Creates search parameters with their defaults (k 10, nprobe 16, rerank 0). `*out`

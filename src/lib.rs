@@ -37,6 +37,7 @@ pub(crate) mod linalg;
 pub mod params;
 pub mod progress;
 pub mod quant;
+pub mod report;
 pub(crate) mod rng;
 pub(crate) mod stage;
 pub mod synth;
@@ -58,6 +59,7 @@ pub use params::{
 pub use progress::{NoProgress, Phase, Progress, SharedProgress};
 pub use quant::estimate::Work;
 pub use quant::{Codebook, TrainReport, Vectors};
+pub use report::{last_run_report, Fallbacks, RunReport};
 
 /// The crate version (from Cargo.toml).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

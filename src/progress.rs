@@ -125,7 +125,13 @@ pub(crate) fn watching<R>(
         (None, Some(p)) => Watch::new(&**p),
         (None, None) => Watch::none(),
     };
-    f(&w.until(deadline))
+    let w = w.until(deadline);
+    let r = f(&w);
+    crate::report::set_last(crate::report::RunReport {
+        backend: ctx.backend().kind(),
+        fallbacks: w.fallbacks.get(),
+    });
+    r
 }
 
 /// One call's view of its caller's `Progress`: reports go through one at a time, and once
@@ -145,6 +151,8 @@ pub(crate) struct Watch<'a> {
     deadline: Option<Instant>,
     /// Set with `stopped` where the deadline, not the caller, stopped the call.
     timed_out: AtomicBool,
+    /// The parts of the call a device context answered on the host.
+    fallbacks: crate::report::Recorder,
 }
 
 /// How long `poll` lets pass between reports from inside a long step: a cancel is heard
@@ -162,7 +170,14 @@ impl<'a> Watch<'a> {
             born: Instant::now(),
             deadline: None,
             timed_out: AtomicBool::new(false),
+            fallbacks: Default::default(),
         }
+    }
+
+    /// Notes that part of the call ran on the host instead of the device, and why (nothing
+    /// for `Fallbacks::NONE`).
+    pub fn fell_back(&self, why: crate::report::Fallbacks) {
+        self.fallbacks.add(why)
     }
 
     /// This watch, failing every check with `TimedOut` past `deadline` (if any).

@@ -843,3 +843,9 @@ fn device_caps_give_the_same_codebook_or_out_of_memory() {
     assert_eq!(ix.len(), 0);
     g.set_device_memory_cap(0);
 }
+
+#[test]
+fn run_reports_name_every_fallback() {
+    let Some(g) = gpu() else { return };
+    common::run_reports_name_every_fallback(&g.ctx, vlc_compress::Fallbacks::NONE);
+}

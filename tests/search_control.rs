@@ -175,3 +175,10 @@ fn loads_and_verifies_report_and_stop() {
     lazy.verify().unwrap();
     std::fs::remove_file(&path).unwrap();
 }
+
+/// On the CPU every call reports the CPU, nothing fallen back (the GPU suites check the
+/// fallbacks with the same helper).
+#[test]
+fn cpu_calls_report_the_cpu() {
+    common::run_reports_name_every_fallback(&common::ctx(2), vlc_compress::Fallbacks::NONE);
+}

@@ -676,3 +676,9 @@ fn r_name(r: &Result<(), Error>) -> String {
         Err(e) => format!("refused ({e})"),
     }
 }
+
+#[test]
+fn run_reports_name_every_fallback() {
+    let Some(g) = gpu() else { return };
+    common::run_reports_name_every_fallback(&g, vlc_compress::Fallbacks::NO_RANGE_SCAN);
+}

@@ -7,6 +7,7 @@
 
 mod cpu;
 pub mod cuda;
+pub mod fallbacks;
 pub(crate) mod host;
 pub(crate) mod layout;
 mod options;

@@ -2,6 +2,7 @@
 //! the library's own objects (the way a BLAS takes a pointer and a leading dimension, not a
 //! matrix type). A device keeps a copy of a view while its key is unchanged.
 
+use super::fallbacks::Fallbacks;
 use crate::params::Metric;
 
 /// A trained codebook as devices read it.
@@ -224,6 +225,8 @@ pub struct Caps {
     pub device_pointers: bool,
     /// Scans inverted lists on the device (`search_lists`).
     pub list_search: bool,
+    /// Range-scans them there too (`range_lists`).
+    pub range_search: bool,
     /// Most candidates per query a device scan keeps.
     pub max_candidates: usize,
     /// Code widths (bits per sub-code) a device scan reads.
@@ -241,6 +244,7 @@ impl Caps {
         concurrent_calls: true,
         device_pointers: false,
         list_search: false,
+        range_search: false,
         max_candidates: 0,
         scan_bits: &[],
         max_scan_table: 0,
@@ -251,11 +255,31 @@ impl Caps {
     /// per query: the widths and sizes above, the L2 terms under L2, and vector offsets
     /// within 32 bits. A code's error level takes a row of the table.
     pub fn scans(&self, cb: &CodebookView, lists: &ListsView, want: usize) -> bool {
-        self.list_search
-            && self.scan_bits.contains(&cb.bits)
-            && cb.row_bytes() * cb.ksub() <= self.max_scan_table
-            && want <= self.max_candidates
-            && (cb.metric != Metric::L2 || lists.l2_terms.is_some())
-            && lists.len < u32::MAX as usize
+        self.list_search && self.declines(cb, lists, want).is_empty()
+    }
+
+    /// Why a device scan with these caps does not take these lists (`NONE` where it does;
+    /// also on the host, which has no device scan to fall back from).
+    pub fn declines(&self, cb: &CodebookView, lists: &ListsView, want: usize) -> Fallbacks {
+        let checks = [
+            (self.scan_bits.contains(&cb.bits), Fallbacks::CODE_WIDTH),
+            (
+                cb.row_bytes() * cb.ksub() <= self.max_scan_table,
+                Fallbacks::SCAN_TABLE_TOO_LARGE,
+            ),
+            (want <= self.max_candidates, Fallbacks::TOO_MANY_CANDIDATES),
+            (
+                cb.metric != Metric::L2 || lists.l2_terms.is_some(),
+                Fallbacks::LIST_TERMS_TOO_LARGE,
+            ),
+            (lists.len < u32::MAX as usize, Fallbacks::TOO_MANY_VECTORS),
+        ];
+        if !self.list_search {
+            return Fallbacks::NONE;
+        }
+        checks
+            .iter()
+            .filter(|(ok, _)| !ok)
+            .fold(Fallbacks::NONE, |a, (_, f)| a | *f)
     }
 }

@@ -91,6 +91,15 @@ macro_rules! ffi_boundary {
     };
 }
 
+/// `ffi_boundary` for a call that leaves a run report (`vlcc_last_run_report`): the last
+/// call's report is cleared first, so a call refused before its work leaves none.
+macro_rules! ffi_watched {
+    ($($body:tt)*) => {{
+        $crate::report::clear_last();
+        ffi_boundary! { $($body)* }
+    }};
+}
+
 /// A read-only slice from C, checked: NULL (with len > 0), alignment and size overflow.
 /// `len == 0` gives an empty slice whatever the pointer.
 pub(crate) unsafe fn slice<'a, T>(p: *const T, len: usize, what: &str) -> FfiResult<&'a [T]> {

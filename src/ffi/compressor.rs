@@ -194,7 +194,7 @@ pub unsafe extern "C" fn vlcc_compressor_train(
     n: usize,
     d: usize,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let c = compressor_mut(c)?;
         let x = slice(x, count(n, d, "vectors")?, "x")?;
         c.train(x, d)?;
@@ -322,7 +322,7 @@ pub unsafe extern "C" fn vlcc_compressor_encode(
     out: *mut u8,
     out_len: usize,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let d = compressor_ref(c)?.codebook()?.dim();
         let x = slice(x, count(n, d, "vectors")?, "x")?;
         encode_into(c, Vectors::F32(x), n, out, out_len)
@@ -340,7 +340,7 @@ pub unsafe extern "C" fn vlcc_compressor_encode_f16(
     out: *mut u8,
     out_len: usize,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let d = compressor_ref(c)?.codebook()?.dim();
         let x = slice(x, count(n, d, "vectors")?, "x")?;
         encode_into(c, Vectors::F16(bytemuck::cast_slice(x)), n, out, out_len)
@@ -365,7 +365,7 @@ pub unsafe extern "C" fn vlcc_compressor_encode_device(
     out: *mut u8,
     out_len: usize,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let len = count(n, compressor_ref(c)?.codebook()?.dim(), "vectors")?;
         codes_into(c, n, out, out_len, |c, _| {
             if n == 0 {

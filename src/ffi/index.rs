@@ -154,7 +154,7 @@ pub unsafe extern "C" fn vlcc_index_add(
     n: usize,
     ids: *const u64,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let input = |d| Ok(Vectors::F32(slice(x, count(n, d, "vectors")?, "x")?));
         add(ix, n, ids, input, |ix, x, ids| ix.add(x, ids))
     }
@@ -170,7 +170,7 @@ pub unsafe extern "C" fn vlcc_index_add_f16(
     n: usize,
     ids: *const u64,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let input = |d| Ok(Vectors::F16(bytemuck::cast_slice(slice(x, count(n, d, "vectors")?, "x")?)));
         add(ix, n, ids, input, |ix, x, ids| ix.add(x, ids))
     }
@@ -189,7 +189,7 @@ pub unsafe extern "C" fn vlcc_index_add_device(
     n: usize,
     ids: *const u64,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let input = |d| {
             let len = count(n, d, "vectors")?;
             if n > 0 {
@@ -236,7 +236,7 @@ pub unsafe extern "C" fn vlcc_index_search(
     ids: *mut u64,
     distances: *mut f32,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let (h, q, sp) = search_args(ix, queries, nq, params)?;
         let (p, filter) = (sp.p, sp.filter.as_ref());
         let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;
@@ -268,7 +268,7 @@ pub unsafe extern "C" fn vlcc_index_search_device_raw(
     ids: *mut u64,
     distances: *mut f32,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let (h, q, sp) = search_args(ix, queries, nq, params)?;
         if sp.filter.is_some() {
             return fail(vlcc_status::InvalidArgument, "filters do not apply to the device re-rank: clear the filter, or search with vlcc_index_search");
@@ -409,7 +409,7 @@ pub unsafe extern "C" fn vlcc_index_merge(
     ix: *mut vlcc_index,
     other: *const vlcc_index,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         if std::ptr::eq(ix as *const vlcc_index, other) {
             return fail(vlcc_status::InvalidArgument, "cannot merge an index into itself");
         }
@@ -504,7 +504,7 @@ pub unsafe extern "C" fn vlcc_index_load(
     flags: i32,
     out: *mut *mut vlcc_index,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         need_out(out, "out")?;
         let ctx = context_arc(ctx)?;
         let path = c_path(path, "path")?;
@@ -531,7 +531,7 @@ pub unsafe extern "C" fn vlcc_index_load_watched(
     timeout_ms: u64,
     out: *mut *mut vlcc_index,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         need_out(out, "out")?;
         let ctx = context_arc(ctx)?;
         let path = c_path(path, "path")?;
@@ -552,7 +552,7 @@ pub unsafe extern "C" fn vlcc_index_verify_watched(
     user: *mut std::ffi::c_void,
     timeout_ms: u64,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let own = super::progress::shared(f, user);
         index_ref(ix)?.verify_with(&super::progress::call_control(&own, timeout_ms))?;
         Ok(())
@@ -566,7 +566,7 @@ pub unsafe extern "C" fn vlcc_index_verify_watched(
 /// context's timeout (VLCC_STATUS_TIMED_OUT).
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_verify(ix: *const vlcc_index) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         index_ref(ix)?.verify()?;
         Ok(())
     }
@@ -743,7 +743,7 @@ pub unsafe extern "C" fn vlcc_index_search_bounds(
     reranked: *mut u64,
     certified: *mut u8,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         let (h, q, sp) = search_args(ix, queries, nq, params)?;
         let (p, filter) = (sp.p, sp.filter.as_ref());
         let raw = Raw::of(sp, raw, raw_n, h.codebook().dim())?;

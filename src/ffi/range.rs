@@ -35,7 +35,7 @@ pub unsafe extern "C" fn vlcc_index_range_search(
     raw_n: usize,
     out: *mut *mut vlcc_range_results,
 ) -> vlcc_status {
-    ffi_boundary! {
+    ffi_watched! {
         need_out(out, "out")?;
         let h = index_ref(ix)?;
         let sp = search_params_ref(params)?;

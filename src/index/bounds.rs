@@ -193,6 +193,10 @@ impl Index {
         let tables = self.tables(&mut light)?;
         let (bmax, amax) = (self.max_bound(), tables.max_anchor_norm);
         let exact_rotation = self.ctx.exact_rotation();
+        if self.ctx.backend().caps().list_search {
+            // A device context's certified re-rank still scans its candidates here.
+            watch.fell_back(crate::report::Fallbacks::CERTIFIED_RERANK);
+        }
         let mut per: Vec<(Vec<Cand>, usize, bool)> = Vec::with_capacity(nq);
         for qb in q.chunks(AUTO_BATCH * d) {
             let nb = qb.len() / d;

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
 use crate::progress::{Control, Phase, Watch};
 use crate::quant::prepare;
+use crate::report::Fallbacks;
 use rayon::prelude::*;
 
 /// Range-search results: query i's hits are `ids[offsets[i]..offsets[i + 1]]` with their
@@ -193,11 +194,13 @@ impl Index {
         room: &HitRoom,
         watch: &Watch,
     ) -> Result<Option<Vec<Vec<Cand>>>> {
-        if !filter.is_none_or(Filter::on_device) {
+        let caps = backend.caps();
+        if caps.list_search && !caps.range_search {
+            watch.fell_back(Fallbacks::NO_RANGE_SCAN);
             return Ok(None);
         }
         let found = self.with_views(|cb, lists| {
-            if !backend.caps().scans(cb, lists, 1) {
+            if !super::search::device_takes(caps, cb, lists, 1, filter, watch) {
                 return Ok(None);
             }
             let allow = match filter {
@@ -205,7 +208,12 @@ impl Index {
                 None => None,
             };
             let (most, poll) = (room.hits(), || watch.poll());
-            backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref(), most, &poll)
+            let found =
+                backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref(), most, &poll)?;
+            if found.is_none() {
+                watch.fell_back(Fallbacks::DEVICE_DECLINED);
+            }
+            Ok(found)
         })?;
         let Some((counts, ids, scores)) = found else {
             return Ok(None);

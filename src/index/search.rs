@@ -16,6 +16,7 @@ use crate::linalg;
 use crate::params::{Metric, SearchParams};
 use crate::progress::{watching, Control, Phase, Watch};
 use crate::quant::prepare;
+use crate::report::Fallbacks;
 use rayon::prelude::*;
 
 /// `k` results per query, best first. Distances are squared L2 for `Metric::L2` and inner
@@ -64,6 +65,28 @@ fn results(k: usize, ids: Vec<u64>, distances: Vec<f32>) -> Result<SearchResults
 /// search), small enough to give every thread several tasks.
 pub(super) fn query_block(nq: usize) -> usize {
     nq.div_ceil(4 * rayon::current_num_threads()).clamp(16, 128)
+}
+
+/// Whether a device with `caps` scans these lists for a search keeping `want` candidates
+/// under `filter`; where a device scan exists but does not take them, the reasons go to the
+/// call's report.
+pub(super) fn device_takes(
+    caps: crate::backend::Caps,
+    cb: &crate::backend::CodebookView,
+    lists: &crate::backend::ListsView,
+    want: usize,
+    filter: Option<&Filter>,
+    watch: &Watch,
+) -> bool {
+    if !caps.list_search {
+        return false;
+    }
+    let mut why = caps.declines(cb, lists, want);
+    if !filter.is_none_or(Filter::on_device) {
+        why = why | Fallbacks::PREDICATE_FILTER;
+    }
+    watch.fell_back(why);
+    why.is_empty()
 }
 
 impl Index {
@@ -156,8 +179,7 @@ impl Index {
         let q = prepare(queries, d, self.cb.metric);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         let on_device = self.with_views(|cb, lists| {
-            let device = filter.is_none_or(Filter::on_device);
-            if !(device && backend.caps().scans(cb, lists, want)) {
+            if !device_takes(backend.caps(), cb, lists, want, filter, watch) {
                 return Ok(None);
             }
             let allow = match filter {
@@ -165,7 +187,12 @@ impl Index {
                 None => None,
             };
             let poll = || watch.poll();
-            backend.search_lists(cb, lists, &q, p.nprobe, want, allow.as_deref(), &poll)
+            let found =
+                backend.search_lists(cb, lists, &q, p.nprobe, want, allow.as_deref(), &poll)?;
+            if found.is_none() {
+                watch.fell_back(Fallbacks::DEVICE_DECLINED);
+            }
+            Ok(found)
         })?;
         match on_device {
             None => self.scan_host(&q, p, raw, filter, (watch, nq), &mut ids, &mut dist)?,
@@ -241,6 +268,13 @@ impl Index {
             Some(r) => r,
             // Lists the device does not scan: the host's candidates, re-ranked there.
             None => {
+                let why =
+                    self.with_views(|cb, lists| Ok(backend.caps().declines(cb, lists, want)))?;
+                watch.fell_back(if why.is_empty() {
+                    Fallbacks::DEVICE_DECLINED
+                } else {
+                    why
+                });
                 let cands = SearchParams {
                     k: want,
                     nprobe: p.nprobe,

@@ -1034,6 +1034,17 @@ static void test_search_control(vlcc_context *ctx, const float *x) {
     expect_status(vlcc_search_params_set_progress(sp, NULL, NULL), VLCC_STATUS_OK);
     expect_status(vlcc_index_search(ix, q, Q, sp, NULL, 0, out_ids, out_d), VLCC_STATUS_OK);
     expect(out_ids[0] != 0xABABABABABABABABull, "a search that ends writes its results");
+    /* Its run report: the CPU, nothing fallen back; a refused call leaves none. */
+    vlcc_run_report rep = {99, 99};
+    expect_status(vlcc_last_run_report(&rep), VLCC_STATUS_OK);
+    expect(rep.backend == VLCC_BACKEND_CPU && rep.fallbacks == 0, "a CPU search reports the CPU");
+    expect_status(vlcc_last_run_report(NULL), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_index_search(ix, q, Q, NULL, NULL, 0, NULL, out_d), VLCC_STATUS_NULL_POINTER);
+    expect_status(vlcc_last_run_report(&rep), VLCC_STATUS_INVALID_STATE);
+    expect(strcmp(vlcc_fallback_str(VLCC_FALLBACK_PREDICATE_FILTER), "predicate_filter") == 0 &&
+               strcmp(vlcc_fallback_str(VLCC_FALLBACK_NO_RANGE_SCAN), "no_range_scan") == 0 &&
+               strcmp(vlcc_fallback_str(3), "unknown") == 0,
+           "fallback names");
     free(lo);
     free(out_d);
     free(out_ids);

@@ -858,3 +858,56 @@ pub fn bounded_probe_parity(dev: &Arc<Context>) {
         }
     }
 }
+
+/// Each call's run report on `dev` names what ran on the host and why: nothing for a plain
+/// search; the predicate filter, more than 128 candidates and the certified re-rank each by
+/// name; range search by `range_reason` (NONE where the device range-scans). On the CPU,
+/// every report is the CPU's with nothing fallen back.
+pub fn run_reports_name_every_fallback(dev: &Arc<Context>, range_reason: vlc_compress::Fallbacks) {
+    use vlc_compress::{last_run_report, Fallbacks, Filter, Refine, SearchParams};
+    let demo = demo();
+    let d = demo.base.cols;
+    let base = vecio::Matrix {
+        data: demo.base.data[..4000 * d].to_vec(),
+        rows: 4000,
+        cols: d,
+    };
+    let q = &demo.query.data[..20 * d];
+    let mut c = vlc_compress::Compressor::new(dev.clone(), small_params(32, 16));
+    c.train(&base.data, d).unwrap();
+    let mut ix = c.new_index_with_refine(Refine::Bound).unwrap();
+    let ids: Vec<u64> = (0..base.rows as u64).collect();
+    ix.add(&base.data[..], &ids).unwrap();
+    let host = dev.backend().caps().list_search;
+    let expect = |what: &str, why: Fallbacks| {
+        let r = last_run_report().expect("a report");
+        assert_eq!(r.backend, dev.backend().kind(), "{what}");
+        let want = if host { why } else { Fallbacks::NONE };
+        assert_eq!(r.fallbacks, want, "{what}: {:?}", r.fallbacks.names());
+    };
+    expect("add", Fallbacks::NONE);
+    let p = SearchParams {
+        k: 10,
+        nprobe: 8,
+        rerank: 0,
+    };
+    ix.search(q, &p, None).unwrap();
+    expect("a plain search", Fallbacks::NONE);
+    let f = Filter::predicate(|id| Ok(id % 2 == 0));
+    ix.search_filtered(q, &p, None, Some(&f)).unwrap();
+    expect("a predicate filter", Fallbacks::PREDICATE_FILTER);
+    let raw = vlc_compress::DenseRaw {
+        data: &base.data,
+        d,
+    };
+    let deep = SearchParams { rerank: 200, ..p };
+    ix.search(q, &deep, Some(&raw)).unwrap();
+    expect("200 candidates", Fallbacks::TOO_MANY_CANDIDATES);
+    ix.search_bounded(q, &SearchParams { rerank: 50, ..p }, Some(&raw), None, true)
+        .unwrap();
+    expect("the certified re-rank", Fallbacks::CERTIFIED_RERANK);
+    ix.range_search(q, 1e3, &p, None, None).unwrap();
+    expect("a range search", range_reason);
+    // A refused call leaves its own report, not the last one's.
+    assert!(ix.search(&q[..d - 1], &p, None).is_err());
+}

@@ -396,6 +396,7 @@ impl Backend for CudaBackend {
             concurrent_calls: false,
             device_pointers: true,
             list_search: true,
+            range_search: true,
             max_candidates: MAX_WANT,
             scan_bits: &[8, 4],
             // Tables beyond shared memory are read from global memory: any size.

@@ -310,6 +310,8 @@ impl Backend for WgpuBackend {
             concurrent_calls: false,
             device_pointers: false,
             list_search: true,
+            // No range kernel yet: range searches scan on the host (reported).
+            range_search: false,
             max_candidates: search::MAX_WANT,
             scan_bits: &[8, 4],
             // A query's table (M x ksub floats) in workgroup memory where it fits beside the
