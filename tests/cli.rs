@@ -673,6 +673,9 @@ fn search_writes_distances_and_refuses_ids_that_ivecs_cannot_hold() {
     assert!(d.data.chunks(5).all(|r| r[3].is_nan() && r[2].is_finite()));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["queries_short_of_k"], query.rows);
+    // Where it ran: the CPU, nothing fallen back.
+    assert_eq!(v["ran_on"], "cpu");
+    assert_eq!(v["fallbacks"], serde_json::json!([]));
     std::fs::write(dir.join("none.bin"), [0xffu8; 4]).unwrap();
     let (ok, _, err) = filtered("none.bin");
     assert!(ok, "{err}");

@@ -318,6 +318,11 @@ void search_control(const vlcc::Context& ctx, const std::vector<float>& x, const
     EXPECT_STATUS(VLCC_STATUS_TIMED_OUT, ix.search(q, p));
     p.progress(nullptr).timeout(milliseconds(0));
     EXPECT(ix.search(q, p).ids.size() == n * 5);
+    // Where it ran: the CPU, nothing fallen back.
+    const vlcc_run_report rep = vlcc::last_run_report();
+    EXPECT(rep.backend == VLCC_BACKEND_CPU && rep.fallbacks == 0);
+    EXPECT(vlcc::fallback_names(VLCC_FALLBACK_PREDICATE_FILTER | VLCC_FALLBACK_DEVICE_DECLINED) ==
+           "predicate_filter|device_declined");
     // The context's timeout, for calls without their own.
     vlcc::Context timed(VLCC_BACKEND_CPU, 0, 2);
     timed.set_timeout(milliseconds(250));

@@ -156,6 +156,27 @@ auto with_progress(Set set, const ProgressFn& once, const ProgressFn* own, Call 
 }
 }  // namespace detail
 
+/// Where the calling thread's last call that ran work (train, encode, add, merge, a search,
+/// load, verify) ran: its context's backend and, as vlcc_fallback bits, the parts a GPU
+/// context answered on the host. Read it right after the call; throws INVALID_STATE where
+/// that call was refused before its work.
+inline vlcc_run_report last_run_report() {
+    vlcc_run_report r{};
+    detail::check(vlcc_last_run_report(&r));
+    return r;
+}
+
+/// The names of the vlcc_fallback bits set in `fallbacks`, joined by '|' ("" for none).
+inline std::string fallback_names(uint32_t fallbacks) {
+    std::string out;
+    for (uint32_t bit = 1; bit != 0 && bit <= fallbacks; bit <<= 1) {
+        if (!(fallbacks & bit)) continue;
+        if (!out.empty()) out += '|';
+        out += vlcc_fallback_str(bit);
+    }
+    return out;
+}
+
 /// A backend, its device and a thread pool. Copies share it (reference-counted in C too).
 // What a training parameter accepts (min and max included; whole numbers only where `whole`)
 // and its default.

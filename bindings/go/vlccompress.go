@@ -1093,6 +1093,9 @@ type SearchParams struct {
 	// Timeout stops the search with ErrTimedOut once it has run this long, rounded up to a
 	// millisecond (0: the context's timeout, Context.SetTimeout).
 	Timeout time.Duration
+	// Report, when not nil, receives where the search ran and what of it fell back to the
+	// host (after the call, success or not). Give each goroutine its own.
+	Report *RunReport
 }
 
 // setCallbacks puts p's filter and fetch on the C parameters sp (of an index of dimension d);
@@ -1231,7 +1234,9 @@ func (ix *Index) search(queries []float32, p SearchParams, ids []uint64, dist []
 		if s != C.VLCC_STATUS_OK {
 			return s
 		}
-		return run(h, nq, sp, idsPtr(ids), floatPtr(dist))
+		s = run(h, nq, sp, idsPtr(ids), floatPtr(dist))
+		p.Report.read()
+		return s
 	})
 	runtime.KeepAlive(p.Filter)
 	runtime.KeepAlive(queries)
@@ -1371,7 +1376,9 @@ func (ix *Index) RangeSearch(queries []float32, radius float32, p SearchParams) 
 			return s
 		}
 		var r *C.vlcc_range_results
-		if s := C.vlcc_index_range_search(h, floatPtr(queries), C.size_t(nq), sp, C.float(radius), floatPtr(p.Raw), C.size_t(rawRows), &r); s != C.VLCC_STATUS_OK {
+		s = C.vlcc_index_range_search(h, floatPtr(queries), C.size_t(nq), sp, C.float(radius), floatPtr(p.Raw), C.size_t(rawRows), &r)
+		p.Report.read()
+		if s != C.VLCC_STATUS_OK {
 			return s
 		}
 		defer C.vlcc_range_results_free(r)

@@ -163,6 +163,7 @@ impl PyIndex {
             ) -> vlc_compress::Result<T>
             + Send,
     ) -> PyResult<(T, usize)> {
+        vlc_compress::report::set_last_run_report(None);
         let (q, nq) = self.queries(queries)?;
         let (raw, filter) = (raw_of(raw)?, filter_of(filter)?);
         let qs = q.as_slice()?;
@@ -185,6 +186,7 @@ impl PyIndex {
         timeout: Option<f64>,
         f: impl FnOnce(&Index, &Control) -> PyResult<vlc_compress::Result<T>> + Send,
     ) -> PyResult<PyResult<T>> {
+        vlc_compress::report::set_last_run_report(None);
         let deadline = deadline(timeout)?;
         let ix = self.read(py)?;
         let ix: &Index = &ix;
@@ -278,6 +280,7 @@ impl PyIndex {
         progress: Option<Bound<'_, PyAny>>,
         timeout: Option<f64>,
     ) -> PyResult<Self> {
+        vlc_compress::report::set_last_run_report(None);
         let ctx = PyContext::or_default(context)?;
         let deadline = deadline(timeout)?;
         let own = progress::callback(progress)?;

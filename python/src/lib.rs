@@ -34,10 +34,26 @@ fn params(py: Python<'_>) -> PyResult<Vec<Bound<'_, pyo3::types::PyDict>>> {
         .collect()
 }
 
+/// Where this thread's last call that ran work went: `{"backend": "cpu" | "cuda" | "wgpu",
+/// "fallbacks": [names of the parts a GPU context answered on the host, and why]}`, or None
+/// when the last search, load or verify was refused before its work (or none ran yet).
+#[pyfunction]
+fn last_run_report(py: Python<'_>) -> PyResult<Option<Bound<'_, pyo3::types::PyDict>>> {
+    use pyo3::types::PyDictMethods;
+    let Some(r) = vlc_compress::last_run_report() else {
+        return Ok(None);
+    };
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("backend", r.backend.name())?;
+    d.set_item("fallbacks", r.fallbacks.names())?;
+    Ok(Some(d))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", vlc_compress::VERSION)?;
     m.add_function(wrap_pyfunction!(params, m)?)?;
+    m.add_function(wrap_pyfunction!(last_run_report, m)?)?;
     m.add_function(wrap_pyfunction!(errors::statuses, m)?)?;
     m.add_class::<context::PyContext>()?;
     m.add_class::<compressor::PyCompressor>()?;

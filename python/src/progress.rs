@@ -159,7 +159,7 @@ pub fn interruptible<T: Send>(
             let call = s.spawn(move || {
                 let r = f(watch);
                 let _ = tx.send(());
-                r
+                (r, vlc_compress::last_run_report())
             });
             while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(SIGNALS_EVERY) {
                 if raised.is_none() {
@@ -171,6 +171,11 @@ pub fn interruptible<T: Send>(
             }
             call.join()
         })
+    });
+    // The call's report, for `last_run_report` on the caller's thread.
+    let got = got.map(|(v, report)| {
+        vlc_compress::report::set_last_run_report(report);
+        v
     });
     match (raised, got) {
         (Some(e), _) => Err(e),

@@ -218,3 +218,14 @@ def test_ctrl_c_stops_a_long_search():
     assert "at" in sent and ended - t0 >= 0.15, "the search ended before the signal"
     assert ended - sent["at"] < 0.1, ended - sent["at"]
     assert ix.search(q[:5], 10, nprobe=4)[1].shape == (5, 10)
+
+
+def test_last_run_report_says_where_a_search_ran(index, data):
+    x, _ = data
+    index.search(x[:10], 5)
+    assert vc.last_run_report() == {"backend": "cpu", "fallbacks": []}
+    index.range_search(x[:10], 1e30, progress=lambda *a: None)
+    assert vc.last_run_report() == {"backend": "cpu", "fallbacks": []}
+    with pytest.raises(vc.InvalidArgumentError):
+        index.search(x[:10, :3], 5)
+    assert vc.last_run_report() is None

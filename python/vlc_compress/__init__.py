@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 
-from ._native import Compressor, Context, Index, __version__, params as _params, statuses as _statuses
+from ._native import Compressor, Context, Index, __version__, last_run_report, params as _params, statuses as _statuses
 from .errors import (
     CancelledError,
     CodebookMismatchError,
@@ -48,4 +48,5 @@ __all__ = [
     "Status",
     "TimedOutError",
     "__version__",
+    "last_run_report",
 ]

@@ -487,6 +487,13 @@ fn main() {
     }
 }
 
+/// Where the last call on this thread ran, and what of it fell back to the host.
+fn ran_on() -> (&'static str, Vec<&'static str>) {
+    vlc_compress::last_run_report().map_or(("unknown", Vec::new()), |r| {
+        (r.backend.name(), r.fallbacks.names())
+    })
+}
+
 /// Whether `e` is a call that Ctrl-C cancelled.
 fn interrupted_call(e: &(dyn std::error::Error + 'static)) -> bool {
     interrupt::interrupted()
@@ -734,11 +741,12 @@ fn search(a: SearchArgs) -> AnyResult {
         let t = std::time::Instant::now();
         let res = index.range_search(&q.data, radius, &p, raw, filter.as_ref())?;
         let secs = t.elapsed().as_secs_f64();
+        let ran = ran_on();
         vecio::write_ragged(&a.out, &ivecs_ids(&res.ids, &a.out)?, &res.offsets)?;
         if let Some(p) = &a.out_distances {
             vecio::write_ragged(p, &res.distances, &res.offsets)?;
         }
-        let out = serde_json::json!({"queries": q.rows, "radius": radius, "nprobe": a.nprobe, "rerank": depth, "seconds": secs, "qps": q.rows as f64 / secs, "hits": res.ids.len(), "mean_hits": res.ids.len() as f64 / q.rows.max(1) as f64});
+        let out = serde_json::json!({"queries": q.rows, "radius": radius, "nprobe": a.nprobe, "rerank": depth, "seconds": secs, "qps": q.rows as f64 / secs, "hits": res.ids.len(), "mean_hits": res.ids.len() as f64 / q.rows.max(1) as f64, "ran_on": ran.0, "fallbacks": ran.1});
         eval::print_object(&out, a.run.json);
         return Ok(());
     }
@@ -755,6 +763,7 @@ fn search(a: SearchArgs) -> AnyResult {
         )
     };
     let secs = t.elapsed().as_secs_f64();
+    let ran = ran_on();
     match a.out.extension().and_then(|e| e.to_str()) {
         Some("ivecs") => vecio::write_ivecs(&a.out, &ivecs_ids(&res.ids, &a.out)?, a.k)?,
         Some("npy") => {
@@ -771,7 +780,7 @@ fn search(a: SearchArgs) -> AnyResult {
         vecio::write_vectors(p, &res.distances, a.k)?;
     }
     let short = (0..q.rows).filter(|&i| res.found(i) < a.k).count();
-    let mut out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": depth, "seconds": secs, "qps": q.rows as f64 / secs, "queries_short_of_k": short});
+    let mut out = serde_json::json!({"queries": q.rows, "k": a.k, "nprobe": a.nprobe, "rerank": depth, "seconds": secs, "qps": q.rows as f64 / secs, "queries_short_of_k": short, "ran_on": ran.0, "fallbacks": ran.1});
     if let Some((mean, certified)) = reranked {
         out["rerank"] = "auto".into();
         out["reranked_per_query"] = mean.into();
