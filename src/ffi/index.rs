@@ -504,17 +504,7 @@ pub unsafe extern "C" fn vlcc_index_load(
     flags: i32,
     out: *mut *mut vlcc_index,
 ) -> vlcc_status {
-    ffi_watched! {
-        need_out(out, "out")?;
-        let ctx = context_arc(ctx)?;
-        let path = c_path(path, "path")?;
-        let index = if flags & vlcc_load_flag::DeferChecksums as i32 != 0 {
-            Index::load_deferred(ctx, path)?
-        } else {
-            Index::load(ctx, path, flags != 0)?
-        };
-        write_out(out, boxed(index), "out")
-    }
+    vlcc_index_load_watched(ctx, path, flags, None, std::ptr::null_mut(), 0, out)
 }
 
 /// `vlcc_index_load` watched for this call alone: its checksums report to `f(user, ...)`
@@ -566,10 +556,7 @@ pub unsafe extern "C" fn vlcc_index_verify_watched(
 /// context's timeout (VLCC_STATUS_TIMED_OUT).
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_verify(ix: *const vlcc_index) -> vlcc_status {
-    ffi_watched! {
-        index_ref(ix)?.verify()?;
-        Ok(())
-    }
+    vlcc_index_verify_watched(ix, None, std::ptr::null_mut(), 0)
 }
 
 /// Serializes the index into a library-owned buffer (the same bytes as its file); release it
