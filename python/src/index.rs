@@ -284,11 +284,7 @@ impl PyIndex {
         let ctx = PyContext::or_default(context)?;
         let deadline = deadline(timeout)?;
         let own = progress::callback(progress)?;
-        let heard = match &own {
-            Some(p) => Some(p.clone() as vlc_compress::SharedProgress),
-            None => ctx.progress(),
-        };
-        let ix = progress::interruptible(py, heard, |w| {
+        let ix = progress::interruptible(py, progress::heard(&own, &ctx), |w| {
             let ctl = Control {
                 progress: Some(w),
                 deadline,

@@ -65,6 +65,14 @@ pub fn callback(f: Option<Bound<'_, PyAny>>) -> PyResult<Option<Arc<PyProgress>>
     }
 }
 
+/// What the core hears a call on: its own callback, else the context's.
+pub fn heard(own: &Option<Arc<PyProgress>>, ctx: &vlc_compress::Context) -> Option<SharedProgress> {
+    match own {
+        Some(p) => Some(p.clone() as SharedProgress),
+        None => ctx.progress(),
+    }
+}
+
 /// An object's own callback (`set_progress`), kept here rather than in the core object so
 /// that the exception it raises can be raised again in the call's place.
 #[derive(Default)]
@@ -83,10 +91,7 @@ impl Slot {
         ctx: &vlc_compress::Context,
     ) -> PyResult<(Option<Arc<PyProgress>>, Option<SharedProgress>)> {
         let own = self.for_call(per_call)?;
-        let shared = match &own {
-            Some(p) => Some(p.clone() as SharedProgress),
-            None => ctx.progress(),
-        };
+        let shared = heard(&own, ctx);
         Ok((own, shared))
     }
 
