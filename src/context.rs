@@ -74,10 +74,14 @@ impl Context {
     /// allocate, and return `OutOfMemory` where it does not fit; a search builds its tables
     /// and fast-scan blocks only where they fit, and goes without them otherwise; training
     /// trains fewer sub-quantizers at once, then rebuilds the codebooks' residuals where
-    /// they are read, to the same codebook.
+    /// they are read, to the same codebook. While any context has a cap, the library's
+    /// large buffers are on pages of their own (`pages`), so that the cap bounds the growth
+    /// of resident memory a host sees, whatever its allocator's settings.
     pub fn set_memory_cap(&self, bytes: usize) {
-        self.memory_cap
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        let was = self
+            .memory_cap
+            .swap(bytes, std::sync::atomic::Ordering::Relaxed);
+        crate::pages::cap_changed(was, bytes);
     }
 
     pub fn memory_cap(&self) -> usize {
@@ -187,5 +191,11 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .0
             .clone()
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        crate::pages::cap_changed(self.memory_cap(), 0);
     }
 }

@@ -34,6 +34,7 @@ pub(crate) mod files;
 pub mod format;
 pub mod index;
 pub(crate) mod linalg;
+pub mod pages;
 pub mod params;
 pub mod progress;
 pub mod quant;
@@ -44,6 +45,11 @@ pub mod synth;
 pub(crate) mod trace;
 pub mod train;
 pub mod vecio;
+
+// Large buffers on pages of their own, so that memory caps bound what a host sees.
+#[cfg(feature = "own-allocator")]
+#[global_allocator]
+static ALLOCATOR: pages::Pages = pages::Pages;
 
 pub use backend::{Backend, BackendKind, BackendOptions, DeviceRerank};
 pub use compressor::Compressor;

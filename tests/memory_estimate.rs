@@ -7,21 +7,27 @@ mod common;
 use vlc_compress::quant::estimate;
 use vlc_compress::{Compressor, Error, Index, Metric, Refine, Rotation, SearchParams, TrainParams};
 
-/// Hands the memory freed by earlier work back to the system (glibc keeps it otherwise, and
-/// the next training reuses it unseen), then resets the high-water mark. Returns the resident
-/// KiB it starts from.
+/// Resets the high-water mark; returns the resident KiB it starts from. The allocator's
+/// settings are left as a host has them (the library's large buffers are on pages of their
+/// own, `pages`); the small blocks earlier calls freed go back to the system first, so that
+/// reusing them does not hide a call's growth.
 fn fresh_peak() -> usize {
     #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt and malloc_trim only change how glibc keeps free memory. A fixed mmap
-    // threshold stops glibc raising it after large frees (it would then serve the next
-    // training's buffers from memory already resident, unseen by the high-water mark).
+    // SAFETY: malloc_trim only returns free memory; it changes no setting.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
         libc::malloc_trim(0);
     }
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
     status_kib("VmRSS:")
+}
+
+/// A context whose cap no call reaches: calls plan as uncapped ones do, and put their large
+/// buffers on pages of their own as every capped call does (`pages`), so that what they
+/// take shows in resident memory rather than in memory the allocator kept from earlier calls.
+fn no_cap_reached(threads: usize) -> std::sync::Arc<vlc_compress::Context> {
+    let ctx = common::ctx(threads);
+    ctx.set_memory_cap(usize::MAX);
+    ctx
 }
 
 fn status_kib(field: &str) -> usize {
@@ -79,7 +85,7 @@ fn memory_stays_within_a_quarter_of_its_estimates_and_under_caps() {
 /// the search tables, and the fast-scan blocks of 4-bit codes).
 fn adding_and_searching_stay_within_a_quarter_of_their_estimates() {
     let threads = 2;
-    let ctx = common::ctx(threads);
+    let ctx = no_cap_reached(threads);
     let mut rows = Vec::new();
     for (n, d, bytes, bits, anchors, metric, refine) in [
         (200_000, 128, 32, 8, 1024, Metric::L2, Refine::None),
@@ -183,7 +189,7 @@ fn adding_and_searching_stay_under_caps() {
 
 fn training_stays_within_a_quarter_of_its_estimate() {
     let threads = 2;
-    let ctx = common::ctx(threads);
+    let ctx = no_cap_reached(threads);
     let mut rows = Vec::new();
     for (n, d, bytes, anchors, metric, rotation) in [
         (60_000, 128, 32, 256, Metric::L2, Rotation::Learned),
@@ -256,7 +262,7 @@ fn training_tiles_under_caps() -> (String, Vec<String>) {
     let x = common::clustered(n, d, 50, 3);
     let mut p = common::small_params(256, 8);
     p.pq_train_points = 0;
-    let mut free = Compressor::new(common::ctx(threads), p.clone());
+    let mut free = Compressor::new(no_cap_reached(threads), p.clone());
     let want = free.estimate_training_memory(n, d).unwrap().0;
     let (peak, r) = peak_of(|| free.train(&x, d).map(|_| ()));
     r.unwrap();
