@@ -196,3 +196,45 @@ fn capped_calls_grow_resident_memory_within_their_caps() {
         assert!(*ratio <= 1.10, "{row}");
     }
 }
+
+/// The copies a call makes count against its cap: a search's filter (here a bitset over
+/// 40M ids, 5 MB), the id map that `contains` builds, and `try_to_bytes`'s buffer.
+#[test]
+fn copies_of_caller_data_count_against_the_cap() {
+    let (n, d) = (20_000, 32);
+    let x = common::clustered(n, d, 20, 3);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let ctx = common::ctx(2);
+    let mut c = Compressor::new(ctx.clone(), common::small_params(64, 8));
+    c.train(&x, d).unwrap();
+    let mut ix = c.new_index().unwrap();
+    ix.add(&x[..], &ids).unwrap();
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 4,
+        rerank: 0,
+    };
+    let q = &x[..10 * d];
+    let bits = vec![0xffu8; 5_000_000];
+    let filter = vlc_compress::index::Filter::bitset(&bits, 40_000_000).unwrap();
+    // Room for the search and its tables, not for the filter beside them.
+    let plain = ix.estimate_search_memory(10, &sp).unwrap().0;
+    ix.search(q, &sp, None).unwrap();
+    ctx.set_memory_cap(plain + 1_000_000);
+    ix.search(q, &sp, None).unwrap();
+    let r = ix.search_filtered(q, &sp, None, Some(&filter));
+    assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
+    ctx.set_memory_cap(plain + 6_000_000);
+    ix.search_filtered(q, &sp, None, Some(&filter)).unwrap();
+
+    let file = ix.to_bytes();
+    ctx.set_memory_cap(file.len() / 2);
+    let r = ix.try_to_bytes();
+    assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
+    let r = ix.contains(5);
+    assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
+    ctx.set_memory_cap(file.len());
+    assert_eq!(ix.try_to_bytes().unwrap(), file);
+    ctx.set_memory_cap(0);
+    assert!(ix.contains(5).unwrap());
+}

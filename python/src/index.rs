@@ -328,7 +328,7 @@ impl PyIndex {
 
     /// The index in the file format, as bytes.
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let b = self.shared(py, |ix| ix.to_bytes())?;
+        let b = self.shared(py, |ix| ix.try_to_bytes())?.py_err()?;
         Ok(PyBytes::new(py, &b))
     }
 

@@ -568,7 +568,7 @@ pub unsafe extern "C" fn vlcc_index_serialize(
 ) -> vlcc_status {
     ffi_boundary! {
         need_out(out, "out")?;
-        let bytes = index_ref(ix)?.to_bytes();
+        let bytes = index_ref(ix)?.try_to_bytes()?;
         write_out(out, vlcc_buffer::from_vec(bytes), "out")
     }
 }

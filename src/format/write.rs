@@ -185,6 +185,30 @@ fn to_bytes(ix: IndexLists, cb: &Codebook) -> Vec<u8> {
     out
 }
 
+/// Counts the bytes written to it.
+struct Counted(usize);
+
+impl Write for Counted {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len();
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length of an index's bytes (`index_bytes`), found without making them.
+pub(crate) fn index_bytes_len(cb: &Codebook, lists: &Lists, refine: Refine) -> usize {
+    let mut n = Counted(0);
+    with_sections(Some((lists, refine)), cb, |kind, s| {
+        emit(&mut n, kind, cb.fingerprint, s)
+    })
+    .expect("counting cannot fail");
+    n.0
+}
+
 /// Saves a codebook alone (atomically).
 pub fn save_codebook(cb: &Codebook, path: &Path) -> crate::Result<()> {
     save(path, None, cb)

@@ -177,7 +177,7 @@ impl Index {
     ) -> Result<BoundedResults> {
         self.check_search(queries, p, raw)?;
         let (d, k, cap) = (self.cb.dim(), p.k, self.candidates(p));
-        self.fit_search(queries.len() / d, p.nprobe, k, cap)?;
+        self.fit_search(queries.len() / d, p.nprobe, k, cap, filter)?;
         let l2 = self.cb.metric == Metric::L2;
         let q = prepare(queries, d, self.cb.metric);
         let nq = q.len() / d;

@@ -38,6 +38,14 @@ impl IdMap {
             + more
     }
 
+    /// Heap bytes a map of `n` distinct ids takes at most: hashbrown's buckets, a power of
+    /// two at least 8/7 of the entries.
+    pub fn bytes_for(n: usize) -> usize {
+        let buckets = n.saturating_mul(8).div_ceil(7).checked_next_power_of_two();
+        let entry = std::mem::size_of::<(u64, Loc)>() + 1;
+        buckets.map_or(usize::MAX, |b| b.saturating_mul(entry))
+    }
+
     /// The map of `nlist` lists, `ids(j)` giving list j's ids. Allocated fallibly.
     pub fn build<'a>(nlist: usize, ids: impl Fn(usize) -> &'a [u64]) -> Result<IdMap> {
         let n: usize = (0..nlist).map(|j| ids(j).len()).sum();

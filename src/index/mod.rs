@@ -239,6 +239,19 @@ impl Index {
         crate::format::index_bytes(&self.cb, &self.lists, self.refine)
     }
 
+    /// As [`Index::to_bytes`], the buffer counted against the context's memory cap and
+    /// allocated fallibly: `OutOfMemory` where it does not fit.
+    pub fn try_to_bytes(&self) -> Result<Vec<u8>> {
+        let len = crate::format::index_bytes_len(&self.cb, &self.lists, self.refine);
+        self.ctx
+            .check_cap(len, || format!("serializing an index of {len} bytes"))?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(len)
+            .map_err(|_| Error::OutOfMemory(format!("serializing an index of {len} bytes")))?;
+        out.extend_from_slice(&self.to_bytes());
+        Ok(out)
+    }
+
     /// A copy of this index on another context (another backend or device, say); the
     /// lists are copied into memory.
     pub fn to_context(&self, ctx: Arc<Context>) -> Result<Index> {
@@ -341,6 +354,7 @@ impl Index {
         nprobe: usize,
         k: usize,
         want: usize,
+        filter: Option<&Filter>,
     ) -> Result<usize> {
         self.search_within_reach(nq, nprobe, k)?;
         let s = Shape::of_codebook(&self.cb);
@@ -352,7 +366,8 @@ impl Index {
         if cap == 0 {
             return Ok(usize::MAX);
         }
-        let work = estimate::search_bytes(&s, nq, k, want, self.ctx.threads());
+        let work = estimate::search_bytes(&s, nq, k, want, self.ctx.threads())
+            .saturating_add(self.filter_bytes(filter));
         self.ctx.check_cap(work, what)?;
         let mut room = cap - work;
         if self.tables.get().is_none() {
@@ -378,6 +393,18 @@ impl Index {
             }
         }
         Ok(room)
+    }
+
+    /// Host bytes a search's filter takes while it runs: the copy of the caller's bitset or
+    /// ids it holds, and where the backend scans lists, the mask of positions made from it.
+    fn filter_bytes(&self, filter: Option<&Filter>) -> usize {
+        let Some(f) = filter else { return 0 };
+        let mask = if self.ctx.backend().caps().list_search && f.on_device() {
+            self.len().div_ceil(32).max(1) * 4
+        } else {
+            0
+        };
+        f.heap_bytes().saturating_add(mask)
     }
 
     /// The memory (host bytes, device bytes) adding `n` vectors to this index takes at its
@@ -549,6 +576,9 @@ impl Index {
         if let Some(m) = self.id_map.get() {
             return Ok(m);
         }
+        let need = IdMap::bytes_for(self.len());
+        self.ctx
+            .check_cap(need, || format!("an id map of {} ids", self.len()))?;
         let map = IdMap::build(self.nlist(), |j| self.list(j).0)?;
         Ok(self.id_map.get_or_init(|| map))
     }

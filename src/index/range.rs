@@ -88,7 +88,7 @@ impl Index {
         }
         let (d, metric) = (self.cb.dim(), self.cb.metric);
         // Hits count against what the memory cap leaves as they are found.
-        let room = HitRoom::new(self.fit_search(queries.len() / d, p.nprobe, 0, 0)?);
+        let room = HitRoom::new(self.fit_search(queries.len() / d, p.nprobe, 0, 0, filter)?);
         let l2 = metric == Metric::L2;
         // Scores are smaller-is-better: minus the similarity under inner product.
         let bound = if l2 { radius } else { -radius };

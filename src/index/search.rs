@@ -175,7 +175,7 @@ impl Index {
         let nq = queries.len() / d;
         let k = p.k;
         let want = self.candidates(p);
-        self.fit_search(nq, p.nprobe, k, want)?;
+        self.fit_search(nq, p.nprobe, k, want, filter)?;
         let q = prepare(queries, d, self.cb.metric);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         let on_device = self.with_views(|cb, lists| {
@@ -254,7 +254,7 @@ impl Index {
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let (k, want) = (p.k, self.candidates(p));
-        self.fit_search(nq, p.nprobe, k, want)?;
+        self.fit_search(nq, p.nprobe, k, want, None)?;
         let q = prepare(queries, d, self.cb.metric);
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.
