@@ -125,7 +125,10 @@ pub unsafe extern "C" fn vlcc_context_threads(
 /// builds its tables and fast-scan blocks only where they fit beside its working memory, and
 /// otherwise goes without them (same results, slower). Training on the CPU trains fewer
 /// sub-quantizers at once where that fits, and then rebuilds the codebooks' residuals where
-/// they are read rather than holding them (the same codebook, slower).
+/// they are read rather than holding them (the same codebook, slower). The cap bounds the
+/// growth of resident memory the host sees, whatever its allocator's settings: while any
+/// context has one, the library's buffers of 128 KiB and more are pages of their own, returned
+/// to the system when freed. A search's filter copy, the id map and serialized buffers count.
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_context_set_memory_cap(
     ctx: *const vlcc_context,
