@@ -19,7 +19,8 @@ use vlc_compress::ffi::*;
 #[derive(Arbitrary, Debug)]
 enum FilterKind {
     None,
-    /// Bytes, and the bits they claim to hold (any number: the call must refuse a lie).
+    /// Bytes, and the bits they claim to hold (at most what the bytes hold, or past what
+    /// memory holds: the call must refuse those).
     Bitset { bytes: Vec<u8>, claim: u64 },
     /// Ids, in the caller's order (unsorted ones are refused).
     Ids { ids: Vec<u64> },
@@ -200,7 +201,12 @@ unsafe fn set_filter(p: *mut vlcc_search_params, f: &FilterKind, modulo: &mut u6
     ok(match f {
         FilterKind::None => vlcc_status::Ok,
         FilterKind::Bitset { bytes, claim } => {
-            vlcc_search_params_set_filter_bitset(p, bytes.as_ptr(), *claim)
+            // A C caller that claims more bytes than its array holds is undefined behaviour
+            // the call cannot see; only claims past what memory holds, refused before any
+            // read, may exceed the bytes.
+            let honest = claim.div_ceil(8) <= bytes.len() as u64 || *claim >= 1 << 62;
+            let claim = if honest { *claim } else { bytes.len() as u64 * 8 };
+            vlcc_search_params_set_filter_bitset(p, bytes.as_ptr(), claim)
         }
         FilterKind::Ids { ids } => vlcc_search_params_set_filter_ids(p, ids.as_ptr(), ids.len()),
         FilterKind::Predicate { modulo: m } => {
