@@ -14,7 +14,7 @@ pub(crate) use lists::{List, Lists, MappedLists};
 pub use read::{load_codebook, read_codebook_bytes};
 pub(crate) use read::{load_index, read_index_bytes};
 pub use write::{codebook_bytes, save_codebook};
-pub(crate) use write::{index_bytes, index_bytes_len, save_index};
+pub(crate) use write::{index_bytes, save_index, try_index_bytes};
 
 use std::path::Path;
 

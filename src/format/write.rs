@@ -199,14 +199,25 @@ impl Write for Counted {
     }
 }
 
-/// The length of an index's bytes (`index_bytes`), found without making them.
-pub(crate) fn index_bytes_len(cb: &Codebook, lists: &Lists, refine: Refine) -> usize {
-    let mut n = Counted(0);
+/// An index serialized into a buffer allocated fallibly to its exact length, which `check`
+/// may refuse first (a memory cap): written once, never grown.
+pub(crate) fn try_index_bytes(
+    cb: &Codebook,
+    lists: &Lists,
+    refine: Refine,
+    check: impl FnOnce(usize) -> crate::Result<()>,
+) -> crate::Result<Vec<u8>> {
     with_sections(Some((lists, refine)), cb, |kind, s| {
-        emit(&mut n, kind, cb.fingerprint, s)
+        let mut n = Counted(0);
+        emit(&mut n, kind, cb.fingerprint, s).expect("counting cannot fail");
+        check(n.0)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(n.0).map_err(|_| {
+            crate::Error::OutOfMemory(format!("serializing an index of {} bytes", n.0))
+        })?;
+        emit(&mut out, kind, cb.fingerprint, s).expect("writing to memory cannot fail");
+        Ok(out)
     })
-    .expect("counting cannot fail");
-    n.0
 }
 
 /// Saves a codebook alone (atomically).

@@ -242,14 +242,10 @@ impl Index {
     /// As [`Index::to_bytes`], the buffer counted against the context's memory cap and
     /// allocated fallibly: `OutOfMemory` where it does not fit.
     pub fn try_to_bytes(&self) -> Result<Vec<u8>> {
-        let len = crate::format::index_bytes_len(&self.cb, &self.lists, self.refine);
-        self.ctx
-            .check_cap(len, || format!("serializing an index of {len} bytes"))?;
-        let mut out = Vec::new();
-        out.try_reserve_exact(len)
-            .map_err(|_| Error::OutOfMemory(format!("serializing an index of {len} bytes")))?;
-        out.extend_from_slice(&self.to_bytes());
-        Ok(out)
+        crate::format::try_index_bytes(&self.cb, &self.lists, self.refine, |len| {
+            self.ctx
+                .check_cap(len, || format!("serializing an index of {len} bytes"))
+        })
     }
 
     /// A copy of this index on another context (another backend or device, say); the
