@@ -105,11 +105,8 @@ fn run_case(size: usize, call: usize) -> (usize, usize) {
         return at_least_cap(&ctx, || ix.add(&x[..], &ids));
     }
     ix.add(&x[..], &ids).unwrap();
-    let sp = SearchParams {
-        k: 10,
-        nprobe: 16,
-        rerank: 0,
-    };
+    // k = 10, nprobe 16.
+    let sp = SearchParams::default();
     let q = &x[..2000 * d];
     // Searches run on an index fresh from its bytes, so that the first builds what it needs.
     let file = ix.to_bytes();
@@ -210,9 +207,8 @@ fn copies_of_caller_data_count_against_the_cap() {
     let mut ix = c.new_index().unwrap();
     ix.add(&x[..], &ids).unwrap();
     let sp = SearchParams {
-        k: 10,
         nprobe: 4,
-        rerank: 0,
+        ..SearchParams::default()
     };
     let q = &x[..10 * d];
     let bits = vec![0xffu8; 5_000_000];
