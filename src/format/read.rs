@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::{Error, Result};
-use crate::index::Refine;
+use crate::params::Refine;
 use crate::params::{Metric, Rotation};
 use crate::progress::{Phase, Watch};
 use crate::quant::{Codebook, ProductQuantizer};

@@ -2,7 +2,7 @@
 //! written front to back in one stream.
 
 use super::*;
-use crate::index::Refine;
+use crate::params::Refine;
 use crate::quant::Codebook;
 use std::io::Write;
 

@@ -1,7 +1,9 @@
 //! Parameters: every one has a default and is validated before any work starts.
 
+mod refine;
 mod table;
 
+pub use refine::Refine;
 pub use table::{param, params, ParamInfo};
 
 use crate::error::{invalid, num, Result};
