@@ -521,6 +521,13 @@ typedef struct {
 } vlcc_train_report;
 
 /**
+ * A progress callback: `done` of `total` in `phase`. Return 0 to go on; anything else
+ * cancels the call, which returns VLCC_STATUS_CANCELLED and leaves every object as it was
+ * before it (an index keeps its contents, a compressor its codebook or none).
+ */
+typedef int (*vlcc_progress_fn)(void *user, vlcc_phase phase, uint64_t done, uint64_t total);
+
+/**
  * Sizes and balance of an index.
  */
 typedef struct {
@@ -558,13 +565,6 @@ typedef struct {
    */
   uint32_t memory_mapped;
 } vlcc_index_info;
-
-/**
- * A progress callback: `done` of `total` in `phase`. Return 0 to go on; anything else
- * cancels the call, which returns VLCC_STATUS_CANCELLED and leaves every object as it was
- * before it (an index keeps its contents, a compressor its codebook or none).
- */
-typedef int (*vlcc_progress_fn)(void *user, vlcc_phase phase, uint64_t done, uint64_t total);
 
 /**
  * An index's memory by part, in bytes. Parts built on demand read 0 until built.
@@ -791,6 +791,12 @@ vlcc_status vlcc_compressor_anchors(const vlcc_compressor *c,
                                     float *out,
                                     size_t len,
                                     size_t *out_anchors);
+
+/**
+ * As `vlcc_context_set_progress`, for this compressor's train and encode calls only (it
+ * takes precedence over the context's). Exclusive access.
+ */
+vlcc_status vlcc_compressor_set_progress(vlcc_compressor *c, vlcc_progress_fn f, void *user);
 
 /**
  * Creates a context.
@@ -1150,6 +1156,13 @@ vlcc_status vlcc_index_search_bounds(const vlcc_index *ix,
                                      uint8_t *certified);
 
 /**
+ * As `vlcc_context_set_progress`, for this index's add, merge, search (top-k, bounds, range)
+ * and verify calls only (it takes precedence over the context's; a search's own, set on its
+ * `vlcc_search_params`, over both). Not saved with the index. Exclusive access.
+ */
+vlcc_status vlcc_index_set_progress(vlcc_index *ix, vlcc_progress_fn f, void *user);
+
+/**
  * Stores the index's memory by part in `*out`. Thread-safe.
  */
 vlcc_status vlcc_index_memory_usage(const vlcc_index *ix, vlcc_index_memory *out);
@@ -1220,19 +1233,6 @@ vlcc_status vlcc_index_estimate_memory(const vlcc_index *ix,
  * they started with.
  */
 vlcc_status vlcc_context_set_progress(const vlcc_context *ctx, vlcc_progress_fn f, void *user);
-
-/**
- * As `vlcc_context_set_progress`, for this compressor's train and encode calls only (it
- * takes precedence over the context's). Exclusive access.
- */
-vlcc_status vlcc_compressor_set_progress(vlcc_compressor *c, vlcc_progress_fn f, void *user);
-
-/**
- * As `vlcc_context_set_progress`, for this index's add, merge, search (top-k, bounds, range)
- * and verify calls only (it takes precedence over the context's; a search's own, set on its
- * `vlcc_search_params`, over both). Not saved with the index. Exclusive access.
- */
-vlcc_status vlcc_index_set_progress(vlcc_index *ix, vlcc_progress_fn f, void *user);
 
 /**
  * Every long call on objects made from `ctx` (train, encode, add, merge, search, search with

@@ -1,10 +1,17 @@
 //! The compressor: training parameters and, once trained, the codebook; encodes and decodes
 //! without an index, and makes indexes on its codebook.
 
+use crate::backend;
+use crate::context::watching;
+use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::progress::{watching, Control, Listener, Progress, SharedProgress, Watch};
+use crate::index::Index;
+use crate::params::TrainParams;
+use crate::progress::{Control, Listener, Progress, SharedProgress, Watch};
 use crate::quant::estimate::{self, Shape, Work};
-use crate::{backend, Codebook, Context, Index, TrainParams, TrainReport, Vectors};
+use crate::quant::Codebook;
+use crate::quant::TrainReport;
+use crate::quant::Vectors;
 use std::sync::Arc;
 
 /// Training parameters and, once trained, the Codebook: encodes and decodes without an index.
@@ -38,9 +45,9 @@ impl Compressor {
             bytes_per_vector: cb.residual_code_size(),
             rotation: cb.rotation(),
             error_code: if cb.quantizer().levels.is_empty() {
-                crate::ErrorCode::Off
+                crate::params::ErrorCode::Off
             } else {
-                crate::ErrorCode::On
+                crate::params::ErrorCode::On
             },
             ..TrainParams::default()
         };
@@ -102,7 +109,7 @@ impl Compressor {
             (_, Work::Train) => Shape::of_params(&self.params, n, d),
             _ => Shape::of_params(&self.params, usize::MAX, d),
         };
-        let cosine = shape.metric == crate::Metric::Cosine;
+        let cosine = shape.metric == crate::params::Metric::Cosine;
         match work {
             Work::Train => {
                 let host = self.training_fit(n, d).host_bytes;
@@ -120,7 +127,7 @@ impl Compressor {
                     + estimate::fast_scan_bytes(&shape, n)
                     + estimate::search_bytes(&shape, block, 0, 0, threads);
                 // On the device: a full batch of queries at the default k and nprobe.
-                let p = crate::SearchParams::default();
+                let p = crate::params::SearchParams::default();
                 let device = estimate::device_search_bytes(kind, &shape, n, 4096, p.nprobe, p.k);
                 Ok((host, device))
             }
@@ -141,7 +148,7 @@ impl Compressor {
     /// than the context's caps: its working memory and the records it returns.
     fn fit_encode(&self, cb: &Codebook, n: usize, converted: bool) -> Result<()> {
         let s = Shape::of_codebook(cb);
-        let converted = converted || s.metric == crate::Metric::Cosine;
+        let converted = converted || s.metric == crate::params::Metric::Cosine;
         let records = n.saturating_mul(cb.codec_size());
         let host = estimate::encode_bytes(&s, n, self.ctx.threads(), converted, records);
         let device = estimate::device_build_bytes(self.ctx.backend(), &s, n);
@@ -269,7 +276,7 @@ impl Compressor {
     }
 
     /// As `new_index`, keeping refinement vectors of kind `refine` (`Index::with_refine`).
-    pub fn new_index_with_refine(&self, refine: crate::Refine) -> Result<Index> {
+    pub fn new_index_with_refine(&self, refine: crate::params::Refine) -> Result<Index> {
         Index::with_refine(self.ctx.clone(), self.codebook()?.clone(), refine)
     }
 }

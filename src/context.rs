@@ -2,7 +2,7 @@
 
 use crate::backend::{self, Backend, BackendKind, BackendOptions};
 use crate::error::{Error, Result};
-use crate::progress::{Listener, SharedProgress};
+use crate::progress::{Control, Listener, SharedProgress, Watch};
 
 /// A backend, its device and a thread pool: shared by everything made from it. All methods take
 /// `&self`; the pool and backend synchronize internally.
@@ -198,4 +198,35 @@ impl Drop for Context {
     fn drop(&mut self) {
         crate::pages::cap_changed(self.memory_cap(), 0);
     }
+}
+
+impl Listener {
+    /// This object's callback, else its context's.
+    pub fn or_context(&self, ctx: &Context) -> Option<SharedProgress> {
+        self.0.clone().or_else(|| ctx.progress())
+    }
+}
+
+/// Runs `f` with a watch on the call's progress callback (`ctl`'s, else `fallback`: the
+/// object's or its context's) and deadline (`ctl`'s, else `ctx`'s timeout from now).
+/// Without a listener, work is not split into reporting steps.
+pub(crate) fn watching<R>(
+    ctx: &Context,
+    ctl: &Control,
+    fallback: Option<&SharedProgress>,
+    f: impl FnOnce(&Watch) -> R,
+) -> R {
+    let deadline = ctl.deadline.or_else(|| ctx.deadline());
+    let w = match (ctl.progress, fallback) {
+        (Some(p), _) => Watch::new(p),
+        (None, Some(p)) => Watch::new(&**p),
+        (None, None) => Watch::none(),
+    };
+    let w = w.until(deadline);
+    let r = f(&w);
+    crate::report::set_last(crate::report::RunReport {
+        backend: ctx.backend().kind(),
+        fallbacks: w.fallbacks(),
+    });
+    r
 }

@@ -26,9 +26,11 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod backend;
+pub(crate) mod check;
 mod compressor;
 mod context;
 pub mod error;
+pub(crate) mod fallbacks;
 pub mod ffi;
 pub(crate) mod files;
 pub mod format;

@@ -77,13 +77,6 @@ impl std::fmt::Debug for Listener {
     }
 }
 
-impl Listener {
-    /// This object's callback, else its context's.
-    pub fn or_context(&self, ctx: &crate::Context) -> Option<SharedProgress> {
-        self.0.clone().or_else(|| ctx.progress())
-    }
-}
-
 /// How one long call is watched: its own progress callback (else the object's, else the
 /// context's) and its own deadline (else the context's timeout from the call's start).
 #[derive(Clone, Copy, Default)]
@@ -110,30 +103,6 @@ impl<'a> Control<'a> {
     }
 }
 
-/// Runs `f` with a watch on the call's progress callback (`ctl`'s, else `fallback`: the
-/// object's or its context's) and deadline (`ctl`'s, else `ctx`'s timeout from now).
-/// Without a listener, work is not split into reporting steps.
-pub(crate) fn watching<R>(
-    ctx: &crate::Context,
-    ctl: &Control,
-    fallback: Option<&SharedProgress>,
-    f: impl FnOnce(&Watch) -> R,
-) -> R {
-    let deadline = ctl.deadline.or_else(|| ctx.deadline());
-    let w = match (ctl.progress, fallback) {
-        (Some(p), _) => Watch::new(p),
-        (None, Some(p)) => Watch::new(&**p),
-        (None, None) => Watch::none(),
-    };
-    let w = w.until(deadline);
-    let r = f(&w);
-    crate::report::set_last(crate::report::RunReport {
-        backend: ctx.backend().kind(),
-        fallbacks: w.fallbacks.get(),
-    });
-    r
-}
-
 /// One call's view of its caller's `Progress`: reports go through one at a time, and once
 /// cancelled every later check fails too, on every thread of the call.
 pub(crate) struct Watch<'a> {
@@ -152,7 +121,7 @@ pub(crate) struct Watch<'a> {
     /// Set with `stopped` where the deadline, not the caller, stopped the call.
     timed_out: AtomicBool,
     /// The parts of the call a device context answered on the host.
-    fallbacks: crate::report::Recorder,
+    fallbacks: crate::fallbacks::Recorder,
 }
 
 /// How long `poll` lets pass between reports from inside a long step: a cancel is heard
@@ -176,7 +145,7 @@ impl<'a> Watch<'a> {
 
     /// Notes that part of the call ran on the host instead of the device, and why (nothing
     /// for `Fallbacks::NONE`).
-    pub fn fell_back(&self, why: crate::report::Fallbacks) {
+    pub fn fell_back(&self, why: crate::fallbacks::Fallbacks) {
         self.fallbacks.add(why)
     }
 
@@ -196,6 +165,11 @@ impl<'a> Watch<'a> {
 
     pub fn listening(&self) -> bool {
         self.listening
+    }
+
+    /// The parts of the call that fell back to the host so far, by reason.
+    pub fn fallbacks(&self) -> crate::fallbacks::Fallbacks {
+        self.fallbacks.get()
     }
 
     /// Sets the position to the start of `phase` (of `total`) without a report, unless it is

@@ -3,10 +3,9 @@
 //! add, merge, the searches, load, verify) leaves its report on the calling thread, where
 //! `last_run_report` reads it, as C reads its last error.
 
-pub use crate::backend::fallbacks::Fallbacks;
-use crate::BackendKind;
+use crate::backend::BackendKind;
+pub use crate::fallbacks::Fallbacks;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Where one call ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,20 +47,6 @@ pub(crate) fn clear_last() {
 
 pub(crate) fn set_last(r: RunReport) {
     LAST.with(|l| l.set(Some(r)));
-}
-
-/// A call's fallbacks as they happen, from any of its threads.
-#[derive(Default)]
-pub(crate) struct Recorder(AtomicU32);
-
-impl Recorder {
-    pub fn add(&self, f: Fallbacks) {
-        self.0.fetch_or(f.0, Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> Fallbacks {
-        Fallbacks(self.0.load(Ordering::Relaxed))
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! staging 1.5 GB through a 32 MB buffer ran at 33-52 GB/s this way and 33-45 GB/s as a plain
 //! copy followed by a check of each 16 KB: within that host's run-to-run noise.
 
-use crate::error::non_finite;
+use crate::check::non_finite;
 use rayon::prelude::*;
 
 /// Floats per task: large enough to stream, small enough to spread over every thread.

@@ -84,7 +84,7 @@ impl Backend for CpuBackend {
     fn kmeans_session_in_place<'a>(
         &'a self,
         rows: RowsView<'a>,
-        _precision: crate::Precision, // fp32 always: the reference
+        _precision: crate::params::Precision, // fp32 always: the reference
     ) -> Result<Box<dyn KmeansSession + 'a>> {
         CpuSession::boxed(rows)
     }
@@ -289,7 +289,9 @@ impl KmeansSession for CpuSession<'_> {
 
     fn centroids_and_spread(&mut self) -> Result<(Vec<f32>, Vec<f32>)> {
         if self.spread.is_empty() {
-            return Err(crate::Error::InvalidState("spread before update".into()));
+            return Err(crate::error::Error::InvalidState(
+                "spread before update".into(),
+            ));
         }
         Ok((self.c.clone(), self.spread.clone()))
     }

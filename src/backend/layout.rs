@@ -124,13 +124,7 @@ pub(crate) fn unit_rows<'a>(x: impl Into<Cow<'a, [f32]>>, d: usize) -> Cow<'a, [
     x
 }
 
-/// One row scaled to unit length (a zero row stays zero).
-pub(crate) fn unit_row(r: &mut [f32]) {
-    let n = linalg::dot(r, r).sqrt();
-    if n > 0.0 {
-        r.iter_mut().for_each(|t| *t /= n);
-    }
-}
+pub(crate) use crate::linalg::unit_row;
 
 #[cfg(test)]
 mod tests {

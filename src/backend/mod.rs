@@ -7,7 +7,6 @@
 
 mod cpu;
 pub mod cuda;
-pub mod fallbacks;
 pub(crate) mod host;
 pub(crate) mod layout;
 mod options;
@@ -18,9 +17,11 @@ mod view;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
+pub use crate::fallbacks::Fallbacks;
+pub use crate::linalg::{Poll, RowsView};
 pub use cpu::CpuBackend;
 pub use options::{BackendOptions, Cooperative, ShaderChecks, TraceSink, WgpuOptions};
-pub use view::{Caps, CodebookView, ListsView, RowsView};
+pub use view::{Caps, CodebookView, ListsView};
 
 use crate::error::Result;
 
@@ -37,14 +38,14 @@ pub enum BackendKind {
 }
 
 impl std::str::FromStr for BackendKind {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(BackendKind::Auto),
             "cpu" => Ok(BackendKind::Cpu),
             "cuda" => Ok(BackendKind::Cuda),
             "wgpu" => Ok(BackendKind::Wgpu),
-            _ => Err(crate::Error::InvalidArgument(format!(
+            _ => Err(crate::error::Error::InvalidArgument(format!(
                 "unknown backend {s:?} (auto, cpu, cuda, wgpu)"
             ))),
         }
@@ -86,9 +87,6 @@ pub struct AssignStats {
     /// Sum over points of the squared distance to the assigned centroid (bias excluded).
     pub energy: f64,
 }
-
-/// A yes/no question a long piece of host work asks between its parts: `Err` stops it.
-pub type Poll<'a> = &'a (dyn Fn() -> Result<()> + Sync);
 
 /// A training set resident on a device, with centroids that live there too.
 pub trait KmeansSession {
@@ -173,9 +171,9 @@ pub trait Backend: Send + Sync {
         &'a self,
         x: &'a [f32],
         d: usize,
-        precision: crate::Precision,
+        precision: crate::params::Precision,
     ) -> Result<Box<dyn KmeansSession + 'a>> {
-        crate::error::whole_rows(x.len(), d, "values")?;
+        crate::check::whole_rows(x.len(), d, "values")?;
         self.kmeans_session_in_place(RowsView::plain(x, d), precision)
     }
     /// `kmeans_session` on `rows` read where they lie (a sample, or rows made unit length,
@@ -183,7 +181,7 @@ pub trait Backend: Send + Sync {
     fn kmeans_session_in_place<'a>(
         &'a self,
         rows: RowsView<'a>,
-        precision: crate::Precision,
+        precision: crate::params::Precision,
     ) -> Result<Box<dyn KmeansSession + 'a>>;
     /// For each row of `x`, the nearest row of `centroids` (squared L2) and its distance: one
     /// exact assignment pass of a session.
@@ -191,7 +189,7 @@ pub trait Backend: Send + Sync {
         if x.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
-        let mut s = self.kmeans_session(x, d, crate::Precision::Exact)?;
+        let mut s = self.kmeans_session(x, d, crate::params::Precision::Exact)?;
         s.set_centroids(centroids)?;
         s.assign(None)?;
         s.assignment_with_distances()
@@ -222,7 +220,7 @@ pub trait Backend: Send + Sync {
         _at: u64,
         _n: usize,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
-        Err(crate::Error::BackendUnavailable(format!(
+        Err(crate::error::Error::BackendUnavailable(format!(
             "encoding from device memory needs the CUDA backend; this context runs on {}",
             self.kind().name()
         )))
@@ -297,7 +295,7 @@ pub trait Backend: Send + Sync {
         _raw: DeviceRerank,
         _poll: Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        Err(crate::Error::BackendUnavailable(format!(
+        Err(crate::error::Error::BackendUnavailable(format!(
             "re-ranking against device memory needs the CUDA backend; this context runs on {}",
             self.kind().name()
         )))
@@ -314,7 +312,7 @@ pub(crate) fn need_device_memory(b: &dyn Backend, what: &str) -> Result<()> {
     if b.caps().device_pointers {
         return Ok(());
     }
-    Err(crate::Error::BackendUnavailable(format!(
+    Err(crate::error::Error::BackendUnavailable(format!(
         "{what} needs the CUDA backend; this context runs on {}",
         b.kind().name()
     )))
@@ -370,12 +368,12 @@ fn open_wgpu(device: usize, opts: &BackendOptions, gpu_only: bool) -> Result<Box
     // The options are only read while opening.
     let opening = std::panic::AssertUnwindSafe(|| self::wgpu::open(device, opts));
     let b = std::panic::catch_unwind(opening).unwrap_or_else(|_| {
-        Err(crate::Error::BackendUnavailable(
+        Err(crate::error::Error::BackendUnavailable(
             "WGPU failed while starting".into(),
         ))
     })?;
     if gpu_only && b.is_cpu_adapter() {
-        return Err(crate::Error::BackendUnavailable(
+        return Err(crate::error::Error::BackendUnavailable(
             "the only WGPU adapter is a software one".into(),
         ));
     }
@@ -393,7 +391,7 @@ fn open_cuda(device: usize, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
     // The options are only read while opening.
     let opening = std::panic::AssertUnwindSafe(|| cuda::open(device, opts));
     std::panic::catch_unwind(opening).unwrap_or_else(|_| {
-        Err(crate::Error::BackendUnavailable(
+        Err(crate::error::Error::BackendUnavailable(
             "CUDA failed while starting".into(),
         ))
     })

@@ -2,10 +2,7 @@
 //! stderr: what tools and tests once set through `VLCC_*` variables is given here (the `vlcc`
 //! command still reads those variables, and fills these options from them).
 
-use std::sync::Arc;
-
-/// Receives one line per timed step when a trace ends (`"cuda trace  anchors:  1.234 ms"`).
-pub type TraceSink = Arc<dyn Fn(&str) + Send + Sync>;
+pub use crate::trace::TraceSink;
 
 /// Options fixed when a backend opens; the defaults are what a user wants.
 #[derive(Clone, Default)]

@@ -6,10 +6,13 @@ use super::boundary::{
 };
 use super::buffer::vlcc_buffer;
 use super::context::{context_arc, vlcc_context};
+use super::progress::{shared, vlcc_progress_fn};
 use super::status::vlcc_status;
+use crate::compressor::Compressor;
+use crate::format;
 use crate::params::TrainParams;
-use crate::{format, Compressor, Vectors};
-use std::ffi::c_char;
+use crate::quant::Vectors;
+use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
 /// Opaque handle to a compressor (parameters plus, once trained, a codebook). Owned by the
@@ -490,5 +493,19 @@ pub unsafe extern "C" fn vlcc_compressor_anchors(
             out_buf(out, len, a.len(), "out")?.copy_from_slice(a);
         }
         write_out(out_anchors, cb.anchors(), "out_anchors")
+    }
+}
+
+/// As `vlcc_context_set_progress`, for this compressor's train and encode calls only (it
+/// takes precedence over the context's). Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_compressor_set_progress(
+    c: *mut vlcc_compressor,
+    f: vlcc_progress_fn,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        compressor_mut(c)?.set_progress(shared(f, user));
+        Ok(())
     }
 }

@@ -2,7 +2,8 @@
 
 use super::boundary::{fail, handle, need_out, write_out};
 use super::status::vlcc_status;
-use crate::{BackendKind, Context};
+use crate::backend::BackendKind;
+use crate::context::Context;
 use std::ffi::c_int;
 use std::sync::Arc;
 

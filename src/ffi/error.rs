@@ -2,7 +2,7 @@
 //! thread for `vlcc_last_error_message`.
 
 use super::status::vlcc_status;
-use crate::Error;
+use crate::error::Error;
 use std::cell::RefCell;
 use std::ffi::c_char;
 

@@ -7,10 +7,14 @@ use super::boundary::{
 use super::buffer::vlcc_buffer;
 use super::compressor::{compressor_ref, vlcc_compressor};
 use super::context::{context_arc, vlcc_context};
+use super::progress::{call_control, shared, vlcc_progress_fn};
 use super::search_params::{search_params_ref, vlcc_search_params, FetchRows, Params};
 use super::status::vlcc_status;
-use crate::{DenseRaw, Index, RawVectors, Vectors};
-use std::ffi::c_char;
+use crate::index::DenseRaw;
+use crate::index::Index;
+use crate::index::RawVectors;
+use crate::quant::Vectors;
+use std::ffi::{c_char, c_void};
 
 /// Opaque handle to an index. Owned by the caller; free with `vlcc_index_free`. Thread rules:
 /// calls taking `const vlcc_index*` (search, size, stats, save, serialize) may run concurrently
@@ -101,7 +105,7 @@ pub unsafe extern "C" fn vlcc_index_new_with_refine(
     ffi_boundary! {
         need_out(out, "out")?;
         let c = compressor_ref(c)?;
-        let Some(kind) = crate::Refine::from_code(refine) else {
+        let Some(kind) = crate::params::Refine::from_code(refine) else {
             return fail(vlcc_status::InvalidArgument, format!("unknown refinement kind {refine}"));
         };
         let index = c.new_index_with_refine(kind)?;
@@ -133,7 +137,7 @@ unsafe fn add<X>(
     n: usize,
     ids: *const u64,
     input: impl FnOnce(usize) -> FfiResult<X>,
-    put: impl FnOnce(&mut Index, X, &[u64]) -> crate::Result<()>,
+    put: impl FnOnce(&mut Index, X, &[u64]) -> crate::error::Result<()>,
 ) -> FfiResult {
     let ix = index_mut(ix)?;
     let x = input(ix.codebook().dim())?;
@@ -362,7 +366,7 @@ unsafe fn write_results(
     k: usize,
     ids: *mut u64,
     distances: *mut f32,
-    search: impl FnOnce() -> crate::Result<crate::SearchResults>,
+    search: impl FnOnce() -> crate::error::Result<crate::index::SearchResults>,
 ) -> FfiResult {
     let need = count(nq, k, "results")?;
     let mut outputs = vec![
@@ -516,7 +520,7 @@ pub unsafe extern "C" fn vlcc_index_load_watched(
     ctx: *const vlcc_context,
     path: *const c_char,
     flags: i32,
-    f: super::progress::vlcc_progress_fn,
+    f: vlcc_progress_fn,
     user: *mut std::ffi::c_void,
     timeout_ms: u64,
     out: *mut *mut vlcc_index,
@@ -525,8 +529,8 @@ pub unsafe extern "C" fn vlcc_index_load_watched(
         need_out(out, "out")?;
         let ctx = context_arc(ctx)?;
         let path = c_path(path, "path")?;
-        let own = super::progress::shared(f, user);
-        let ctl = super::progress::call_control(&own, timeout_ms);
+        let own = shared(f, user);
+        let ctl = call_control(&own, timeout_ms);
         let defer = flags & vlcc_load_flag::DeferChecksums as i32 != 0;
         let index = Index::load_with(ctx, path, flags != 0, defer, &ctl)?;
         write_out(out, boxed(index), "out")
@@ -538,13 +542,13 @@ pub unsafe extern "C" fn vlcc_index_load_watched(
 #[no_mangle]
 pub unsafe extern "C" fn vlcc_index_verify_watched(
     ix: *const vlcc_index,
-    f: super::progress::vlcc_progress_fn,
+    f: vlcc_progress_fn,
     user: *mut std::ffi::c_void,
     timeout_ms: u64,
 ) -> vlcc_status {
     ffi_watched! {
-        let own = super::progress::shared(f, user);
-        index_ref(ix)?.verify_with(&super::progress::call_control(&own, timeout_ms))?;
+        let own = shared(f, user);
+        index_ref(ix)?.verify_with(&call_control(&own, timeout_ms))?;
         Ok(())
     }
 }
@@ -633,7 +637,7 @@ pub unsafe extern "C" fn vlcc_index_contains(
     ffi_boundary! {
         let h = index_ref(ix)?;
         let ids = slice(ids, n, "ids")?;
-        let found = ids.iter().map(|&id| h.contains(id).map(u8::from)).collect::<crate::Result<Vec<u8>>>()?;
+        let found = ids.iter().map(|&id| h.contains(id).map(u8::from)).collect::<crate::error::Result<Vec<u8>>>()?;
         let out = out_buf(out, n, n, "out")?;
         no_overlap(ids, out, "ids and out")?;
         out.copy_from_slice(&found);
@@ -665,8 +669,8 @@ unsafe fn by_ids<T: Copy>(
     n: usize,
     out: *mut T,
     what: &str,
-    width: impl Fn(&crate::Codebook) -> usize,
-    rows: impl Fn(&Index, &[u64]) -> crate::Result<Vec<T>>,
+    width: impl Fn(&crate::quant::Codebook) -> usize,
+    rows: impl Fn(&Index, &[u64]) -> crate::error::Result<Vec<T>>,
 ) -> FfiResult {
     let h = index_ref(ix)?;
     let ids = slice(ids, n, "ids")?;
@@ -762,6 +766,21 @@ pub unsafe extern "C" fn vlcc_index_search_bounds(
         if let Some(o) = hi { o.copy_from_slice(&b.upper); }
         if let Some(o) = rr { for (o, &v) in o.iter_mut().zip(&b.reranked) { *o = v as u64; } }
         if let Some(o) = cf { for (o, &v) in o.iter_mut().zip(&b.certified) { *o = v as u8; } }
+        Ok(())
+    }
+}
+
+/// As `vlcc_context_set_progress`, for this index's add, merge, search (top-k, bounds, range)
+/// and verify calls only (it takes precedence over the context's; a search's own, set on its
+/// `vlcc_search_params`, over both). Not saved with the index. Exclusive access.
+#[no_mangle]
+pub unsafe extern "C" fn vlcc_index_set_progress(
+    ix: *mut vlcc_index,
+    f: vlcc_progress_fn,
+    user: *mut c_void,
+) -> vlcc_status {
+    ffi_boundary! {
+        index_mut(ix)?.set_progress(shared(f, user));
         Ok(())
     }
 }

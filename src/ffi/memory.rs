@@ -6,7 +6,7 @@ use super::error::fail;
 use super::index::{index_ref, vlcc_index};
 use super::search_params::{search_params_ref, vlcc_search_params};
 use super::status::vlcc_status;
-use crate::Work;
+use crate::quant::estimate::Work;
 
 /// The work a memory estimate is for (`vlcc_estimate_memory`, `vlcc_index_estimate_memory`).
 #[repr(C)]
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn vlcc_index_estimate_memory(
                 Some(Work::Build) => Ok(ix.estimate_add_memory(n)?),
                 Some(Work::Search) => {
                     let p = if params.is_null() {
-                        crate::SearchParams::default()
+                        crate::params::SearchParams::default()
                     } else {
                         search_params_ref(params)?.p
                     };

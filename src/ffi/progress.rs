@@ -1,9 +1,7 @@
 //! Progress callbacks for the long calls (train, encode, add, merge, search, load, verify),
 //! cancelling them, and their deadlines.
 
-use super::compressor::{compressor_mut, vlcc_compressor};
 use super::context::{context_ref, vlcc_context};
-use super::index::{index_mut, vlcc_index};
 use super::status::vlcc_status;
 use crate::progress::{Phase, Progress, SharedProgress};
 use std::ffi::{c_int, c_void};
@@ -96,35 +94,6 @@ pub unsafe extern "C" fn vlcc_context_set_progress(
 ) -> vlcc_status {
     ffi_boundary! {
         context_ref(ctx)?.set_progress(shared(f, user));
-        Ok(())
-    }
-}
-
-/// As `vlcc_context_set_progress`, for this compressor's train and encode calls only (it
-/// takes precedence over the context's). Exclusive access.
-#[no_mangle]
-pub unsafe extern "C" fn vlcc_compressor_set_progress(
-    c: *mut vlcc_compressor,
-    f: vlcc_progress_fn,
-    user: *mut c_void,
-) -> vlcc_status {
-    ffi_boundary! {
-        compressor_mut(c)?.set_progress(shared(f, user));
-        Ok(())
-    }
-}
-
-/// As `vlcc_context_set_progress`, for this index's add, merge, search (top-k, bounds, range)
-/// and verify calls only (it takes precedence over the context's; a search's own, set on its
-/// `vlcc_search_params`, over both). Not saved with the index. Exclusive access.
-#[no_mangle]
-pub unsafe extern "C" fn vlcc_index_set_progress(
-    ix: *mut vlcc_index,
-    f: vlcc_progress_fn,
-    user: *mut c_void,
-) -> vlcc_status {
-    ffi_boundary! {
-        index_mut(ix)?.set_progress(shared(f, user));
         Ok(())
     }
 }

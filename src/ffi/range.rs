@@ -4,7 +4,7 @@ use super::boundary::{count, handle, need_out, slice, write_out, FfiResult};
 use super::index::{index_ref, vlcc_index, Raw};
 use super::search_params::{search_params_ref, vlcc_search_params};
 use super::status::vlcc_status;
-use crate::RangeResults;
+use crate::index::RangeResults;
 
 /// Opaque handle to the results of `vlcc_index_range_search`. Owned by the caller; free with
 /// `vlcc_range_results_free`. Read-only: any number of threads may read one.

@@ -5,7 +5,7 @@ use super::boundary::write_out;
 use super::context::vlcc_backend;
 use super::error::fail;
 use super::status::vlcc_status;
-use crate::BackendKind;
+use crate::backend::BackendKind;
 use std::ffi::c_char;
 
 /// Where a call ran (`vlcc_last_run_report`).

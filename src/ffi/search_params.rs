@@ -3,7 +3,9 @@
 
 use super::boundary::{fail, handle, handle_mut, need_out, slice, write_out, FfiResult};
 use super::status::vlcc_status;
-use crate::{Error, Filter, SearchParams};
+use crate::error::Error;
+use crate::index::Filter;
+use crate::params::SearchParams;
 use std::ffi::{c_int, c_void};
 
 /// Opaque handle to a set of search parameters. Owned by the caller; free with
@@ -76,18 +78,18 @@ pub(crate) struct FetchRows<'a> {
     pub d: usize,
 }
 
-impl crate::RawVectors for FetchRows<'_> {
+impl crate::index::RawVectors for FetchRows<'_> {
     fn dim(&self) -> usize {
         self.d
     }
-    fn fetch(&self, ids: &[u64], out: &mut [f32]) -> crate::Result<()> {
+    fn fetch(&self, ids: &[u64], out: &mut [f32]) -> crate::error::Result<()> {
         self.fetch.rows(ids, out)
     }
 }
 
 impl Fetch {
     /// Rows of `ids` into `out` through the callback.
-    pub fn rows(&self, ids: &[u64], out: &mut [f32]) -> crate::Result<()> {
+    pub fn rows(&self, ids: &[u64], out: &mut [f32]) -> crate::error::Result<()> {
         // SAFETY: `ids` and `out` are valid for the lengths given; the callback is the
         // caller's, as they vouched.
         match unsafe { (self.f)(self.user, ids.as_ptr(), ids.len(), out.as_mut_ptr()) } {
@@ -119,7 +121,7 @@ unsafe impl Send for Callback {}
 unsafe impl Sync for Callback {}
 
 impl Callback {
-    fn allows(&self, id: u64) -> crate::Result<bool> {
+    fn allows(&self, id: u64) -> crate::error::Result<bool> {
         // SAFETY: as the caller vouched when setting the callback.
         match unsafe { (self.f)(self.user, id) } {
             r if r > 0 => Ok(true),

@@ -1,6 +1,6 @@
 //! Status codes.
 
-use crate::Error;
+use crate::error::Error;
 use std::ffi::c_char;
 
 /// The result of every fallible call. Numbers are stable: they never change meaning and are

@@ -170,7 +170,7 @@ fn with_sections<R>(ix: IndexLists, cb: &Codebook, f: impl FnOnce(Kind, &[Sectio
     }
 }
 
-fn save(path: &Path, ix: IndexLists, cb: &Codebook) -> crate::Result<()> {
+fn save(path: &Path, ix: IndexLists, cb: &Codebook) -> crate::error::Result<()> {
     write_atomically(path, |file| {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
         with_sections(ix, cb, |kind, s| emit(&mut w, kind, cb.fingerprint, s))?;
@@ -205,15 +205,15 @@ pub(crate) fn try_index_bytes(
     cb: &Codebook,
     lists: &Lists,
     refine: Refine,
-    check: impl FnOnce(usize) -> crate::Result<()>,
-) -> crate::Result<Vec<u8>> {
+    check: impl FnOnce(usize) -> crate::error::Result<()>,
+) -> crate::error::Result<Vec<u8>> {
     with_sections(Some((lists, refine)), cb, |kind, s| {
         let mut n = Counted(0);
         emit(&mut n, kind, cb.fingerprint, s).expect("counting cannot fail");
         check(n.0)?;
         let mut out = Vec::new();
         out.try_reserve_exact(n.0).map_err(|_| {
-            crate::Error::OutOfMemory(format!("serializing an index of {} bytes", n.0))
+            crate::error::Error::OutOfMemory(format!("serializing an index of {} bytes", n.0))
         })?;
         emit(&mut out, kind, cb.fingerprint, s).expect("writing to memory cannot fail");
         Ok(out)
@@ -221,7 +221,7 @@ pub(crate) fn try_index_bytes(
 }
 
 /// Saves a codebook alone (atomically).
-pub fn save_codebook(cb: &Codebook, path: &Path) -> crate::Result<()> {
+pub fn save_codebook(cb: &Codebook, path: &Path) -> crate::error::Result<()> {
     save(path, None, cb)
 }
 
@@ -231,7 +231,7 @@ pub(crate) fn save_index(
     lists: &Lists,
     refine: Refine,
     path: &Path,
-) -> crate::Result<()> {
+) -> crate::error::Result<()> {
     save(path, Some((lists, refine)), cb)
 }
 

@@ -3,8 +3,8 @@
 
 use super::{Filter, Index, MAX_TERM_BYTES};
 use crate::error::Result;
+use crate::params::SearchParams;
 use crate::quant::estimate::{self, Shape};
-use crate::SearchParams;
 
 impl Index {
     /// A search's memory under the context's caps: `OutOfMemory` where its device memory or
@@ -95,7 +95,7 @@ impl Index {
     pub(super) fn add_memory(&self, n: usize, f16: bool) -> (usize, usize) {
         let s = Shape::of_codebook(&self.cb);
         let rs = self.refine.row_bytes(self.cb.dim());
-        let converted = f16 || s.metric == crate::Metric::Cosine;
+        let converted = f16 || s.metric == crate::params::Metric::Cosine;
         let host = estimate::add_bytes(&s, n, rs, self.ctx.threads(), converted);
         let device = estimate::device_build_bytes(self.ctx.backend(), &s, n);
         (host, device)

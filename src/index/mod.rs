@@ -23,12 +23,13 @@ pub use refine::Refine;
 pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 
 use crate::backend::{CodebookView, ListsView};
+use crate::context::watching;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::format::{List, Lists};
-use crate::progress::{watching, Control, Listener, Phase, Progress, SharedProgress, Watch};
+use crate::progress::{Control, Listener, Phase, Progress, SharedProgress, Watch};
 use crate::quant::estimate::{self, Shape};
 use crate::quant::{Codebook, Vectors};
-use crate::Context;
 use ids::IdMap;
 use std::sync::{Arc, OnceLock};
 

@@ -186,7 +186,7 @@ impl Index {
     /// otherwise, and for predicate filters, which are the caller's host code).
     fn range_on_device(
         &self,
-        backend: &dyn crate::Backend,
+        backend: &dyn crate::backend::Backend,
         q: &[f32],
         nprobe: usize,
         bound: f32,

@@ -94,7 +94,7 @@ pub(crate) struct RefineRows<'a> {
     pub ix: &'a super::Index,
 }
 
-impl crate::RawVectors for RefineRows<'_> {
+impl crate::index::RawVectors for RefineRows<'_> {
     fn dim(&self) -> usize {
         self.ix.cb.dim()
     }

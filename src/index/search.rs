@@ -11,10 +11,12 @@ pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
 pub(crate) use super::tables::Tables;
 use super::{fastscan, probe, Filter, Index};
 use crate::backend::{Backend, DeviceRerank};
-use crate::error::{check_finite, raw_not_finite, try_vec, Error, Result};
+use crate::check::check_finite;
+use crate::context::watching;
+use crate::error::{raw_not_finite, try_vec, Error, Result};
 use crate::linalg;
 use crate::params::{Metric, SearchParams};
-use crate::progress::{watching, Control, Phase, Watch};
+use crate::progress::{Control, Phase, Watch};
 use crate::quant::prepare;
 use crate::report::Fallbacks;
 use rayon::prelude::*;
@@ -359,9 +361,9 @@ impl Index {
     /// The checks of the parameters and queries every search makes.
     fn check_queries(&self, queries: &[f32], p: &SearchParams) -> Result<()> {
         p.validate()?;
-        crate::error::whole_rows(queries.len(), self.cb.dim(), "query values")?;
+        crate::check::whole_rows(queries.len(), self.cb.dim(), "query values")?;
         check_finite(queries, "queries")?;
-        crate::error::check_norms(queries, self.cb.dim(), "queries")
+        crate::check::check_norms(queries, self.cb.dim(), "queries")
     }
 
     /// The checks every search with host raw vectors makes; returns the raw vectors to

@@ -5,7 +5,10 @@ use faer::{linalg::matmul::matmul, Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 mod narrow;
+mod rows;
 use narrow::Narrow;
+pub(crate) use rows::unit_row;
+pub use rows::{Poll, RowsView};
 
 /// Whether the nearest of `d`-dimensional rows is found by the fused kernel rather than a
 /// GEMM (rows of at most 32 values, on CPUs with AVX2 and FMA or AVX-512).
@@ -191,7 +194,7 @@ pub(crate) fn scores_block(x: &[f32], c: &[f32], offset: &[f32], d: usize, out: 
 /// and the squared L2 distance (bias excluded, clamped at 0). Ties go to the smaller index.
 /// `poll` is asked before each block of rows; its error stops the work and is returned.
 pub(crate) fn nearest(
-    x: crate::backend::RowsView,
+    x: RowsView,
     xn: &[f32],
     c: &[f32],
     cn: &[f32],
@@ -199,7 +202,7 @@ pub(crate) fn nearest(
     d: usize,
     assign: &mut [u32],
     dist: &mut [f32],
-    poll: crate::backend::Poll,
+    poll: Poll,
 ) -> crate::error::Result<()> {
     let m = cn.len();
     let offset: Vec<f32> = match bias {
@@ -289,7 +292,7 @@ impl<'a> Centroids<'a> {
 }
 
 /// Squared norm of each row of `x`, read a block at a time.
-pub(crate) fn view_norms(x: crate::backend::RowsView) -> Vec<f32> {
+pub(crate) fn view_norms(x: RowsView) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
     out.par_chunks_mut(BLOCK)
         .enumerate()
@@ -476,9 +479,14 @@ mod tests {
 
     #[test]
     fn spectral_norm_bound_is_above_the_norm_and_near_it_for_rotations() {
-        // A rotation: norm 1, and so the bound, within its rounding margin.
+        // A rotation (a Householder reflection I - 2 v v^T / |v|^2): norm 1, and so the
+        // bound, within its rounding margin.
         for dp in [5usize, 64, 130] {
-            let r = crate::quant::rotation::random_orthogonal(dp, 3);
+            let v = crate::synth::gaussian(1, dp, 3);
+            let vv = dot(&v, &v);
+            let r: Vec<f32> = (0..dp * dp)
+                .map(|i| f32::from(i / dp == i % dp) - 2.0 * v[i / dp] * v[i % dp] / vv)
+                .collect();
             let b = spectral_norm_bound(&r, dp);
             assert!((1.0 - 1e-5..1.01).contains(&b), "rotation {dp}: {b}");
         }

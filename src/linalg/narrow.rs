@@ -373,13 +373,18 @@ mod tests {
     fn the_simd_builds_equal_the_portable_kernel_on_real_data() {
         // GloVe demo vectors cut into sub-spaces of several widths; centroids are rows of
         // the data itself (so exact ties occur where rows repeat).
-        let base =
-            crate::vecio::parse_fvecs(include_bytes!("../../tests/data/glove-demo/base.fvecs"))
-                .unwrap();
-        let (n, dim) = (base.rows.min(1000), base.cols);
+        // .fvecs: each row is its dimension (i32) and its values.
+        let raw: &[u8] = include_bytes!("../../tests/data/glove-demo/base.fvecs");
+        let dim = i32::from_le_bytes(raw[..4].try_into().unwrap()) as usize;
+        let data: Vec<f32> = raw
+            .chunks_exact(4 * (dim + 1))
+            .flat_map(|r| r[4..].chunks_exact(4))
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let n = (data.len() / dim).min(1000);
         for d in [2usize, 5, 10, 25] {
             for j in 0..dim / d {
-                let sub: Vec<f32> = base.data[..n * dim]
+                let sub: Vec<f32> = data[..n * dim]
                     .chunks_exact(dim)
                     .flat_map(|r| r[j * d..(j + 1) * d].to_vec())
                     .collect();

@@ -44,7 +44,7 @@ impl Metric {
 }
 
 impl std::str::FromStr for Metric {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "l2" | "euclidean" => Ok(Metric::L2),
@@ -93,7 +93,7 @@ impl std::fmt::Display for Rotation {
 }
 
 impl std::str::FromStr for Rotation {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "none" => Ok(Rotation::None),
@@ -150,7 +150,7 @@ impl ErrorCode {
 }
 
 impl std::str::FromStr for ErrorCode {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(ErrorCode::Auto),
@@ -172,7 +172,7 @@ pub enum Init {
 }
 
 impl std::str::FromStr for Init {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
     fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "kmeans++" | "kmeanspp" => Ok(Init::KMeansPlusPlus),

@@ -27,7 +27,7 @@ pub struct TrainingFit {
 
 /// `TrainingFit` of a training: its sub-quantizers train as many at once as fit.
 pub fn training_fit(
-    b: &dyn crate::Backend,
+    b: &dyn crate::backend::Backend,
     p: &TrainParams,
     n: usize,
     d: usize,
@@ -59,10 +59,12 @@ pub fn training_fit(
 /// How many values of their rows the anchors' sessions on `b` gather at once, reading them
 /// where they lie: the CPU's blocks are counted with its threads; CUDA gathers a few MB for
 /// each upload, WGPU a piece on each of the `threads`.
-fn gathered(b: &dyn crate::Backend, threads: usize) -> usize {
+fn gathered(b: &dyn crate::backend::Backend, threads: usize) -> usize {
     match b.kind() {
-        crate::BackendKind::Cuda => crate::backend::cuda::GATHER_VALUES,
-        crate::BackendKind::Wgpu => threads.max(1) * crate::backend::streaming::WGPU_FILL_PIECE / 4,
+        crate::backend::BackendKind::Cuda => crate::backend::cuda::GATHER_VALUES,
+        crate::backend::BackendKind::Wgpu => {
+            threads.max(1) * crate::backend::streaming::WGPU_FILL_PIECE / 4
+        }
         _ => 0,
     }
 }
@@ -224,7 +226,7 @@ fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [(usize, usize, usi
     };
     let nsub = p.subquantizers(d).max(1);
     let ksub = (1usize << p.bits).min(npq.max(1));
-    let exact = p.anchor.precision == crate::Precision::Exact;
+    let exact = p.anchor.precision == crate::params::Precision::Exact;
     [
         (ns, d, k, exact),
         (npq.min(super::assign_block_rows(d)), d, k, true),
@@ -260,10 +262,15 @@ fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usi
 /// 1 GiB), and the centroids with their split, and their sums where the points are streamed.
 /// Where not even a streamed session fits, the least it opens with (more than `free`).
 /// Checked against measured device peaks (`tests/cuda.rs`). On WGPU, `wgpu_training_bytes`.
-pub fn training_device_bytes(b: &dyn crate::Backend, p: &TrainParams, n: usize, d: usize) -> usize {
+pub fn training_device_bytes(
+    b: &dyn crate::backend::Backend,
+    p: &TrainParams,
+    n: usize,
+    d: usize,
+) -> usize {
     match b.kind() {
-        crate::BackendKind::Cpu => 0,
-        crate::BackendKind::Wgpu => {
+        crate::backend::BackendKind::Cpu => 0,
+        crate::backend::BackendKind::Wgpu => {
             wgpu_training_bytes(p, n, d, b.memory_free(), b.caps().fp16_rows)
         }
         _ => cuda_training_bytes(p, n, d, b.memory_free().unwrap_or(usize::MAX / 2)),
@@ -309,14 +316,14 @@ pub enum Work {
 }
 
 impl std::str::FromStr for Work {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
     /// "train", "build" or "search".
-    fn from_str(s: &str) -> crate::Result<Work> {
+    fn from_str(s: &str) -> crate::error::Result<Work> {
         match s {
             "train" => Ok(Work::Train),
             "build" => Ok(Work::Build),
             "search" => Ok(Work::Search),
-            _ => Err(crate::Error::InvalidArgument(format!(
+            _ => Err(crate::error::Error::InvalidArgument(format!(
                 "work {s:?}: expected train, build or search"
             ))),
         }
@@ -545,10 +552,10 @@ fn device_codebook_bytes(s: &Shape) -> usize {
 /// fp16 split, the anchor scores (at most 256 MiB), the residuals and their rotation, and the
 /// anchor ids and indices; and the codebook, which stays on the device for later calls.
 /// Checked against measured device peaks (`tests/cuda.rs`).
-pub fn device_build_bytes(b: &dyn crate::Backend, s: &Shape, n: usize) -> usize {
+pub fn device_build_bytes(b: &dyn crate::backend::Backend, s: &Shape, n: usize) -> usize {
     match b.kind() {
-        crate::BackendKind::Cpu => return 0,
-        crate::BackendKind::Wgpu => {
+        crate::backend::BackendKind::Cpu => return 0,
+        crate::backend::BackendKind::Wgpu => {
             return wgpu_build_bytes(s, n, b.memory_free(), b.caps().fp16_rows)
         }
         _ => {}
@@ -654,14 +661,14 @@ fn wgpu_training_bytes(
 /// padded and rotated copies and tables, then their candidates. Checked against measured
 /// device peaks (`tests/cuda.rs`).
 pub fn device_search_bytes(
-    kind: crate::BackendKind,
+    kind: crate::backend::BackendKind,
     s: &Shape,
     n: usize,
     nq: usize,
     nprobe: usize,
     want: usize,
 ) -> usize {
-    if kind == crate::BackendKind::Cpu {
+    if kind == crate::backend::BackendKind::Cpu {
         return 0;
     }
     let per_list = s.nsub * s.ksub * 4;

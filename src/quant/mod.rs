@@ -13,7 +13,8 @@ pub use pq::ProductQuantizer;
 use crate::backend::host::sub_columns;
 use crate::backend::layout::{self, source_column};
 use crate::backend::{Backend, CodebookView, RowsView};
-use crate::error::{check_finite, check_norms, Error, Result};
+use crate::check::{check_finite, check_norms};
+use crate::error::{Error, Result};
 use crate::linalg::BLOCK;
 use crate::params::{Metric, Rotation, TrainParams};
 use crate::progress::{Phase, Progress, Watch};
@@ -188,7 +189,7 @@ impl Codebook {
         held: bool,
     ) -> Result<(Codebook, TrainReport)> {
         p.validate()?;
-        crate::error::whole_rows(x.len(), d, "values")?;
+        crate::check::whole_rows(x.len(), d, "values")?;
         if x.is_empty() {
             return Err(Error::NotEnoughData(
                 "0 training vectors: training needs at least 1".into(),
@@ -502,7 +503,7 @@ impl Codebook {
         watch: &Watch,
     ) -> Result<(Vec<u32>, Vec<u8>)> {
         let d = self.d;
-        let n = crate::error::whole_rows(x.len(), d, "values")?;
+        let n = crate::check::whole_rows(x.len(), d, "values")?;
         if let (true, Vectors::F32(xs), false, false) = (
             backend.checks_input(),
             x,
@@ -519,8 +520,8 @@ impl Codebook {
         // Block `start`, checked and prepared for the metric.
         let block_at = |start: usize| -> Result<Cow<'_, [f32]>> {
             let block = x.rows_f32(start, rows.min(n - start), d);
-            crate::error::check_finite_from(&block, "vectors", start * d)?;
-            crate::error::check_norms_from(&block, d, "vectors", start)?;
+            crate::check::check_finite_from(&block, "vectors", start * d)?;
+            crate::check::check_norms_from(&block, d, "vectors", start)?;
             Ok(prepare(block, d, self.metric))
         };
         let mut start = 0;

@@ -62,7 +62,14 @@ pub fn train_anchors(
     p: &AnchorParams,
     progress: &dyn Progress,
 ) -> Result<AnchorResult> {
-    train_anchors_watched(backend, x, d, p, crate::Metric::L2, &Watch::new(progress))
+    train_anchors_watched(
+        backend,
+        x,
+        d,
+        p,
+        crate::params::Metric::L2,
+        &Watch::new(progress),
+    )
 }
 
 /// [`train_anchors`] on `x` prepared for `metric` (rows made unit length for cosine: only the
@@ -73,7 +80,7 @@ pub(crate) fn train_anchors_watched(
     x: &[f32],
     d: usize,
     p: &AnchorParams,
-    metric: crate::Metric,
+    metric: crate::params::Metric,
     watch: &Watch,
 ) -> Result<AnchorResult> {
     let tick = |it| watch.report(Phase::Anchors, it, p.max_iters);
@@ -96,7 +103,16 @@ pub fn train_anchors_from(
     tick: &(dyn Fn(usize) -> Result<()> + Sync),
     poll: Poll,
 ) -> Result<AnchorResult> {
-    train_anchors_prepared(backend, x, d, p, init, tick, poll, crate::Metric::L2)
+    train_anchors_prepared(
+        backend,
+        x,
+        d,
+        p,
+        init,
+        tick,
+        poll,
+        crate::params::Metric::L2,
+    )
 }
 
 /// `train_anchors_from` on `x` prepared for `metric`: the rows it trains on (a sample, or
@@ -111,10 +127,10 @@ fn train_anchors_prepared(
     init: Option<&[f32]>,
     tick: &(dyn Fn(usize) -> Result<()> + Sync),
     poll: Poll,
-    metric: crate::Metric,
+    metric: crate::params::Metric,
 ) -> Result<AnchorResult> {
     p.validate()?;
-    let n = crate::error::whole_rows(x.len(), d, "values")?;
+    let n = crate::check::whole_rows(x.len(), d, "values")?;
     let k = p.anchors;
     if n < k {
         return Err(Error::NotEnoughData(format!(
@@ -134,14 +150,14 @@ fn train_anchors_prepared(
         x,
         d,
         pick: idx.as_deref(),
-        unit: metric == crate::Metric::Cosine,
+        unit: metric == crate::params::Metric::Cosine,
     };
     let ns = xs.len();
     // A session that trains on every point checks them on their way to the device; a sample
     // does not cover every point, so the host checks the whole input first.
     let session_checks = backend.checks_input() && xs.is_plain();
     if !session_checks {
-        crate::error::check_finite(x, "training vectors")?;
+        crate::check::check_finite(x, "training vectors")?;
     }
     trace.mark("check+sample", || ());
 

@@ -170,7 +170,7 @@ impl CudaBackend {
                     taken?;
                     let Some(host) = filled? else {
                         s.synchronize().map_err(|e| dev_err("encode", e))?;
-                        return Err(crate::error::non_finite_in(x, "vectors"));
+                        return Err(crate::check::non_finite_in(x, "vectors"));
                     };
                     host_trace.mark("fill", || ());
                     trace.mark(s, "fill");
@@ -274,7 +274,7 @@ impl CudaBackend {
             },
             "finite check",
         )?;
-        if cb.metric == crate::Metric::Cosine {
+        if cb.metric == crate::params::Metric::Cosine {
             let (ri, di) = (rows as i32, d as i32);
             // SAFETY: x holds rows x d floats.
             ran(

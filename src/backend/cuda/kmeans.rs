@@ -256,7 +256,7 @@ impl<'a> CudaSession<'a> {
             // Checked whole first, so that an error names its position in `x`. Rows read
             // through a sample or made unit length come from a training that checked them.
             if x.is_plain() {
-                crate::error::check_finite(x.x, "training vectors")?;
+                crate::check::check_finite(x.x, "training vectors")?;
             }
             // SAFETY (all three): `Points::load` writes a block's rows before anything reads them.
             unsafe {
@@ -431,7 +431,7 @@ impl KmeansSession for CudaSession<'_> {
 
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
         let d = self.d;
-        let k = crate::error::whole_rows(centroids.len(), d, "centroid values")?;
+        let k = crate::check::whole_rows(centroids.len(), d, "centroid values")?;
         if k == 0 {
             return Err(Error::InvalidArgument("no centroids".into()));
         }

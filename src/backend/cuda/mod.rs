@@ -310,13 +310,13 @@ impl CudaBackend {
         // Page-locked copies run at about three times the speed of pageable ones (streamed
         // k-means sessions upload blocks of a few MB at every pass).
         let Some(st) = (v.len() >= STAGE / 4).then(|| dev.staging()).flatten() else {
-            crate::error::check_finite(v, what)?;
+            crate::check::check_finite(v, what)?;
             return s.memcpy_htod(v, out).map_err(|e| dev_err("upload", e));
         };
         for (i, chunk) in v.chunks(STAGE).enumerate() {
             let b = i % BUFS;
             let Some(host) = st.fill(b, chunk)? else {
-                return Err(crate::error::non_finite_in(v, what));
+                return Err(crate::check::non_finite_in(v, what));
             };
             let mut dst = out.slice_mut(i * STAGE..i * STAGE + chunk.len());
             // From page-locked memory the copy is asynchronous: the event says when the
@@ -408,9 +408,9 @@ impl Backend for CudaBackend {
     fn kmeans_session_in_place<'a>(
         &'a self,
         rows: RowsView<'a>,
-        precision: crate::Precision,
+        precision: crate::params::Precision,
     ) -> Result<Box<dyn KmeansSession + 'a>> {
-        let tf32 = precision == crate::Precision::Tf32;
+        let tf32 = precision == crate::params::Precision::Tf32;
         Ok(Box::new(CudaSession::new(self, rows, tf32)?))
     }
     fn pq_assign(&self, y: &[f32], nsub: usize, dsub: usize, books: &[f32]) -> Result<Vec<u8>> {
@@ -447,7 +447,7 @@ impl Backend for CudaBackend {
     }
 
     fn encode_residuals(&self, cb: &CodebookView, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
-        let n = crate::error::whole_rows(x.len(), cb.d, "values")?;
+        let n = crate::check::whole_rows(x.len(), cb.d, "values")?;
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
@@ -455,7 +455,7 @@ impl Backend for CudaBackend {
             return Ok(r);
         }
         // Shapes the kernels do not take, or no page-locked memory: step by step.
-        crate::error::check_finite(x, "vectors")?;
+        crate::check::check_finite(x, "vectors")?;
         super::host::encode_in_steps(self, cb, x)
     }
 
@@ -483,9 +483,9 @@ impl Backend for CudaBackend {
                 .map_err(|e| dev_err("download", e))?;
         }
         self.d2h.fetch_add(bytes as u64, Ordering::Relaxed);
-        crate::error::check_finite(&x, "vectors")?;
+        crate::check::check_finite(&x, "vectors")?;
         let x = match cb.metric {
-            crate::Metric::Cosine => super::layout::unit_rows(x, cb.d),
+            crate::params::Metric::Cosine => super::layout::unit_rows(x, cb.d),
             _ => x.into(),
         };
         super::host::encode_in_steps(self, cb, &x)

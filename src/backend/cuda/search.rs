@@ -91,8 +91,10 @@ impl DeviceLists {
         let m = lists.nlist;
         let (start, ids, codes) = lists.flatten();
         let terms = match lists.l2_terms {
-            Some(t) if cb.metric == crate::Metric::L2 && cb.levels.is_empty() => b.up(s, t)?,
-            Some(t) if cb.metric == crate::Metric::L2 => {
+            Some(t) if cb.metric == crate::params::Metric::L2 && cb.levels.is_empty() => {
+                b.up(s, t)?
+            }
+            Some(t) if cb.metric == crate::params::Metric::L2 => {
                 let per = cb.nsub * cb.ksub();
                 let mut all = Vec::with_capacity(m * (per + cb.levels.len()));
                 for list in t.chunks_exact(per) {
@@ -111,7 +113,7 @@ impl DeviceLists {
             books: cb.nsub,
             ksub: cb.ksub(),
             dsub: cb.dsub,
-            l2: cb.metric == crate::Metric::L2,
+            l2: cb.metric == crate::params::Metric::L2,
             codes: if codes.is_empty() {
                 CudaBackend::zeros(s, 1)?
             } else {
@@ -290,9 +292,9 @@ impl CudaBackend {
         let mut out_id = unsafe { CudaBackend::filled_later::<u64>(s, nb * k)? };
         let mut out_d = unsafe { CudaBackend::filled_later::<f32>(s, nb * k)? };
         let metric = match cb.metric {
-            crate::Metric::L2 => 0i32,
-            crate::Metric::InnerProduct => 1,
-            crate::Metric::Cosine => 2,
+            crate::params::Metric::L2 => 0i32,
+            crate::params::Metric::InnerProduct => 1,
+            crate::params::Metric::Cosine => 2,
         };
         let vec4 = d % 4 == 0 && raw.at.is_multiple_of(16);
         let (di, wi, ki, n) = (d as i32, want as i32, k as i32, raw.n as u64);
@@ -580,13 +582,13 @@ impl CudaBackend {
             return Ok((counts, Vec::new(), Vec::new()));
         }
         if total > most_hits as u64 {
-            return Err(crate::Error::OutOfMemory(format!(
+            return Err(crate::error::Error::OutOfMemory(format!(
                 "range search: {total} hits in a batch of {nb} queries pass the {most_hits} \
                  that fit under the context's memory cap"
             )));
         }
         let n = usize::try_from(total)
-            .map_err(|_| crate::Error::OutOfMemory(format!("range search: {total} hits")))?;
+            .map_err(|_| crate::error::Error::OutOfMemory(format!("range search: {total} hits")))?;
         let at = self.up(s, &at)?;
         let mut cursor = CudaBackend::zeros::<u32>(s, nb)?;
         let (mut ids, mut dist) = (

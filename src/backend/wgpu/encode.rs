@@ -112,7 +112,7 @@ pub(super) fn encode_residuals(
 ) -> Result<(Vec<u32>, Vec<u8>)> {
     let (d, dp, nsub, dsub) = (cb.d, cb.dp(), cb.nsub, cb.dsub);
     if !b.pq_fits(dsub, cb.ksub()) || dp < d {
-        crate::error::check_finite(x, "vectors")?;
+        crate::check::check_finite(x, "vectors")?;
         return crate::backend::host::encode_in_steps(b, cb, x);
     }
     let n = x.len() / d;
@@ -156,7 +156,7 @@ pub(super) fn encode_residuals(
         let mut enc = b.encoder();
         // Checked as it goes up: the caller leaves that to us (`checks_input`).
         let Some(xd) = b.upload_finite(block, "vectors")? else {
-            return Err(crate::error::non_finite_in(x, "vectors"));
+            return Err(crate::check::non_finite_in(x, "vectors"));
         };
         trace.mark(b, &mut enc, "upload");
         let xn = b.zeros(rows * 4, "vector norms")?;

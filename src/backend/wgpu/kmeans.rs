@@ -128,10 +128,10 @@ impl<'a> WgpuSession<'a> {
         // Where a value is not finite, the error names its position in the caller's rows
         // (rows read through a sample, or made unit length, come from a training that
         // checked them all).
-        let bad = || crate::error::non_finite_in(x.x, "training vectors");
+        let bad = || crate::check::non_finite_in(x.x, "training vectors");
         if streamed.is_some() {
             if x.is_plain() {
-                crate::error::check_finite(x.x, "training vectors")?;
+                crate::check::check_finite(x.x, "training vectors")?;
             }
             blocks.push((0, per, b.zeros(per * d * 4, "training points")?));
             if let Some(m) = b.mma() {
@@ -220,7 +220,7 @@ impl KmeansSession for WgpuSession<'_> {
 
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
         let (b, d) = (self.b, self.d);
-        let k = crate::error::whole_rows(centroids.len(), d, "centroid values")?;
+        let k = crate::check::whole_rows(centroids.len(), d, "centroid values")?;
         if k == 0 {
             return Err(Error::InvalidArgument("no centroids".into()));
         }

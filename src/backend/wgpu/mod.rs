@@ -345,7 +345,7 @@ impl Backend for WgpuBackend {
     fn kmeans_session_in_place<'a>(
         &'a self,
         rows: RowsView<'a>,
-        _precision: crate::Precision, // exact always: the fp32 answers, on any kernel
+        _precision: crate::params::Precision, // exact always: the fp32 answers, on any kernel
     ) -> Result<Box<dyn KmeansSession + 'a>> {
         Ok(Box::new(WgpuSession::new(self, rows)?))
     }

@@ -91,7 +91,7 @@ impl DeviceLists {
         // Fewer than 2^32 vectors (search_lists checks): offsets fit the kernel's words.
         let start: Vec<u32> = start.iter().map(|&v| v as u32).collect();
         let vterm = match cb.metric {
-            crate::Metric::L2 if !ids.is_empty() => {
+            crate::params::Metric::L2 if !ids.is_empty() => {
                 b.upload(&vector_terms(cb, lists), "vector terms")?
             }
             _ => b.zeros(4, "vector terms")?,
@@ -211,7 +211,7 @@ fn search_batch(
 ) -> Result<(Vec<u64>, Vec<f32>)> {
     let (d, dp, m, nsub) = (cb.d, cb.dp(), dl.m, cb.nsub);
     let nb = q.len() / d;
-    let l2 = cb.metric == crate::Metric::L2;
+    let l2 = cb.metric == crate::params::Metric::L2;
     let qd = b.upload(q, "queries")?;
     let scores = b.zeros(nb * m * 4, "coarse scores")?;
     let probes = b.zeros(nb * nprobe * 4, "probes")?;

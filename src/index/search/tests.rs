@@ -76,7 +76,10 @@ fn the_block_scan_keeps_what_the_plain_scan_keeps() {
 /// The GloVe demo vectors (50-d) in a 4-bit index of 16 B with the default (learned)
 /// rotation, the vectors and the demo queries.
 fn glove_demo_4bit() -> (Index, Vec<f32>, Vec<f32>) {
-    use crate::{BackendKind, Compressor, Context, TrainParams};
+    use crate::backend::BackendKind;
+    use crate::compressor::Compressor;
+    use crate::context::Context;
+    use crate::params::TrainParams;
     let base =
         crate::vecio::parse_fvecs(include_bytes!("../../../tests/data/glove-demo/base.fvecs"))
             .unwrap();
@@ -102,7 +105,10 @@ fn glove_demo_4bit() -> (Index, Vec<f32>, Vec<f32>) {
 /// (under a bit a dimension: queries rotated in integers where the CPU can), and the
 /// queries.
 fn glove_demo_wide(metric: Metric) -> (Index, Vec<f32>) {
-    use crate::{BackendKind, Compressor, Context, TrainParams};
+    use crate::backend::BackendKind;
+    use crate::compressor::Compressor;
+    use crate::context::Context;
+    use crate::params::TrainParams;
     let read = |b: &[u8]| crate::vecio::parse_fvecs(b).unwrap().data;
     let base = read(include_bytes!("../../../tests/data/glove-demo/base.fvecs"));
     let query = read(include_bytes!("../../../tests/data/glove-demo/query.fvecs"));

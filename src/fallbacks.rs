@@ -1,5 +1,7 @@
 //! The reasons a device backend leaves part of a call to the host: what `Caps::declines`
-//! answers and a call's run report (`crate::report`) lists.
+//! answers and a call's run report lists.
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Reasons a device context did part of a call on the host, as bits (C `vlcc_fallback`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -64,5 +66,19 @@ impl std::ops::BitOr for Fallbacks {
     type Output = Fallbacks;
     fn bitor(self, o: Fallbacks) -> Fallbacks {
         Fallbacks(self.0 | o.0)
+    }
+}
+
+/// A call's fallbacks as they happen, from any of its threads.
+#[derive(Default)]
+pub(crate) struct Recorder(AtomicU32);
+
+impl Recorder {
+    pub fn add(&self, f: Fallbacks) {
+        self.0.fetch_or(f.0, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Fallbacks {
+        Fallbacks(self.0.load(Ordering::Relaxed))
     }
 }
