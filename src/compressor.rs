@@ -5,6 +5,7 @@ use crate::backend;
 use crate::context::watching;
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::index::memory as index_memory;
 use crate::index::Index;
 use crate::params::TrainParams;
 use crate::progress::{Control, Listener, Progress, SharedProgress, Watch};
@@ -103,9 +104,8 @@ impl Compressor {
         self.params.validate()?;
         estimate::rows_within_reach(n, d, "estimating memory")?;
         let threads = self.ctx.threads();
-        let kind = self.ctx.backend().kind();
         let shape = match (&self.codebook, work) {
-            (Some(cb), Work::Build | Work::Search) if cb.dim() == d => Shape::of_codebook(cb),
+            (Some(cb), Work::Build | Work::Search) if cb.dim() == d => cb.shape(),
             (_, Work::Train) => Shape::of_params(&self.params, n, d),
             _ => Shape::of_params(&self.params, usize::MAX, d),
         };
@@ -118,19 +118,15 @@ impl Compressor {
                 Ok((host, device))
             }
             Work::Build => Ok((
-                estimate::add_bytes(&shape, n, 0, threads, cosine),
-                estimate::device_build_bytes(self.ctx.backend(), &shape, n),
+                index_memory::add_bytes(&shape, n, 0, threads, cosine),
+                self.ctx.backend().encode_device_bytes(&shape, n),
             )),
-            Work::Search => {
-                let block = threads * 128;
-                let host = estimate::tables_bytes(&shape, crate::index::MAX_TERM_BYTES)
-                    + estimate::fast_scan_bytes(&shape, n)
-                    + estimate::search_bytes(&shape, block, 0, 0, threads);
-                // On the device: a full batch of queries at the default k and nprobe.
-                let p = crate::params::SearchParams::default();
-                let device = estimate::device_search_bytes(kind, &shape, n, 4096, p.nprobe, p.k);
-                Ok((host, device))
-            }
+            Work::Search => Ok(index_memory::first_search_bytes(
+                self.ctx.backend(),
+                &shape,
+                n,
+                threads,
+            )),
         }
     }
 
@@ -147,11 +143,11 @@ impl Compressor {
     /// `OutOfMemory` where encoding `n` vectors (`converted` from f16) with `cb` needs more
     /// than the context's caps: its working memory and the records it returns.
     fn fit_encode(&self, cb: &Codebook, n: usize, converted: bool) -> Result<()> {
-        let s = Shape::of_codebook(cb);
+        let s = cb.shape();
         let converted = converted || s.metric == crate::params::Metric::Cosine;
         let records = n.saturating_mul(cb.codec_size());
         let host = estimate::encode_bytes(&s, n, self.ctx.threads(), converted, records);
-        let device = estimate::device_build_bytes(self.ctx.backend(), &s, n);
+        let device = self.ctx.backend().encode_device_bytes(&s, n);
         self.ctx
             .check_caps((host, device), || format!("encoding {n} vectors"))
     }
@@ -260,11 +256,7 @@ impl Compressor {
     pub fn decode(&self, codes: &[u8]) -> Result<Vec<f32>> {
         let cb = self.codebook()?;
         let n = codes.len() / cb.codec_size().max(1);
-        let need = estimate::decode_bytes(
-            &Shape::of_codebook(cb),
-            n,
-            n * (4 + cb.residual_code_size()),
-        );
+        let need = estimate::decode_bytes(&cb.shape(), n, n * (4 + cb.residual_code_size()));
         self.ctx
             .check_cap(need, || format!("decoding {n} vectors"))?;
         self.ctx.run(|_| cb.decode(codes))

@@ -10,7 +10,7 @@ pub mod cuda;
 pub(crate) mod host;
 pub(crate) mod layout;
 mod options;
-pub(crate) mod streaming;
+mod shape;
 #[cfg(not(feature = "wgpu"))]
 mod unavailable;
 mod view;
@@ -21,6 +21,7 @@ pub use crate::fallbacks::Fallbacks;
 pub use crate::linalg::{Poll, RowsView};
 pub use cpu::CpuBackend;
 pub use options::{BackendOptions, Cooperative, ShaderChecks, TraceSink, WgpuOptions};
+pub use shape::{KmeansShape, PqAssignShape, SearchShape, Shape};
 pub use view::{Caps, CodebookView, ListsView};
 
 use crate::error::Result;
@@ -133,14 +134,17 @@ pub trait KmeansSession {
     fn assignment_with_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)>;
 }
 
+/// A device range search's answer: hits per query, then their ids and scores.
+pub type RangeHits = (Vec<usize>, Vec<u64>, Vec<f32>);
+
 /// A compute device.
 ///
 /// Device backends hold their device through each call and copy data on rayon's global pool
 /// meanwhile, so they must not be called from inside that pool's tasks: a task that the
 /// copying thread picks up while it waits could need the same device.
-/// A device range search's answer: hits per query, then their ids and scores.
-pub type RangeHits = (Vec<usize>, Vec<u64>, Vec<f32>);
-
+///
+/// Each backend answers for its own memory: the device bytes a piece of work takes, from
+/// its plain shape (`shape`), before the work starts; the host's figures are the callers'.
 pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Human-readable device description.
@@ -164,6 +168,29 @@ pub trait Backend: Send + Sync {
     /// call on; the CPU answers `None`.
     fn memory_usage(&self, _reset: bool) -> Option<(usize, usize)> {
         None
+    }
+    /// Values of a session's rows the host gathers at once when `threads` threads hand them
+    /// to the device where they lie (0: the host's own blocks, counted by the caller).
+    fn gathered_values(&self, _threads: usize) -> usize {
+        0
+    }
+    /// Device bytes a k-means session of this shape holds at its peak, with what is free
+    /// under the cap now; where not even its least form fits, that least (more than free).
+    fn kmeans_device_bytes(&self, _s: KmeansShape) -> usize {
+        0
+    }
+    /// Device bytes a product-quantizer assignment of this shape holds at its peak.
+    fn pq_assign_device_bytes(&self, _s: PqAssignShape) -> usize {
+        0
+    }
+    /// Device bytes encoding (or adding) `n` vectors of this shape takes at its peak, the
+    /// codebook's copy, which stays for later calls, included.
+    fn encode_device_bytes(&self, _s: &Shape, _n: usize) -> usize {
+        0
+    }
+    /// Device bytes a search of the lists of this shape takes at its peak.
+    fn search_device_bytes(&self, _s: &SearchShape) -> usize {
+        0
     }
     /// A session that runs k-means steps on `x` (n x d), computing distances at `precision`
     /// where the device offers a choice.

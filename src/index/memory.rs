@@ -1,10 +1,11 @@
 //! What an index's adds and searches take in memory: the estimates callers read and the fit
 //! of each search under the context's caps.
 
-use super::{Filter, Index, MAX_TERM_BYTES};
+use super::{coarse8, Filter, Index, MAX_TERM_BYTES};
+use crate::backend::{Backend, SearchShape, Shape};
 use crate::error::Result;
-use crate::params::SearchParams;
-use crate::quant::estimate::{self, Shape};
+use crate::params::{Metric, SearchParams};
+use crate::quant::estimate;
 
 impl Index {
     /// A search's memory under the context's caps: `OutOfMemory` where its device memory or
@@ -23,28 +24,26 @@ impl Index {
         filter: Option<&Filter>,
     ) -> Result<usize> {
         self.search_within_reach(nq, nprobe, k)?;
-        let s = Shape::of_codebook(&self.cb);
-        let kind = self.ctx.backend().kind();
-        let device = estimate::device_search_bytes(kind, &s, self.len(), nq, nprobe, want);
+        let s = self.cb.shape();
+        let device = device_search_bytes(self.ctx.backend(), s, self.len(), nq, nprobe, want);
         let what = || format!("searching {nq} queries for {k} results");
         self.ctx.check_caps((0, device), what)?;
         let cap = self.ctx.memory_cap();
         if cap == 0 {
             return Ok(usize::MAX);
         }
-        let work = estimate::search_bytes(&s, nq, k, want, self.ctx.threads())
+        let work = search_bytes(&s, nq, k, want, self.ctx.threads())
             .saturating_add(self.filter_bytes(filter));
         self.ctx.check_cap(work, what)?;
         let mut room = cap - work;
         if self.tables.get().is_none() {
-            let t = estimate::tables_bytes(&s, MAX_TERM_BYTES);
+            let t = tables_bytes(&s, MAX_TERM_BYTES);
             if t <= room {
                 room -= t;
                 self.build_tables()?;
             } else {
                 // Each task makes light tables instead.
-                let light = estimate::search_tasks(nq, self.ctx.threads())
-                    * estimate::light_tables_bytes(&s);
+                let light = search_tasks(nq, self.ctx.threads()) * light_tables_bytes(&s);
                 self.ctx.check_cap(work + light, || {
                     format!("searching {nq} queries for {k} results without search tables")
                 })?;
@@ -52,7 +51,7 @@ impl Index {
             }
         }
         if self.scans_blocks() && self.packed4.get().is_none() {
-            let b = estimate::fast_scan_bytes(&s, self.len());
+            let b = fast_scan_bytes(&s, self.len());
             if b <= room {
                 room -= b;
                 self.build_packed4();
@@ -93,11 +92,11 @@ impl Index {
 
     /// `estimate_add_memory` for input in f16 where `f16` (converted a block at a time).
     pub(super) fn add_memory(&self, n: usize, f16: bool) -> (usize, usize) {
-        let s = Shape::of_codebook(&self.cb);
+        let s = self.cb.shape();
         let rs = self.refine.row_bytes(self.cb.dim());
-        let converted = f16 || s.metric == crate::params::Metric::Cosine;
-        let host = estimate::add_bytes(&s, n, rs, self.ctx.threads(), converted);
-        let device = estimate::device_build_bytes(self.ctx.backend(), &s, n);
+        let converted = f16 || s.metric == Metric::Cosine;
+        let host = add_bytes(&s, n, rs, self.ctx.threads(), converted);
+        let device = self.ctx.backend().encode_device_bytes(&s, n);
         (host, device)
     }
 
@@ -109,18 +108,174 @@ impl Index {
     /// holds are an `OutOfMemory`, never a figure that wrapped.
     pub fn estimate_search_memory(&self, nq: usize, p: &SearchParams) -> Result<(usize, usize)> {
         self.search_within_reach(nq, p.nprobe, p.k.max(p.rerank))?;
-        let s = Shape::of_codebook(&self.cb);
-        let mut host = estimate::search_bytes(&s, nq, p.k, self.candidates(p), self.ctx.threads());
+        let s = self.cb.shape();
+        let mut host = search_bytes(&s, nq, p.k, self.candidates(p), self.ctx.threads());
         if self.tables.get().is_none() {
-            host += estimate::tables_bytes(&s, MAX_TERM_BYTES);
+            host += tables_bytes(&s, MAX_TERM_BYTES);
         }
         if self.scans_blocks() && self.packed4.get().is_none() {
-            host += estimate::fast_scan_bytes(&s, self.len());
+            host += fast_scan_bytes(&s, self.len());
         }
-        let kind = self.ctx.backend().kind();
-        Ok((
-            host,
-            estimate::device_search_bytes(kind, &s, self.len(), nq, p.nprobe, self.candidates(p)),
-        ))
+        let want = self.candidates(p);
+        let device = device_search_bytes(self.ctx.backend(), s, self.len(), nq, p.nprobe, want);
+        Ok((host, device))
     }
+}
+
+/// Device bytes a search of `nq` queries (`nprobe` lists, `want` candidates each) over `n`
+/// vectors of shape `s` takes on `b` (0 on the CPU): the lists' L2 terms go up with them
+/// where the host keeps them (within `MAX_TERM_BYTES`).
+pub(crate) fn device_search_bytes(
+    b: &dyn Backend,
+    s: Shape,
+    n: usize,
+    nq: usize,
+    nprobe: usize,
+    want: usize,
+) -> usize {
+    let terms = s.metric == Metric::L2 && s.anchors * s.nsub * s.ksub * 4 <= MAX_TERM_BYTES;
+    b.search_device_bytes(&SearchShape {
+        codes: s,
+        n,
+        nq,
+        nprobe,
+        want,
+        terms,
+    })
+}
+
+/// The memory (host, device) of a first search of an index of `n` vectors of shape `s` on
+/// `b` with `threads` threads, before one exists: the search tables, fast-scan blocks and
+/// a block of queries per thread on the host; on the device, the lists uploaded and a full
+/// batch of 4,096 queries at the default `k` and `nprobe`.
+pub(crate) fn first_search_bytes(
+    b: &dyn Backend,
+    s: &Shape,
+    n: usize,
+    threads: usize,
+) -> (usize, usize) {
+    let host = tables_bytes(s, MAX_TERM_BYTES)
+        + fast_scan_bytes(s, n)
+        + search_bytes(s, threads * 128, 0, 0, threads);
+    let p = SearchParams::default();
+    (host, device_search_bytes(b, *s, n, 4096, p.nprobe, p.k))
+}
+
+/// Bytes adding `n` vectors to an index allocates at its peak: the encoding (`encode_bytes`),
+/// after which, beside its results: with refinement rows (`refine_row` bytes each), the vectors
+/// prepared for the metric (cosine) with what the codes decode to and the decoder's two
+/// intermediate copies, then the rows made; and what the lists grow by (an id, a code and a
+/// refinement row each, and 2% for the allocator around each list's buffers: 1M x 768 at
+/// 64 B peaked 1.7% over their bytes) while the rows are still held.
+pub(crate) fn add_bytes(
+    s: &Shape,
+    n: usize,
+    refine_row: usize,
+    threads: usize,
+    converted: bool,
+) -> usize {
+    let f = 4;
+    let rows = n * refine_row;
+    let grown = n * (8 + s.code + refine_row);
+    let held = grown + grown / 50 + rows;
+    let refine = if refine_row > 0 {
+        let prepared = if s.metric == Metric::Cosine {
+            n * s.d * f
+        } else {
+            0
+        };
+        prepared + n * (s.d + 2 * s.dp) * f
+    } else {
+        0
+    };
+    estimate::encode_bytes(s, n, threads, converted, refine.max(held))
+}
+
+/// Bytes of the search tables an index builds at its first search: every list's terms under
+/// L2 (M x ksub floats a list), the rotated anchors and the anchors' axes for probing, each
+/// where within `cap` (512 MB), the anchors in 8-bit integers and the rotation's columns that
+/// meet a query's dimensions, and the anchors' norms and the transposed sub-quantizer
+/// centroids.
+pub(crate) fn tables_bytes(s: &Shape, cap: usize) -> usize {
+    let f = 4;
+    let fits = |v: usize| if v * f <= cap { v * f } else { 0 };
+    let rotated = fits(s.anchors * s.dp);
+    let terms = if s.metric == Metric::L2 && rotated > 0 {
+        fits(s.anchors * s.nsub * s.ksub)
+    } else {
+        0
+    };
+    // The anchors' axes for probing with bounds. Finding them holds a few MB more for a
+    // moment, at the first search's start, before its queries' buffers are taken.
+    let probe = super::probe::held_under(s.anchors, s.d, cap);
+    rotated + terms + probe + always_bytes(s) + s.anchors * f + s.dp * s.ksub * f
+}
+
+/// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, at most
+/// one block's padding per list, and each list's offset. 0 for 8-bit codes.
+pub(crate) fn fast_scan_bytes(s: &Shape, n: usize) -> usize {
+    if s.ksub != 16 {
+        return 0;
+    }
+    let per_vector = s.nsub.div_ceil(2);
+    n * per_vector + s.anchors * (32 * per_vector + 8)
+}
+
+/// Bytes a search of `nq` queries with `want` candidates each allocates besides the tables and
+/// blocks it may build: its results (`k` ids and distances a query), the queries prepared for
+/// the metric (cosine), and per task (a block of up to 128 queries; as many at once as
+/// threads) the block's anchor scores with its padded and rotated copies (and the rotation's
+/// products in integers, where taken so), coarse distances,
+/// query tables and candidates.
+pub(crate) fn search_bytes(s: &Shape, nq: usize, k: usize, want: usize, threads: usize) -> usize {
+    let f = 4;
+    let results = nq * k * 12;
+    let prepared = if s.metric == Metric::Cosine {
+        nq * s.d * f
+    } else {
+        0
+    };
+    let rows = nq.min(128);
+    // Every anchor's product with each query: f32, or integers in padded tiles.
+    let scores = (rows * s.anchors * f).max(coarse8::block_bytes(s.anchors, s.d, rows));
+    // The rotation's products in integers (rows of it at most dp), where taken so.
+    let rotation = if s.rotated && coarse8::rotates(s.code, s.d) {
+        coarse8::block_bytes(s.dp, s.d, rows)
+    } else {
+        0
+    };
+    let per_task = scores
+        + rotation
+        + rows * 2 * s.dp * f
+        + s.anchors * (f + 8)
+        + 2 * s.nsub * s.ksub * f
+        + s.dp * f
+        + want * 16;
+    results + prepared + search_tasks(nq, threads) * per_task
+}
+
+/// Tasks of a search of `nq` queries that run at once on `threads` threads.
+pub(crate) fn search_tasks(nq: usize, threads: usize) -> usize {
+    threads.max(1).min(nq.div_ceil(16).max(1))
+}
+
+/// Bytes each search task makes where the index's tables are not built (under a memory cap
+/// that leaves them no room): the anchors' norms, the transposed centroids, a list's terms,
+/// and the rotation's columns and the anchors in 8-bit integers that every search uses.
+pub(crate) fn light_tables_bytes(s: &Shape) -> usize {
+    (s.anchors + s.dp * s.ksub + s.nsub * s.ksub + s.dp) * 4 + always_bytes(s)
+}
+
+/// The tables' parts made under any cap, as they are no larger than what the codebook holds:
+/// the rotation's columns that meet a query's dimensions (in f32, and in 8-bit integers
+/// where the CPU has their kernel), and the anchors in 8-bit integers likewise. A search uses
+/// them with or without room for the rest, so that it gives the same results.
+fn always_bytes(s: &Shape) -> usize {
+    let ints = if coarse8::rotates(s.code, s.d) {
+        coarse8::held(s.dp, s.d)
+    } else {
+        0
+    };
+    let rot_in = if s.rotated { s.dp * s.d * 4 + ints } else { 0 };
+    rot_in + coarse8::held(s.anchors, s.d)
 }

@@ -8,7 +8,7 @@ mod fastscan;
 mod filter;
 mod ids;
 mod keep;
-mod memory;
+pub(crate) mod memory;
 pub(crate) mod probe;
 mod range;
 mod raw;
@@ -28,7 +28,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::format::{List, Lists};
 use crate::progress::{Control, Listener, Phase, Progress, SharedProgress, Watch};
-use crate::quant::estimate::{self, Shape};
+use crate::quant::estimate;
 use crate::quant::{Codebook, Vectors};
 use ids::IdMap;
 use std::sync::{Arc, OnceLock};
@@ -751,7 +751,7 @@ impl Index {
     /// context's cap. The id map, built once, is not counted.
     fn fit_decode(&self, n: usize) -> Result<()> {
         let gathered = n * (8 + 4 + self.cb.residual_code_size());
-        let need = estimate::decode_bytes(&Shape::of_codebook(&self.cb), n, gathered);
+        let need = estimate::decode_bytes(&self.cb.shape(), n, gathered);
         self.ctx.check_cap(need, || format!("decoding {n} vectors"))
     }
 

@@ -2,11 +2,12 @@
 //! `Codebook::train` and the CPU backend allocate for `n` x `d` vectors (the caller's own
 //! vectors not counted). Checked against measured peaks in `tests/memory_estimate.rs`.
 
-use crate::backend::streaming::wgpu_streamed_rows;
+use crate::backend::{Backend, KmeansShape, PqAssignShape};
 use crate::error::{Error, Result};
-use crate::index::coarse8;
 use crate::linalg::{fused_nearest, nearest_bytes, BLOCK};
 use crate::params::{Metric, Rotation, TrainParams};
+
+pub use crate::backend::Shape;
 
 /// How a training of `n` x `d` vectors with `p` on `b` with `threads` threads fits under a
 /// host cap of `cap` bytes (0: none).
@@ -27,14 +28,14 @@ pub struct TrainingFit {
 
 /// `TrainingFit` of a training: its sub-quantizers train as many at once as fit.
 pub fn training_fit(
-    b: &dyn crate::backend::Backend,
+    b: &dyn Backend,
     p: &TrainParams,
     n: usize,
     d: usize,
     threads: usize,
     cap: usize,
 ) -> TrainingFit {
-    let gathered = gathered(b, threads);
+    let gathered = b.gathered_values(threads);
     let bytes = |a: usize, held: bool| training_host_bytes(p, n, d, threads, gathered, a, held);
     let most = threads.max(1).min(p.subquantizers(d).max(1));
     let fit = |a: usize, held: bool| TrainingFit {
@@ -54,19 +55,6 @@ pub fn training_fit(
         .chain(rebuilds)
         .find(|&(a, h)| bytes(a, h) <= cap)
         .map_or(fit(1, alternates), |(a, h)| fit(a, h))
-}
-
-/// How many values of their rows the anchors' sessions on `b` gather at once, reading them
-/// where they lie: the CPU's blocks are counted with its threads; CUDA gathers a few MB for
-/// each upload, WGPU a piece on each of the `threads`.
-fn gathered(b: &dyn crate::backend::Backend, threads: usize) -> usize {
-    match b.kind() {
-        crate::backend::BackendKind::Cuda => crate::backend::cuda::GATHER_VALUES,
-        crate::backend::BackendKind::Wgpu => {
-            threads.max(1) * crate::backend::streaming::WGPU_FILL_PIECE / 4
-        }
-        _ => 0,
-    }
 }
 
 /// Host bytes a training takes at its peak with `at_once` sub-quantizers training at a time
@@ -172,8 +160,6 @@ const THREAD_BYTES: usize = 256 << 10;
 /// the allocator, not to the system), measured at 1.3 to 2.3 MiB on 2 threads.
 const KEPT_BYTES: usize = 5 << 19;
 
-const MIB: usize = 1 << 20;
-
 /// The most values (rows x dimension) an estimate is made for: 2^56 floats are 256 PiB, more
 /// than any machine holds, and below it no product the figures take passes 64 bits.
 pub const MOST_VALUES: usize = 1 << 56;
@@ -212,10 +198,10 @@ pub fn rows_within_reach(n: usize, d: usize, what: &str) -> Result<()> {
     within_reach(n, d, what)
 }
 
-/// The k-means sessions a device training opens, one after another, as (points, dimension,
-/// centroids, exact): the anchors' over their sample; the nearest anchor of each PQ training
-/// point, a block of rows at a time; each sub-quantizer's over those points' residuals.
-fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [(usize, usize, usize, bool); 3] {
+/// The k-means sessions a device training opens, one after another: the anchors' over their
+/// sample; the nearest anchor of each PQ training point, a block of rows at a time; each
+/// sub-quantizer's over those points' residuals.
+fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [KmeansShape; 3] {
     let k = p.anchor.anchors.min(n.max(1));
     let mpa = p.anchor.max_points_per_anchor;
     let ns = if mpa > 0 && n > k * mpa { k * mpa } else { n };
@@ -227,18 +213,23 @@ fn training_sessions(p: &TrainParams, n: usize, d: usize) -> [(usize, usize, usi
     let nsub = p.subquantizers(d).max(1);
     let ksub = (1usize << p.bits).min(npq.max(1));
     let exact = p.anchor.precision == crate::params::Precision::Exact;
+    let session = |points, d, centroids, exact| KmeansShape {
+        points,
+        d,
+        centroids,
+        exact,
+    };
     [
-        (ns, d, k, exact),
-        (npq.min(super::assign_block_rows(d)), d, k, true),
-        (npq, d.div_ceil(nsub), ksub, true),
+        session(ns, d, k, exact),
+        session(npq.min(super::assign_block_rows(d)), d, k, true),
+        session(npq, d.div_ceil(nsub), ksub, true),
     ]
 }
 
-/// The PQ assignment a device training runs at once, as (points, sub-spaces, padded
-/// dimension, centroids per sub-space): the learned rotation's fit sample, encoded whole at
-/// each of its alternations; none without them (each sub-quantizer's error comes from its
-/// own session's shape).
-fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usize, usize) {
+/// The PQ assignment a device training runs at once: the learned rotation's fit sample,
+/// encoded whole at each of its alternations; none without them (each sub-quantizer's error
+/// comes from its own session's shape).
+fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> PqAssignShape {
     let npq = if p.pq_train_points > 0 {
         n.min(p.pq_train_points)
     } else {
@@ -251,56 +242,22 @@ fn training_pq_assign(p: &TrainParams, n: usize, d: usize) -> (usize, usize, usi
         (Rotation::Learned, 1.., m) => npq.min(m),
         _ => 0,
     };
-    (rows, nsub, dp, 1 << p.bits)
-}
-
-/// Bytes of device memory a training holds at its peak on `b`'s device (0 on the CPU), with
-/// what `b` then has free under its cap: on CUDA, that of the largest of its k-means sessions
-/// (`training_sessions`) and its PQ assignment (`training_pq_assign`, in blocks of half what
-/// is free), each session with its points as `cuda::session_rows` holds them (all of
-/// them, or a block at a time), a block of scores sized from what is then free (16 MiB to
-/// 1 GiB), and the centroids with their split, and their sums where the points are streamed.
-/// Where not even a streamed session fits, the least it opens with (more than `free`).
-/// Checked against measured device peaks (`tests/cuda.rs`). On WGPU, `wgpu_training_bytes`.
-pub fn training_device_bytes(
-    b: &dyn crate::backend::Backend,
-    p: &TrainParams,
-    n: usize,
-    d: usize,
-) -> usize {
-    match b.kind() {
-        crate::backend::BackendKind::Cpu => 0,
-        crate::backend::BackendKind::Wgpu => {
-            wgpu_training_bytes(p, n, d, b.memory_free(), b.caps().fp16_rows)
-        }
-        _ => cuda_training_bytes(p, n, d, b.memory_free().unwrap_or(usize::MAX / 2)),
+    PqAssignShape {
+        rows,
+        nsub,
+        dp,
+        ksub: 1 << p.bits,
     }
 }
 
-/// `training_device_bytes` on CUDA, with `free` bytes free (under its cap).
-fn cuda_training_bytes(p: &TrainParams, n: usize, d: usize, free: usize) -> usize {
-    use crate::backend::cuda::{session_least_bytes, session_point_bytes, session_rows};
-    let one = |(ns, d, k, exact): (usize, usize, usize, bool)| {
-        let Some(rows) = session_rows(ns, d, exact, free) else {
-            return session_least_bytes(ns, d, exact);
-        };
-        let held = session_point_bytes(ns, d, exact, rows);
-        let dots = (free.saturating_sub(held) / 8).clamp(16 * MIB, 1 << 30);
-        let chunk = (dots / (4 * k).max(1)).max(256).min(rows.max(1));
-        let split = if exact { 6 * d + 4 } else { 0 };
-        let sums = if rows < ns { k * (8 * d + 8) } else { 0 };
-        held + chunk * k * 4 + k * (4 * d + split + 32) + sums
-    };
-    let (rows, nsub, dp, ksub) = training_pq_assign(p, n, d);
-    let row = dp * 4 + nsub;
-    let rows = rows.min((free / 2 / row).max(1024));
-    let pq = if rows > 0 {
-        rows * row + dp * ksub * 4
-    } else {
-        0
-    };
-    let sessions = training_sessions(p, n, d).into_iter().map(one);
-    sessions.max().unwrap_or(0).max(pq)
+/// Bytes of device memory a training holds at its peak on `b`'s device (0 on the CPU), with
+/// what `b` then has free under its cap: that of the largest of its k-means sessions
+/// (`training_sessions`) and its PQ assignment (`training_pq_assign`), as `b` answers them.
+/// Checked against measured device peaks (`tests/cuda.rs`, `tests/wgpu.rs`).
+pub fn training_device_bytes(b: &dyn Backend, p: &TrainParams, n: usize, d: usize) -> usize {
+    let sessions = training_sessions(p, n, d).map(|s| b.kmeans_device_bytes(s));
+    let pq = b.pq_assign_device_bytes(training_pq_assign(p, n, d));
+    sessions.into_iter().max().unwrap_or(0).max(pq)
 }
 
 /// The work an estimate is for.
@@ -326,58 +283,6 @@ impl std::str::FromStr for Work {
             _ => Err(crate::error::Error::InvalidArgument(format!(
                 "work {s:?}: expected train, build or search"
             ))),
-        }
-    }
-}
-
-/// What the memory of encoding, adding and searching depends on: a codebook's shape, known
-/// from the parameters before training or from a trained codebook.
-#[derive(Clone, Copy, Debug)]
-pub struct Shape {
-    pub anchors: usize,
-    pub d: usize,
-    /// The padded dimension the sub-quantizers split.
-    pub dp: usize,
-    pub nsub: usize,
-    /// Fields of a code an encoder writes a row: the sub-codes and the error level, if any.
-    pub fields: usize,
-    pub ksub: usize,
-    /// Bytes of residual code per vector.
-    pub code: usize,
-    pub metric: Metric,
-    /// Whether residuals are rotated before the sub-quantizers.
-    pub rotated: bool,
-}
-
-impl Shape {
-    /// The shape training `p` on `n` x `d` vectors gives.
-    pub fn of_params(p: &TrainParams, n: usize, d: usize) -> Shape {
-        let nsub = p.subquantizers(d).max(1);
-        let fields = nsub + usize::from(p.error_code_for(d));
-        Shape {
-            anchors: p.anchor.anchors.min(n.max(1)),
-            d,
-            dp: nsub * d.div_ceil(nsub),
-            nsub,
-            fields,
-            ksub: 1 << p.bits,
-            code: (fields * p.bits as usize).div_ceil(8),
-            metric: p.metric,
-            rotated: p.rotation != crate::params::Rotation::None,
-        }
-    }
-
-    pub fn of_codebook(cb: &crate::quant::Codebook) -> Shape {
-        Shape {
-            anchors: cb.anchors(),
-            d: cb.dim(),
-            dp: cb.pq.dim(),
-            nsub: cb.pq.nsub,
-            fields: cb.pq.code_fields(),
-            ksub: cb.pq.ksub(),
-            code: cb.residual_code_size(),
-            metric: cb.metric(),
-            rotated: !cb.rot.is_empty(),
         }
     }
 }
@@ -416,272 +321,10 @@ pub fn encode_bytes(s: &Shape, n: usize, threads: usize, converted: bool, after:
     (filled + work).max(gathered + after)
 }
 
-/// Bytes adding `n` vectors to an index allocates at its peak: the encoding (`encode_bytes`),
-/// after which, beside its results: with refinement rows (`refine_row` bytes each), the vectors
-/// prepared for the metric (cosine) with what the codes decode to and the decoder's two
-/// intermediate copies, then the rows made; and what the lists grow by (an id, a code and a
-/// refinement row each, and 2% for the allocator around each list's buffers: 1M x 768 at
-/// 64 B peaked 1.7% over their bytes) while the rows are still held.
-pub fn add_bytes(s: &Shape, n: usize, refine_row: usize, threads: usize, converted: bool) -> usize {
-    let f = 4;
-    let rows = n * refine_row;
-    let grown = n * (8 + s.code + refine_row);
-    let held = grown + grown / 50 + rows;
-    let refine = if refine_row > 0 {
-        let prepared = if s.metric == Metric::Cosine {
-            n * s.d * f
-        } else {
-            0
-        };
-        prepared + n * (s.d + 2 * s.dp) * f
-    } else {
-        0
-    };
-    encode_bytes(s, n, threads, converted, refine.max(held))
-}
-
 /// Bytes decoding `n` codes allocates at its peak: each vector's anchor and code gathered
 /// (`gathered` bytes in all, a codec record's worth each), the sub-quantizers' output, its
 /// rotation back, and the vectors returned.
 pub fn decode_bytes(s: &Shape, n: usize, gathered: usize) -> usize {
     let rotated = if s.rotated { 2 } else { 1 };
     gathered + n * (rotated * s.dp + s.d) * 4
-}
-
-/// Bytes of the search tables an index builds at its first search: every list's terms under
-/// L2 (M x ksub floats a list), the rotated anchors and the anchors' axes for probing, each
-/// where within `cap` (512 MB), the anchors in 8-bit integers and the rotation's columns that
-/// meet a query's dimensions, and the anchors' norms and the transposed sub-quantizer
-/// centroids.
-pub fn tables_bytes(s: &Shape, cap: usize) -> usize {
-    let f = 4;
-    let fits = |v: usize| if v * f <= cap { v * f } else { 0 };
-    let rotated = fits(s.anchors * s.dp);
-    let terms = if s.metric == Metric::L2 && rotated > 0 {
-        fits(s.anchors * s.nsub * s.ksub)
-    } else {
-        0
-    };
-    // The anchors' axes for probing with bounds. Finding them holds a few MB more for a
-    // moment, at the first search's start, before its queries' buffers are taken.
-    let probe = crate::index::probe::held_under(s.anchors, s.d, cap);
-    rotated + terms + probe + always_bytes(s) + s.anchors * f + s.dp * s.ksub * f
-}
-
-/// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, at most
-/// one block's padding per list, and each list's offset. 0 for 8-bit codes.
-pub fn fast_scan_bytes(s: &Shape, n: usize) -> usize {
-    if s.ksub != 16 {
-        return 0;
-    }
-    let per_vector = s.nsub.div_ceil(2);
-    n * per_vector + s.anchors * (32 * per_vector + 8)
-}
-
-/// Bytes a search of `nq` queries with `want` candidates each allocates besides the tables and
-/// blocks it may build: its results (`k` ids and distances a query), the queries prepared for
-/// the metric (cosine), and per task (a block of up to 128 queries; as many at once as
-/// threads) the block's anchor scores with its padded and rotated copies (and the rotation's
-/// products in integers, where taken so), coarse distances,
-/// query tables and candidates.
-pub fn search_bytes(s: &Shape, nq: usize, k: usize, want: usize, threads: usize) -> usize {
-    let f = 4;
-    let results = nq * k * 12;
-    let prepared = if s.metric == Metric::Cosine {
-        nq * s.d * f
-    } else {
-        0
-    };
-    let rows = nq.min(128);
-    // Every anchor's product with each query: f32, or integers in padded tiles.
-    let scores = (rows * s.anchors * f).max(coarse8::block_bytes(s.anchors, s.d, rows));
-    // The rotation's products in integers (rows of it at most dp), where taken so.
-    let rotation = if s.rotated && coarse8::rotates(s.code, s.d) {
-        coarse8::block_bytes(s.dp, s.d, rows)
-    } else {
-        0
-    };
-    let per_task = scores
-        + rotation
-        + rows * 2 * s.dp * f
-        + s.anchors * (f + 8)
-        + 2 * s.nsub * s.ksub * f
-        + s.dp * f
-        + want * 16;
-    results + prepared + search_tasks(nq, threads) * per_task
-}
-
-/// Tasks of a search of `nq` queries that run at once on `threads` threads.
-pub fn search_tasks(nq: usize, threads: usize) -> usize {
-    threads.max(1).min(nq.div_ceil(16).max(1))
-}
-
-/// Bytes each search task makes where the index's tables are not built (under a memory cap
-/// that leaves them no room): the anchors' norms, the transposed centroids, a list's terms,
-/// and the rotation's columns and the anchors in 8-bit integers that every search uses.
-pub fn light_tables_bytes(s: &Shape) -> usize {
-    (s.anchors + s.dp * s.ksub + s.nsub * s.ksub + s.dp) * 4 + always_bytes(s)
-}
-
-/// The tables' parts made under any cap, as they are no larger than what the codebook holds:
-/// the rotation's columns that meet a query's dimensions (in f32, and in 8-bit integers
-/// where the CPU has their kernel), and the anchors in 8-bit integers likewise. A search uses
-/// them with or without room for the rest, so that it gives the same results.
-fn always_bytes(s: &Shape) -> usize {
-    let ints = if coarse8::rotates(s.code, s.d) {
-        coarse8::held(s.dp, s.d)
-    } else {
-        0
-    };
-    let rot_in = if s.rotated { s.dp * s.d * 4 + ints } else { 0 };
-    rot_in + coarse8::held(s.anchors, s.d)
-}
-
-/// Values per staged block on CUDA (`STAGE` there).
-const DEVICE_STAGE: usize = 8 << 20;
-
-/// Device bytes the codebook takes on CUDA: anchors with their split and norms, the
-/// sub-quantizers' centroids and the rotation.
-fn device_codebook_bytes(s: &Shape) -> usize {
-    let rotation = if s.rotated { s.dp * s.dp * 4 } else { 0 };
-    s.anchors * (s.d * 4 + 6 * s.d + 4 + 4) + s.dp * s.ksub * 4 + rotation
-}
-
-/// Device bytes adding (or encoding) `n` vectors takes on CUDA at its peak (0 on the CPU): per
-/// staged block of rows, the three buffers the copies fill, their norms and distances, their
-/// fp16 split, the anchor scores (at most 256 MiB), the residuals and their rotation, and the
-/// anchor ids and indices; and the codebook, which stays on the device for later calls.
-/// Checked against measured device peaks (`tests/cuda.rs`).
-pub fn device_build_bytes(b: &dyn crate::backend::Backend, s: &Shape, n: usize) -> usize {
-    match b.kind() {
-        crate::backend::BackendKind::Cpu => return 0,
-        crate::backend::BackendKind::Wgpu => {
-            return wgpu_build_bytes(s, n, b.memory_free(), b.caps().fp16_rows)
-        }
-        _ => {}
-    }
-    let b = (DEVICE_STAGE / s.d.max(1)).clamp(1, n.max(1));
-    let chunk = ((256 * MIB) / (4 * s.anchors).max(1)).clamp(1, b);
-    let residuals = if s.rotated { 2 } else { 1 } * b * s.dp * 4;
-    let block = 3 * b * s.d * 4
-        + 2 * b * 4
-        + b * (6 * s.d + 4)
-        + chunk * s.anchors * 4
-        + residuals
-        + b * (4 + s.fields);
-    block + device_codebook_bytes(s)
-}
-
-/// Rows per encoding block on WGPU (`ENCODE_BLOCK` there).
-const WGPU_ENCODE_BLOCK: usize = 65_536;
-
-/// `device_build_bytes` on WGPU: per block of rows, the rows, their norms, anchor ids and
-/// distances, residuals (and rotated residuals), PQ indices, codes and what comes back; two
-/// blocks at once (one comes back while the next runs), under a cap (`free` left) each in a
-/// quarter of what it leaves; and the codebook. With cooperative matrices (`halves`), the
-/// fp16 halves of a block and of the anchors. Checked against the allocator's peaks
-/// (`tests/wgpu.rs`).
-fn wgpu_build_bytes(s: &Shape, n: usize, free: Option<usize>, halves: bool) -> usize {
-    let rotated = if s.rotated { 2 } else { 1 };
-    let block =
-        |rows: usize| rows * (4 * s.d + 12 + rotated * 4 * s.dp + 5 * s.fields + 4 + s.fields);
-    let row = 4 * s.d + 16 + rotated * 4 * s.dp + 6 * s.fields;
-    let per = free.map_or(WGPU_ENCODE_BLOCK, |f| {
-        (f / 4 / row).clamp(256, WGPU_ENCODE_BLOCK)
-    });
-    let first = n.clamp(1, per);
-    let second = n.saturating_sub(first).min(per);
-    let rotation = if s.rotated { s.dp * s.dp * 4 } else { 0 };
-    let fp16 = if halves {
-        wgpu_halves_bytes(first, s.d) + (first + 1) * 4 + wgpu_halves_bytes(s.anchors, s.d)
-    } else {
-        0
-    };
-    block(first) + block(second) + s.anchors * (s.d + 1) * 4 + s.dp * s.ksub * 4 + rotation + fp16
-}
-
-/// WGPU's fp16 halves of `rows` rows of `d` values (`mma::Halves`): rows padded to 64,
-/// values to 16, two bytes each, and 16 bytes a row.
-fn wgpu_halves_bytes(rows: usize, d: usize) -> usize {
-    rows.next_multiple_of(64) * d.next_multiple_of(16) * 2 + rows * 16
-}
-
-/// `training_device_bytes` on WGPU, with `free` bytes left under its device cap (`None`: no
-/// cap): that of the largest of its k-means sessions (`training_sessions`) and its PQ
-/// assignment (`training_pq_assign`), each session with its
-/// points, their norms, assignment, distances and group order held whole, or under a cap
-/// they do not fit one block at a time with its staging copy (a quarter of what the
-/// per-point buffers leave, each); the centroids with their sums and per-centroid
-/// buffers; the assignment and distances read back; with cooperative matrices (`halves`), the fp16 halves of the points and the
-/// centroids. Checked against the allocator's peaks (`tests/wgpu.rs`).
-fn wgpu_training_bytes(
-    p: &TrainParams,
-    n: usize,
-    d: usize,
-    free: Option<usize>,
-    halves: bool,
-) -> usize {
-    let one = |(ns, d, k, _): (usize, usize, usize, bool)| {
-        let fp16 = |rows: usize| {
-            if halves {
-                wgpu_halves_bytes(rows, d)
-            } else {
-                0
-            }
-        };
-        // With the assignment and distances read back (a nearest-anchor pass).
-        let centroids = k * (8 * d + 48) + 2048 + fp16(k) + 8 * ns;
-        match free.and_then(|f| wgpu_streamed_rows(ns, d, f, halves)) {
-            // Where even the least block does not fit, the session refuses: counted at it.
-            Some(rows) => {
-                let rows = rows.clamp(1024.min(ns), ns);
-                16 * ns + rows * 4 * d + fp16(rows) + rows * 4 * d + centroids
-            }
-            None => ns * (4 * d + 16) + fp16(ns) + (ns + 1) * 4 * halves as usize + centroids,
-        }
-    };
-    // PQ assignment: the rows (under a cap, in half of what it leaves), their indices, codes
-    // and what comes back, and the books.
-    let (rows, nsub, dp, ksub) = training_pq_assign(p, n, d);
-    let row = dp * 4 + 6 * nsub;
-    let rows = free.map_or(rows, |f| rows.min((f / 2 / row).max(1024)));
-    let pq = if rows > 0 {
-        rows * row + dp * ksub * 4
-    } else {
-        0
-    };
-    let sessions = training_sessions(p, n, d).into_iter().map(one);
-    sessions.max().unwrap_or(0).max(pq)
-}
-
-/// Device bytes a search of `nq` queries (`nprobe` lists, `want` candidates each) takes on
-/// CUDA at its peak (0 on the CPU): the index's `n` vectors (ids and codes) with the lists'
-/// terms under L2, uploaded by its first search and kept until it changes (counted every
-/// time), and per batch of up to 4,096 queries, the queries, their anchor scores, probes,
-/// padded and rotated copies and tables, then their candidates. Checked against measured
-/// device peaks (`tests/cuda.rs`).
-pub fn device_search_bytes(
-    kind: crate::backend::BackendKind,
-    s: &Shape,
-    n: usize,
-    nq: usize,
-    nprobe: usize,
-    want: usize,
-) -> usize {
-    if kind == crate::backend::BackendKind::Cpu {
-        return 0;
-    }
-    let per_list = s.nsub * s.ksub * 4;
-    let terms = if s.metric == Metric::L2 && s.anchors * per_list <= 512 * MIB {
-        s.anchors * per_list
-    } else {
-        0
-    };
-    let lists = n * (8 + s.code) + (s.anchors + 1) * 4 + terms;
-    let nb = nq.clamp(1, 4096);
-    let np = nprobe.min(s.anchors);
-    let tables = nb * (s.d + 2 * np + s.dp + s.nsub * s.ksub) * 4;
-    let probe = tables + nb * s.anchors * 4;
-    let scan = tables + nb * np * want * 8 + nb * want * 12;
-    lists + probe.max(scan)
 }

@@ -458,6 +458,20 @@ impl Codebook {
     pub fn residual_code_size(&self) -> usize {
         self.pq.code_size()
     }
+    /// The shape memory estimates and devices size their buffers from.
+    pub fn shape(&self) -> estimate::Shape {
+        estimate::Shape {
+            anchors: self.anchors(),
+            d: self.dim(),
+            dp: self.pq.dim(),
+            nsub: self.pq.nsub,
+            fields: self.pq.code_fields(),
+            ksub: self.pq.ksub(),
+            code: self.residual_code_size(),
+            metric: self.metric(),
+            rotated: !self.rot.is_empty(),
+        }
+    }
     /// This codebook as devices read it.
     pub fn view(&self) -> CodebookView<'_> {
         CodebookView {

@@ -8,7 +8,8 @@
 
 use super::{
     AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, DeviceRerank,
-    KmeansSession, ListsView, Resident, RowsView, Transfers,
+    KmeansSession, KmeansShape, ListsView, PqAssignShape, Resident, RowsView, SearchShape, Shape,
+    Transfers,
 };
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -24,13 +25,13 @@ mod device;
 mod encode;
 mod gemm;
 mod kmeans;
+mod memory;
 mod search;
 
 use device::*;
 use encode::*;
 use gemm::*;
 use kmeans::*;
-pub(crate) use kmeans::{session_least_bytes, session_point_bytes, session_rows, GATHER_VALUES};
 use search::*;
 
 /// Every kernel source, by file name: compiled together at context creation and by the tests.
@@ -390,6 +391,21 @@ impl Backend for CudaBackend {
     fn memory_usage(&self, reset: bool) -> Option<(usize, usize)> {
         let dev = self.lock();
         pool_usage_of(dev.stream.context(), reset).ok().flatten()
+    }
+    fn gathered_values(&self, _threads: usize) -> usize {
+        GATHER_VALUES
+    }
+    fn kmeans_device_bytes(&self, s: KmeansShape) -> usize {
+        memory::kmeans_bytes(s, self.memory_free().unwrap_or(usize::MAX / 2))
+    }
+    fn pq_assign_device_bytes(&self, s: PqAssignShape) -> usize {
+        memory::pq_assign_bytes(s, self.memory_free().unwrap_or(usize::MAX / 2))
+    }
+    fn encode_device_bytes(&self, s: &Shape, n: usize) -> usize {
+        memory::encode_bytes(s, n)
+    }
+    fn search_device_bytes(&self, s: &SearchShape) -> usize {
+        s.list_scan_bytes(QUERY_BATCH)
     }
     fn caps(&self) -> Caps {
         Caps {

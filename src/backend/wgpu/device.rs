@@ -182,7 +182,7 @@ pub(super) fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> Result<
 pub(super) const STREAM_PIECE: usize = 16 << 20;
 
 /// Bytes per task when the host fills staging memory: every thread takes part in a piece.
-pub(super) const FILL_PIECE: usize = crate::backend::streaming::WGPU_FILL_PIECE;
+pub(super) const FILL_PIECE: usize = 1 << 20;
 
 /// Uploads from this size on go through host-memory staging where the adapter has it.
 pub(super) const HOST_STAGED: usize = 1 << 20;

@@ -5,7 +5,7 @@ use super::*;
 use crate::backend::CodebookView;
 
 /// Rows per encoding block (64K rows of 384-d: 100 MB).
-const ENCODE_BLOCK: usize = 65_536;
+pub(super) const ENCODE_BLOCK: usize = 65_536;
 
 /// A codebook on the device.
 pub(super) struct DeviceCodebook {

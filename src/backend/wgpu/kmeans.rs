@@ -7,9 +7,9 @@
 //! A warm iteration makes no buffers and no bind groups: the session keeps both, since at
 //! small sizes the host's time per iteration is what bounds training.
 
+use super::memory;
 use super::mma::Halves;
 use super::{fold, u32_of, Assign, Binds, Buf, Params, Rec, Trace, WgpuBackend};
-use crate::backend::streaming::wgpu_streamed_rows;
 use crate::backend::{AssignStats, Backend, KmeansSession, RowsView};
 use crate::error::{Error, Result};
 
@@ -26,7 +26,7 @@ fn streamed_rows(b: &WgpuBackend, n: usize, d: usize, per: usize) -> Result<Opti
     let Some(free) = b.memory_free() else {
         return Ok(None);
     };
-    let Some(rows) = wgpu_streamed_rows(n, d, free, b.mma().is_some()) else {
+    let Some(rows) = memory::streamed_rows(n, d, free, b.mma().is_some()) else {
         return Ok(None);
     };
     let rows = rows.min(per);

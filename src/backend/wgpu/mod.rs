@@ -12,6 +12,7 @@ mod encode;
 mod gemm;
 mod host;
 mod kmeans;
+mod memory;
 mod mma;
 mod search;
 
@@ -19,8 +20,8 @@ use device::*;
 use gemm::*;
 
 use super::{
-    Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession, ListsView, RowsView,
-    ShaderChecks, Transfers,
+    Backend, BackendKind, BackendOptions, Caps, CodebookView, KmeansSession, KmeansShape,
+    ListsView, PqAssignShape, RowsView, SearchShape, ShaderChecks, Shape, Transfers,
 };
 use crate::error::{Error, Result};
 use std::cell::RefCell;
@@ -398,6 +399,21 @@ impl Backend for WgpuBackend {
             0 => None,
             cap => Some(cap.saturating_sub(self.in_use())),
         }
+    }
+    fn gathered_values(&self, threads: usize) -> usize {
+        threads.max(1) * FILL_PIECE / 4
+    }
+    fn kmeans_device_bytes(&self, s: KmeansShape) -> usize {
+        memory::kmeans_bytes(s, self.memory_free(), self.caps().fp16_rows)
+    }
+    fn pq_assign_device_bytes(&self, s: PqAssignShape) -> usize {
+        memory::pq_assign_bytes(s, self.memory_free())
+    }
+    fn encode_device_bytes(&self, s: &Shape, n: usize) -> usize {
+        memory::encode_bytes(s, n, self.memory_free(), self.caps().fp16_rows)
+    }
+    fn search_device_bytes(&self, s: &SearchShape) -> usize {
+        s.list_scan_bytes(search::QUERY_BATCH)
     }
     fn memory_usage(&self, reset: bool) -> Option<(usize, usize)> {
         self.watch_memory.store(true, Ordering::Relaxed);

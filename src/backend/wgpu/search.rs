@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub(super) const MAX_WANT: usize = 128;
 
 /// Queries per search batch: bounds the coarse scores and candidate buffers.
-const QUERY_BATCH: usize = 4096;
+pub(super) const QUERY_BATCH: usize = 4096;
 
 /// Threads per search workgroup: one workgroup scans every list a query probes.
 const SEARCH_WG: u32 = 256;
