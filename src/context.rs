@@ -8,7 +8,7 @@ use crate::progress::{Control, Listener, SharedProgress, Watch};
 /// `&self`; the pool and backend synchronize internally.
 pub struct Context {
     backend: Box<dyn Backend>,
-    pool: rayon::ThreadPool,
+    pool: crate::threads::Threads,
     memory_cap: std::sync::atomic::AtomicUsize,
     device_memory_cap: std::sync::atomic::AtomicUsize,
     exact_rotation: std::sync::atomic::AtomicBool,
@@ -40,11 +40,7 @@ impl Context {
         opts: &BackendOptions,
     ) -> Result<Context> {
         let backend = backend::open(kind, device, opts)?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("vlcc-{i}"))
-            .build()
-            .map_err(|e| Error::InvalidArgument(format!("cannot start {threads} threads: {e}")))?;
+        let pool = crate::threads::Threads::new(threads)?;
         Ok(Context {
             backend,
             pool,

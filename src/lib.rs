@@ -44,6 +44,7 @@ pub mod report;
 pub(crate) mod rng;
 pub(crate) mod stage;
 pub mod synth;
+pub(crate) mod threads;
 pub(crate) mod trace;
 pub mod train;
 pub mod vecio;

@@ -1,0 +1,84 @@
+//! A context's thread pool, whose threads have ended when it is dropped: a host that frees
+//! a context and then unloads the library leaves no thread of ours running its code, and no
+//! thread's state outlives the free (which leak checkers at process exit saw as leaked).
+
+use crate::error::{Error, Result};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+pub(crate) struct Threads {
+    pool: Option<rayon::ThreadPool>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Threads {
+    /// `threads` threads (0: one per core), named `vlcc-<i>`.
+    pub fn new(threads: usize) -> Result<Threads> {
+        let handles = Mutex::new(Vec::new());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .spawn_handler(|t| {
+                let mut b = std::thread::Builder::new().name(format!("vlcc-{}", t.index()));
+                if let Some(size) = t.stack_size() {
+                    b = b.stack_size(size);
+                }
+                let h = b.spawn(|| t.run())?;
+                handles.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+                Ok(())
+            })
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("cannot start {threads} threads: {e}")))?;
+        Ok(Threads {
+            pool: Some(pool),
+            handles,
+        })
+    }
+}
+
+impl std::ops::Deref for Threads {
+    type Target = rayon::ThreadPool;
+    fn deref(&self) -> &rayon::ThreadPool {
+        self.pool.as_ref().expect("the pool lives until drop")
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else { return };
+        // Dropped on one of its own threads (the last owner let go inside a task), a join
+        // would wait for itself: those threads end on their own, as rayon's do.
+        let inside = pool.current_thread_index().is_some();
+        drop(pool);
+        if inside {
+            return;
+        }
+        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in handles {
+            // A thread that panicked has ended too: nothing to report at a drop.
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::Threads;
+
+    fn alive(tid: i64) -> bool {
+        std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+    }
+
+    #[test]
+    fn no_thread_of_a_pool_outlives_its_drop() {
+        for _ in 0..20 {
+            let t = Threads::new(3).unwrap();
+            // SAFETY: gettid has no preconditions.
+            let tids = t.broadcast(|_| unsafe { libc::gettid() } as i64);
+            assert_eq!(tids.len(), 3);
+            assert!(tids.iter().all(|&tid| alive(tid)));
+            drop(t);
+            let left: Vec<i64> = tids.into_iter().filter(|&tid| alive(tid)).collect();
+            assert!(left.is_empty(), "threads {left:?} still run after the drop");
+        }
+    }
+}
