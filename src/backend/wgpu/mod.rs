@@ -7,6 +7,7 @@
 //! rotation and PQ in one submission per block; search keeps the last index's lists resident.
 //! Arrays larger than one storage binding are split into blocks of rows.
 
+mod buffers;
 mod device;
 mod encode;
 mod gemm;
@@ -16,6 +17,7 @@ mod memory;
 mod mma;
 mod search;
 
+use buffers::*;
 use device::*;
 use gemm::*;
 
