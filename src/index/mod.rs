@@ -13,6 +13,7 @@ pub(crate) mod probe;
 mod range;
 mod raw;
 mod refine;
+mod scan;
 mod search;
 mod tables;
 
