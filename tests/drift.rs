@@ -219,3 +219,122 @@ fn the_bindings_call_every_c_function() {
         .collect();
     assert!(missing.is_empty(), "not called: {missing:?}");
 }
+
+/// Every `.rs` file under `dir` (relative to the crate) with its text.
+fn source_texts(dir: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join(dir), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            (rel, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The code of a file without its comments (doc comments included) and its unit tests.
+fn code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap();
+    text.lines()
+        .map(|l| l.split("//").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether the code names the module (`crate::index`, `super::backend`, `crate::{index`).
+fn names(text: &str, module: &str) -> bool {
+    let c = code(text);
+    [
+        format!("crate::{module}"),
+        format!("super::{module}"),
+        format!("crate::{{{module}"),
+    ]
+    .iter()
+    .any(|p| {
+        c.match_indices(p.as_str()).any(|(i, _)| {
+            let next = c[i + p.len()..].chars().next();
+            !next.is_some_and(|ch| ch.is_alphanumeric() || ch == '_')
+        })
+    })
+}
+
+#[test]
+fn the_layers_import_only_downward() {
+    // The ground modules: plain numbers, checks and the host's kernels.
+    let ground = [
+        "src/error.rs",
+        "src/check.rs",
+        "src/rng.rs",
+        "src/trace.rs",
+        "src/fallbacks.rs",
+        "src/pages.rs",
+        "src/synth.rs",
+        "src/stage.rs",
+        "src/files.rs",
+        "src/progress.rs",
+        "src/linalg/",
+        "src/params/",
+    ];
+    let above = [
+        "backend",
+        "quant",
+        "index",
+        "format",
+        "context",
+        "compressor",
+        "ffi",
+        "train",
+        "report",
+    ];
+    let mut wrong = Vec::new();
+    for (path, text) in source_texts("src") {
+        let lower = |m: &str| names(&text, m).then(|| format!("{path} names {m}"));
+        if ground.iter().any(|g| path.starts_with(g)) {
+            wrong.extend(above.iter().filter_map(|m| lower(m)));
+        }
+        if path.starts_with("src/quant/") {
+            wrong.extend(lower("index"));
+            for concrete in [
+                "BackendKind",
+                "backend::cuda",
+                "backend::wgpu",
+                "backend::cpu",
+            ] {
+                if code(&text).contains(concrete) {
+                    wrong.push(format!("{path} names the concrete backend {concrete}"));
+                }
+            }
+        }
+        if path.starts_with("src/format/") {
+            wrong.extend(lower("index"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that run back up:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_source_file_grows_past_its_limit() {
+    // Past these a file holds more than one concern: split it.
+    let mut long: Vec<String> = source_texts("src")
+        .into_iter()
+        .filter(|(_, t)| t.lines().count() > 800)
+        .map(|(p, t)| format!("{p}: {} lines (limit 800)", t.lines().count()))
+        .collect();
+    for dir in ["bindings/go", "bindings/cpp"] {
+        for e in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            let n = std::fs::read_to_string(&p).map_or(0, |t| t.lines().count());
+            if n > 900 {
+                long.push(format!("{}: {n} lines (limit 900)", p.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
