@@ -182,7 +182,7 @@ impl std::str::FromStr for Init {
     }
 }
 
-/// The annealed robust k-means loop (DESIGN.md, "Training").
+/// The annealed robust k-means loop (docs/training.md, "The loop").
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct AnchorParams {
     /// Number of anchors m (inverted lists). Must be <= the number of training points.

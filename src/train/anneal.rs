@@ -1,4 +1,4 @@
-//! The annealed robust k-means loop of DESIGN.md:
+//! The annealed robust k-means loop (docs/training.md, "The loop"):
 //!
 //! init (k-means++) -> repeat { assign (GEMM + argmin, with a load-balancing bias) ->
 //! reduce (trimmed mean) -> update } with maintenance (merge close anchors, split overloaded
