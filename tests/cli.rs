@@ -55,8 +55,11 @@ fn the_whole_pipeline_runs_from_the_command_line() {
         "--json",
     ]);
     let t: serde_json::Value = serde_json::from_str(t.trim()).unwrap();
-    assert_eq!(t["codec_bytes"], 9);
-    run(&[
+    assert_eq!(
+        (t["bytes_per_vector"].clone(), t["codec_bytes"].clone()),
+        (8.into(), 9.into())
+    );
+    let e = run(&[
         "encode",
         "--codebook",
         "cb.vlcc",
@@ -66,6 +69,12 @@ fn the_whole_pipeline_runs_from_the_command_line() {
         "codes.npy",
         "--json",
     ]);
+    // One meaning of `bytes_per_vector` in every command: the residual code, as trained.
+    let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
+    assert_eq!(
+        (e["bytes_per_vector"].clone(), e["codec_bytes"].clone()),
+        (8.into(), 9.into())
+    );
     run(&[
         "decode",
         "--codebook",

@@ -334,7 +334,7 @@ fn train(a: TrainArgs) -> AnyResult {
     let cb = c.codebook()?;
     format::save_codebook(cb, &a.out)?;
     let out = serde_json::json!({
-        "n": x.rows, "d": x.cols, "anchors": cb.anchors(), "code_bytes": cb.residual_code_size(),
+        "n": x.rows, "d": x.cols, "anchors": cb.anchors(), "bytes_per_vector": cb.residual_code_size(),
         "codec_bytes": cb.codec_size(), "fingerprint": format!("{:016x}", cb.fingerprint()),
         "energy": rep.energy, "max_list_over_mean": rep.max_list_over_mean, "iterations": rep.iterations,
         "train_seconds": rep.anchor_seconds + rep.pq_seconds, "anchor_seconds": rep.anchor_seconds,
@@ -383,9 +383,13 @@ fn encode(a: EncodeArgs) -> AnyResult {
     };
     let secs = t.elapsed().as_secs_f64();
     bar.finish();
-    let cs = c.codebook()?.codec_size();
+    let cb = c.codebook()?;
+    let cs = cb.codec_size();
     vecio::write_npy(&a.out, &codes, rows, cs, "|u1")?;
-    let out = serde_json::json!({"n": rows, "bytes_per_vector": cs, "encode_seconds": secs, "out": a.out.display().to_string()});
+    // `bytes_per_vector` is the residual code everywhere (as the parameter); a record adds
+    // the anchor id.
+    let out = serde_json::json!({"n": rows, "bytes_per_vector": cb.residual_code_size(),
+        "codec_bytes": cs, "encode_seconds": secs, "out": a.out.display().to_string()});
     eval::print_object(&out, a.run.json);
     Ok(())
 }

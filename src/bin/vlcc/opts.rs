@@ -61,7 +61,12 @@ impl RunOpts {
     /// `x` copied to this run's CUDA device (untimed), as a caller whose vectors are already
     /// on the GPU holds them; `flag` names the option that asked, for the error on other
     /// backends.
-    pub(crate) fn device_copy(&self, ctx: &Context, x: &[f32], flag: &str) -> AnyResult<DeviceCopy> {
+    pub(crate) fn device_copy(
+        &self,
+        ctx: &Context,
+        x: &[f32],
+        flag: &str,
+    ) -> AnyResult<DeviceCopy> {
         if ctx.backend().kind() != BackendKind::Cuda {
             return Err(format!(
                 "{flag} needs a CUDA context; this one runs on {}",
