@@ -8,8 +8,8 @@
 
 pub(super) use super::keep::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
 pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
-pub(crate) use super::tables::Tables;
 use super::scan::{prefetch, scan, scan4_blocks, List};
+pub(crate) use super::tables::Tables;
 use super::{fastscan, probe, Filter, Index};
 use crate::backend::{Backend, DeviceRerank};
 use crate::check::check_finite;
