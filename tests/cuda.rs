@@ -45,77 +45,69 @@ fn gpu() -> Option<Gpu> {
     }
 }
 
-#[test]
-fn anchors_match_the_cpu() {
-    let Some(g) = gpu() else { return };
+/// The whole demo set, the CUDA backend's slack: its sessions give the CPU's bits, streamed
+/// or in place, at both precisions.
+fn plan() -> common::parity::Plan {
     let demo = common::demo();
-    let (gx, gd) = (&demo.base.data, demo.base.cols);
-    // Real data only: on synthetic sets with many equally good minima the annealed loop is
-    // chaotic, and the last bit of a GEMM sends the two backends to different (equally
-    // valid) answers.
-    let cases = [
-        ("glove-demo", gx, gd, 256, 0.05, Init::Sample),
-        ("glove-demo", gx, gd, 1000, 0.0, Init::Sample),
-        ("glove-demo", gx, gd, 128, 0.05, Init::KMeansPlusPlus),
-    ];
-    for (name, x, d, anchors, trim, init) in cases {
-        let p = AnchorParams {
-            anchors,
-            trim,
-            init,
-            ..AnchorParams::default()
-        };
-        common::anchor_parity(&g, x, d, &p, &format!("{name} k={anchors} trim={trim}"));
+    common::parity::Plan {
+        name: "cuda",
+        base: demo.base,
+        query: demo.query.data,
+        gt: demo.gt.data,
+        gt_cols: demo.gt.cols,
+        anchors: 256,
+        nprobe: 16,
+        // Real data only: on synthetic sets with many equally good minima the annealed loop
+        // is chaotic, and the last bit of a GEMM sends the two backends to different (equally
+        // valid) answers.
+        anchor_cases: vec![
+            (256, 0.05, Init::Sample),
+            (1000, 0.0, Init::Sample),
+            (128, 0.05, Init::KMeansPlusPlus),
+        ],
+        anchor_iters: None,
+        // 16 and 7 bytes are 4- and 8-d sub-vectors (PQ kernels built for their width), 2
+        // bytes 25-d (a padded kernel); 1 byte is a 50-d sub-vector: wider than the PQ kernel
+        // takes, so it runs through `nearest`. With error levels: 6 sub-spaces of 9 columns
+        // read from raw rows, and 15 of 4 rotated.
+        code_cases: vec![
+            (16, 8, Rotation::None, ErrorCode::Off),
+            (7, 8, Rotation::None, ErrorCode::Off),
+            (16, 8, Rotation::Random, ErrorCode::Off),
+            (2, 8, Rotation::None, ErrorCode::Off),
+            (1, 8, Rotation::None, ErrorCode::Off),
+            (8, 4, Rotation::None, ErrorCode::Off),
+            (7, 8, Rotation::None, ErrorCode::On),
+            (16, 8, Rotation::Random, ErrorCode::On),
+            (8, 4, Rotation::None, ErrorCode::On),
+        ],
+        // The mean over three seeds may fall at most one point below the CPU on these 500
+        // queries (the dev datasets' half-point comparison is `vlcc eval`'s, in
+        // notes/perf-cuda.md).
+        recall_slack: 0.01,
+        search_cases: vec![
+            (Metric::L2, Rotation::None, 0, ErrorCode::Auto),
+            (Metric::L2, Rotation::Random, 0, ErrorCode::Auto),
+            (Metric::L2, Rotation::None, 50, ErrorCode::Auto),
+            (Metric::L2, Rotation::None, 100, ErrorCode::Auto),
+            (Metric::InnerProduct, Rotation::None, 0, ErrorCode::Auto),
+            (Metric::Cosine, Rotation::None, 20, ErrorCode::Auto),
+            (Metric::L2, Rotation::Random, 0, ErrorCode::On),
+            (Metric::L2, Rotation::None, 50, ErrorCode::On),
+        ],
+        search_slack: 0.002,
+        session: (200_000, 96, 512, 300, 7),
+        session_steps: (4, 3),
+        precisions: vec![Precision::Exact, Precision::Tf32],
+        bit_exact: true,
+        // The points alone take n x (4d + 4) bytes: a cap of a third streams them.
+        stream_cap: |_, n, d| n * (4 * d + 4) / 3,
+        cap_counts_held: false,
+        range_reason: vlc_compress::Fallbacks::NONE,
     }
-    let t = g.backend().transfers();
-    assert!(t.h2d_bytes > 0 && t.d2h_bytes > 0);
 }
 
-#[test]
-fn codes_and_recall_match_the_cpu() {
-    let Some(g) = gpu() else { return };
-    let demo = common::demo();
-    let cpu_ctx = common::ctx(0);
-    // One codebook, two backends: the codes must agree for nearly every vector. 16 and 7
-    // bytes are 4- and 8-d sub-vectors (PQ kernels built for their width), 2 bytes 25-d (a
-    // padded kernel); 1 byte is a 50-d sub-vector: wider than the PQ kernel takes, so it runs
-    // through `nearest`.
-    // With error levels: 6 sub-spaces of 9 columns read from raw rows, and 15 of 4 rotated.
-    let cases = [
-        (16, 8, Rotation::None, ErrorCode::Off),
-        (7, 8, Rotation::None, ErrorCode::Off),
-        (16, 8, Rotation::Random, ErrorCode::Off),
-        (2, 8, Rotation::None, ErrorCode::Off),
-        (1, 8, Rotation::None, ErrorCode::Off),
-        (8, 4, Rotation::None, ErrorCode::Off),
-        (7, 8, Rotation::None, ErrorCode::On),
-        (16, 8, Rotation::Random, ErrorCode::On),
-        (8, 4, Rotation::None, ErrorCode::On),
-    ];
-    for case in cases {
-        let frac = common::code_agreement(&cpu_ctx, &g, &demo.base, 256, case);
-        assert!(frac >= 0.99, "{case:?}: only {frac} of codes are identical");
-    }
-
-    // Trained on each backend, searched the same way. The two runs part ways at the first
-    // near-tie the GEMMs round differently, so one seed compares two training draws; the
-    // mean over three seeds may fall at most one point below the CPU on these 500 queries (the dev
-    // datasets' half-point comparison is `vlcc eval`'s, in notes/perf-cuda.md).
-    let recall = |ctx: &Arc<Context>| {
-        common::mean_recall(
-            ctx,
-            &demo.base,
-            &demo.query.data,
-            &demo.gt.data,
-            demo.gt.cols,
-            256,
-            16,
-        )
-    };
-    let (rc, rg) = (recall(&cpu_ctx), recall(&g));
-    eprintln!("mean recall@10 over 3 seeds: cpu {rc:.4} cuda {rg:.4}");
-    assert!(rg >= rc - 0.01, "recall cpu {rc} vs cuda {rg}");
-}
+parity_tests!(gpu, plan);
 
 #[test]
 fn contexts_free_their_device_memory() {
@@ -213,63 +205,10 @@ fn auto_picks_cuda_when_it_can_and_the_cpu_otherwise() {
 }
 
 #[test]
-fn device_search_matches_the_host() {
-    let Some(g) = gpu() else { return };
-    let demo = common::demo();
-    let cases = [
-        (Metric::L2, Rotation::None, 0, ErrorCode::Auto),
-        (Metric::L2, Rotation::Random, 0, ErrorCode::Auto),
-        (Metric::L2, Rotation::None, 50, ErrorCode::Auto),
-        (Metric::L2, Rotation::None, 100, ErrorCode::Auto),
-        (Metric::InnerProduct, Rotation::None, 0, ErrorCode::Auto),
-        (Metric::Cosine, Rotation::None, 20, ErrorCode::Auto),
-        (Metric::L2, Rotation::Random, 0, ErrorCode::On),
-        (Metric::L2, Rotation::None, 50, ErrorCode::On),
-    ];
-    let (gt, gt_cols) = (&demo.gt.data, demo.gt.cols);
-    common::search_parity(
-        &g,
-        &demo.base,
-        &demo.query.data,
-        256,
-        16,
-        &cases,
-        |host, dev, _, what| {
-            let (rh, rd) = (
-                common::recall(&host.ids, 10, gt, gt_cols, 10),
-                common::recall(&dev.ids, 10, gt, gt_cols, 10),
-            );
-            eprintln!("{what}: recall host {rh:.4} device {rd:.4}");
-            assert!((rh - rd).abs() <= 0.002, "{what}: recall {rh} vs {rd}");
-        },
-    );
-}
-
-#[test]
-fn lists_probed_with_bounds_match_the_device() {
-    let Some(g) = gpu() else { return };
-    common::bounded_probe_parity(&g);
-}
-
-#[test]
-fn four_bit_codes_and_wide_tables_are_scanned_on_the_device() {
-    let Some(g) = gpu() else { return };
-    let demo = common::demo();
-    common::wide_table_search_parity(&g, &demo.base, &demo.query.data);
-}
-
-#[test]
 fn range_search_runs_on_the_device() {
     let Some(g) = gpu() else { return };
     let demo = common::demo();
     common::range_search_parity(&g, &demo.base, &demo.query.data);
-}
-
-#[test]
-fn filters_are_applied_in_the_device_scan() {
-    let Some(g) = gpu() else { return };
-    let demo = common::demo();
-    common::filtered_search_parity(&g, &demo.base, &demo.query.data);
 }
 
 #[test]
@@ -337,18 +276,6 @@ fn tf32_assignment_is_rechecked_and_leaves_exact_sessions_exact() {
     s.allow_rough(false);
     s.assign(None).unwrap();
     assert_eq!(s.assignment_with_distances().unwrap().0, at);
-}
-
-#[test]
-fn assignment_matches_the_cpu_on_ragged_shapes() {
-    let Some(g) = gpu() else { return };
-    common::ragged_assignment_parity(&g);
-}
-
-#[test]
-fn updates_match_the_cpu_with_many_anchors() {
-    let Some(g) = gpu() else { return };
-    common::many_anchor_update_parity(&g);
 }
 
 #[test]
@@ -634,12 +561,6 @@ fn dev_first_result(ix: &vlc_compress::Index, q: &[f32], d: usize) -> u64 {
     ix.search(&q[..d], &sp, None).unwrap().ids[0]
 }
 
-#[test]
-fn cancelled_calls_leave_their_objects_as_they_were() {
-    let Some(g) = gpu() else { return };
-    common::cancel_leaves_objects_as_they_were(&g);
-}
-
 /// (device bytes held after `f` beyond before, growth of the pool's high-water mark during
 /// `f`), with `f`'s result.
 fn device_peak<R>(f: impl FnOnce() -> R) -> (usize, R) {
@@ -706,90 +627,6 @@ fn device_memory_stays_within_a_quarter_of_its_estimates() {
     }
 }
 
-/// A k-means session whose points do not fit under the device cap streams them a block at a
-/// time, with the resident session's results: assignments, distances, counts, centroids and
-/// spreads through biased and trimmed steps, in both precisions.
-#[test]
-fn streamed_sessions_match_resident_ones() {
-    let Some(g) = gpu() else { return };
-    let (n, d, k) = (200_000, 96, 512);
-    let x = common::clustered(n, d, 300, 7);
-    let init = x[..k * d].to_vec();
-    let bias: Vec<f32> = (0..k).map(|j| (j % 7) as f32 * 0.01).collect();
-    let b = g.ctx.backend();
-    for precision in [Precision::Exact, Precision::Tf32] {
-        let run = || {
-            let mut s = b.kmeans_session(&x, d, precision).unwrap();
-            s.set_centroids(&init).unwrap();
-            let mut stats = Vec::new();
-            for step in 0..4 {
-                let bias = (step % 2 == 0).then_some(&bias[..]);
-                stats.push(s.assign(bias).unwrap());
-                s.update(0.1).unwrap();
-            }
-            stats.push(s.assign(None).unwrap());
-            let (c, spread) = s.centroids_and_spread().unwrap();
-            (stats, c, spread, s.assignment_with_distances().unwrap())
-        };
-        g.set_device_memory_cap(0);
-        let whole = run();
-        // The points alone take n x (4d + 4) bytes: a cap of a third streams them.
-        g.set_device_memory_cap(n * (4 * d + 4) / 3);
-        let (before, _) = cuda::pool_usage(0, true).unwrap().unwrap();
-        let streamed = run();
-        let (_, high) = cuda::pool_usage(0, true).unwrap().unwrap();
-        g.set_device_memory_cap(0);
-        assert!(
-            high - before <= n * (4 * d + 4) / 3,
-            "{precision:?}: peak {}",
-            high - before
-        );
-        assert!(
-            whole == streamed,
-            "{precision:?}: the streamed session differs"
-        );
-    }
-}
-
-/// A session on rows read where they lie (a sample, made unit length, as training's) gives
-/// what one on a prepared copy of them gives, resident or streamed.
-#[test]
-fn in_place_sessions_match_prepared_ones() {
-    let Some(g) = gpu() else { return };
-    let (n, d, k) = (200_000, 96, 512);
-    let x = common::clustered(n, d, 300, 7);
-    let pick: Vec<usize> = (0..n).rev().collect();
-    let view = common::sample_view(&x, d, &pick);
-    let prepared = view.whole();
-    let init = &prepared[..k * d];
-    let b = g.ctx.backend();
-    // The points alone take m x (4d + 4) bytes: a cap of a third streams them.
-    for cap in [0, view.len() * (4 * d + 4) / 3] {
-        g.set_device_memory_cap(cap);
-        let copy = run_session(b.kmeans_session(&prepared, d, Precision::Exact), init);
-        let in_place = b.kmeans_session_in_place(view, Precision::Exact);
-        let in_place = run_session(in_place, init);
-        g.set_device_memory_cap(0);
-        assert!(copy == in_place, "cap {cap}: the in-place session differs");
-    }
-}
-
-/// Three assignments and updates of a session from `init`: what each gives.
-fn run_session(
-    s: vlc_compress::Result<Box<dyn vlc_compress::backend::KmeansSession + '_>>,
-    init: &[f32],
-) -> impl PartialEq {
-    let mut s = s.unwrap();
-    s.set_centroids(init).unwrap();
-    let mut stats = Vec::new();
-    for _ in 0..3 {
-        stats.push(s.assign(None).unwrap());
-        s.update(0.1).unwrap();
-    }
-    let (c, spread) = s.centroids_and_spread().unwrap();
-    (stats, c, spread, s.assignment_with_distances().unwrap())
-}
-
 /// Device caps at 50%, 25% and 5% of training's uncapped estimate: training fits under each,
 /// its GEMM tiles sized under the cap and, where its points do not fit, streamed a block at a
 /// time, and gives the uncapped codebook without passing the cap. A cap below what one block
@@ -842,10 +679,4 @@ fn device_caps_give_the_same_codebook_or_out_of_memory() {
     assert!(matches!(ix.add(&x[..], &ids), Err(Error::OutOfMemory(_))));
     assert_eq!(ix.len(), 0);
     g.set_device_memory_cap(0);
-}
-
-#[test]
-fn run_reports_name_every_fallback() {
-    let Some(g) = gpu() else { return };
-    common::run_reports_name_every_fallback(&g.ctx, vlc_compress::Fallbacks::NONE);
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod craft;
+pub mod parity;
 
 use std::sync::Arc;
 use vlc_compress::{vecio, BackendKind, Compressor, Context, Index, TrainParams};
