@@ -22,7 +22,7 @@ pub use crate::linalg::{Poll, RowsView};
 pub use cpu::CpuBackend;
 pub use options::{BackendOptions, Cooperative, ShaderChecks, TraceSink, WgpuOptions};
 pub use shape::{KmeansShape, PqAssignShape, SearchShape, Shape};
-pub use view::{Caps, CodebookView, ListsView};
+pub use view::{Caps, CodebookView, ListsView, Probes};
 
 use crate::error::Result;
 
@@ -262,7 +262,7 @@ pub trait Backend: Send + Sync {
     }
     /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
     /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;
-    /// sorted, missing ones with id `u64::MAX`) over the `nprobe` nearest of `lists`. With
+    /// sorted, missing ones with id `u64::MAX`) over the `probes` nearest of `lists`. With
     /// `allow`, only vectors whose bit is set there are candidates: bit `i % 32` of word
     /// `i / 32` for the vector at position i of the lists back to back (`ListsView::flatten`'s
     /// order). Called where `Caps::scans` says yes; `None` (no room on the device, say) leaves
@@ -273,7 +273,7 @@ pub trait Backend: Send + Sync {
         _cb: &CodebookView,
         _lists: &ListsView,
         _q: &[f32],
-        _nprobe: usize,
+        _probes: Probes,
         _want: usize,
         _allow: Option<&[u32]>,
         _poll: Poll,
@@ -281,7 +281,7 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
     /// Range search on the device: for each query of `q` (prepared), every vector of its
-    /// `nprobe` nearest lists scoring at most `radius` (squared L2, or minus the inner
+    /// `probes` nearest lists scoring at most `radius` (squared L2, or minus the inner
     /// product), `allow` as for `search_lists`. Returns each query's hit count, then the ids
     /// and scores query after query, unordered within a query; more than `most_hits` in all
     /// is an `OutOfMemory`, found before they are copied to the host (the caller's memory cap
@@ -292,7 +292,7 @@ pub trait Backend: Send + Sync {
         _cb: &CodebookView,
         _lists: &ListsView,
         _q: &[f32],
-        _nprobe: usize,
+        _probes: Probes,
         _radius: f32,
         _allow: Option<&[u32]>,
         _most_hits: usize,
@@ -304,7 +304,7 @@ pub trait Backend: Send + Sync {
     /// `q` (prepared, as for `search_lists`), its `want` candidates re-scored against their
     /// rows in `raw` and cut to the `raw.k` best, in `search_lists`'s order and form. The
     /// candidates are `cands` (nq x want ids from a host scan, missing ones `u64::MAX`), or,
-    /// when `cands` is `None`, those of `search_lists(cb, lists, q, nprobe, want)`, which then
+    /// when `cands` is `None`, those of `search_lists(cb, lists, q, probes, want)`, which then
     /// never leave the device; `None` says the device cannot scan these lists, and the caller
     /// scans on the host and calls again with its candidates. Backends without
     /// `Caps::device_pointers` answer `BackendUnavailable`. `poll` as for `search_lists`.
@@ -316,7 +316,7 @@ pub trait Backend: Send + Sync {
         _cb: &CodebookView,
         _lists: &ListsView,
         _q: &[f32],
-        _nprobe: usize,
+        _probes: Probes,
         _want: usize,
         _cands: Option<&[u64]>,
         _raw: DeviceRerank,

@@ -62,14 +62,14 @@ pub struct PqAssignShape {
 }
 
 /// A search of the lists on the device: `n` vectors of `codes`'s shape, `nq` queries probing
-/// `nprobe` lists with `want` candidates each; `terms` where the host keeps the lists' L2
+/// `probes` lists with `want` candidates each; `terms` where the host keeps the lists' L2
 /// terms (the device then holds a copy).
 #[derive(Clone, Copy, Debug)]
 pub struct SearchShape {
     pub codes: Shape,
     pub n: usize,
     pub nq: usize,
-    pub nprobe: usize,
+    pub probes: super::Probes,
     pub want: usize,
     pub terms: bool,
 }
@@ -89,7 +89,7 @@ impl SearchShape {
         };
         let lists = self.n * (8 + s.code) + (s.anchors + 1) * 4 + terms;
         let nb = self.nq.clamp(1, batch);
-        let np = self.nprobe.min(s.anchors);
+        let np = self.probes.get();
         let tables = nb * (s.d + 2 * np + s.dp + s.nsub * s.ksub) * 4;
         let probe = tables + nb * s.anchors * 4;
         let scan = tables + nb * np * self.want * 8 + nb * self.want * 12;

@@ -177,3 +177,20 @@ impl Caps {
             .fold(Fallbacks::NONE, |a, (_, f)| a | *f)
     }
 }
+
+/// How many of its nearest lists each query probes: at least one, at most the lists there
+/// are. Made once per search (`Probes::of`, where the request was checked), so that what a
+/// device sizes and launches from it never needs a clamp of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probes(usize);
+
+impl Probes {
+    /// `nprobe` lists of `nlist`: the one clamp of a search's `nprobe`.
+    pub fn of(nprobe: usize, nlist: usize) -> Probes {
+        Probes(nprobe.min(nlist).max(1))
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+}

@@ -175,9 +175,9 @@ impl Index {
         filter: Option<&Filter>,
         watch: &Watch,
     ) -> Result<BoundedResults> {
-        self.check_search(queries, p, raw)?;
+        let (probes, _) = self.check_search(queries, p, raw)?;
         let (d, k, cap) = (self.cb.dim(), p.k, self.candidates(p));
-        self.fit_search(queries.len() / d, p.nprobe, k, cap, filter)?;
+        self.fit_search(queries.len() / d, probes, k, cap, filter)?;
         let l2 = self.cb.metric == Metric::L2;
         let q = prepare(queries, d, self.cb.metric);
         let nq = q.len() / d;
@@ -202,8 +202,9 @@ impl Index {
             let nb = qb.len() / d;
             let (mut cid, mut cscore) = self.empty_results(nb, cap)?;
             let w = (watch, nq);
-            self.context()
-                .run(|_| self.scan_host(qb, &scan, None, filter, w, &mut cid, &mut cscore))?;
+            self.context().run(|_| {
+                self.scan_host(qb, &scan, probes, None, filter, w, &mut cid, &mut cscore)
+            })?;
             let part = self.context().run(|_| {
                 (0..nb)
                     .into_par_iter()

@@ -2,7 +2,7 @@
 //! of each search under the context's caps.
 
 use super::{coarse8, Filter, Index, MAX_TERM_BYTES};
-use crate::backend::{Backend, SearchShape, Shape};
+use crate::backend::{Backend, Probes, SearchShape, Shape};
 use crate::error::Result;
 use crate::params::{Metric, SearchParams};
 use crate::quant::estimate;
@@ -18,14 +18,14 @@ impl Index {
     pub(crate) fn fit_search(
         &self,
         nq: usize,
-        nprobe: usize,
+        probes: Probes,
         k: usize,
         want: usize,
         filter: Option<&Filter>,
     ) -> Result<usize> {
-        self.search_within_reach(nq, nprobe, k)?;
+        self.search_within_reach(nq, probes, k)?;
         let s = self.cb.shape();
-        let device = device_search_bytes(self.ctx.backend(), s, self.len(), nq, nprobe, want);
+        let device = device_search_bytes(self.ctx.backend(), s, self.len(), nq, probes, want);
         let what = || format!("searching {nq} queries for {k} results");
         self.ctx.check_caps((0, device), what)?;
         let cap = self.ctx.memory_cap();
@@ -82,12 +82,12 @@ impl Index {
 
     /// `OutOfMemory` where a search of `nq` queries for `k` results each (`nprobe` lists)
     /// passes what memory estimates are made for (`estimate::MOST_VALUES`).
-    fn search_within_reach(&self, nq: usize, nprobe: usize, k: usize) -> Result<()> {
+    fn search_within_reach(&self, nq: usize, probes: Probes, k: usize) -> Result<()> {
         let what = "searching";
         estimate::within_reach(nq, self.cb.dim(), what)?;
         estimate::within_reach(nq, k, what)?;
         let want = k.min(self.len().max(1));
-        estimate::within_reach(nprobe.min(self.nlist()), want, what)
+        estimate::within_reach(probes.get(), want, what)
     }
 
     /// `estimate_add_memory` for input in f16 where `f16` (converted a block at a time).
@@ -107,7 +107,8 @@ impl Index {
     /// hits pass what the cap leaves stops with `OutOfMemory`. Sizes past what any machine
     /// holds are an `OutOfMemory`, never a figure that wrapped.
     pub fn estimate_search_memory(&self, nq: usize, p: &SearchParams) -> Result<(usize, usize)> {
-        self.search_within_reach(nq, p.nprobe, p.k.max(p.rerank))?;
+        let probes = self.probes(p);
+        self.search_within_reach(nq, probes, p.k.max(p.rerank))?;
         let s = self.cb.shape();
         let mut host = search_bytes(&s, nq, p.k, self.candidates(p), self.ctx.threads());
         if self.tables.get().is_none() {
@@ -117,7 +118,7 @@ impl Index {
             host += fast_scan_bytes(&s, self.len());
         }
         let want = self.candidates(p);
-        let device = device_search_bytes(self.ctx.backend(), s, self.len(), nq, p.nprobe, want);
+        let device = device_search_bytes(self.ctx.backend(), s, self.len(), nq, probes, want);
         Ok((host, device))
     }
 }
@@ -130,7 +131,7 @@ pub(crate) fn device_search_bytes(
     s: Shape,
     n: usize,
     nq: usize,
-    nprobe: usize,
+    probes: Probes,
     want: usize,
 ) -> usize {
     let terms = s.metric == Metric::L2 && s.anchors * s.nsub * s.ksub * 4 <= MAX_TERM_BYTES;
@@ -138,7 +139,7 @@ pub(crate) fn device_search_bytes(
         codes: s,
         n,
         nq,
-        nprobe,
+        probes,
         want,
         terms,
     })
@@ -158,7 +159,8 @@ pub(crate) fn first_search_bytes(
         + fast_scan_bytes(s, n)
         + search_bytes(s, threads * 128, 0, 0, threads);
     let p = SearchParams::default();
-    (host, device_search_bytes(b, *s, n, 4096, p.nprobe, p.k))
+    let probes = Probes::of(p.nprobe, s.anchors);
+    (host, device_search_bytes(b, *s, n, 4096, probes, p.k))
 }
 
 /// Bytes adding `n` vectors to an index allocates at its peak: the encoding (`encode_bytes`),

@@ -3,6 +3,7 @@
 
 use super::search::{query_block, Cand, HitRoom, Within, HIT_BYTES};
 use super::{Filter, Index, RawVectors};
+use crate::backend::Probes;
 use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
 use crate::progress::{Control, Phase, Watch};
@@ -78,7 +79,7 @@ impl Index {
         ctl: &Control,
     ) -> Result<RangeResults> {
         let own = self.refined();
-        let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
+        let (probes, raw) = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
         if radius.is_nan() {
             return Err(Error::InvalidArgument(
                 "radius is NaN: it must be a number (a squared distance under L2, else a \
@@ -88,16 +89,16 @@ impl Index {
         }
         let (d, metric) = (self.cb.dim(), self.cb.metric);
         // Hits count against what the memory cap leaves as they are found.
-        let room = HitRoom::new(self.fit_search(queries.len() / d, p.nprobe, 0, 0, filter)?);
+        let room = HitRoom::new(self.fit_search(queries.len() / d, probes, 0, 0, filter)?);
         let l2 = metric == Metric::L2;
         // Scores are smaller-is-better: minus the similarity under inner product.
         let bound = if l2 { radius } else { -radius };
         let q = prepare(queries, d, metric);
         let per_query = self.watched_search(ctl, &q, |w| {
             self.context().run(|b| {
-                let hits = match self.range_on_device(b, &q, p.nprobe, bound, filter, &room, w)? {
+                let hits = match self.range_on_device(b, &q, probes, bound, filter, &room, w)? {
                     Some(h) => h,
-                    None => self.range_on_host(&q, p.nprobe, bound, filter, &room, w)?,
+                    None => self.range_on_host(&q, probes, bound, filter, &room, w)?,
                 };
                 self.range_finish(&q, hits, raw, bound, w)
             })
@@ -157,7 +158,7 @@ impl Index {
     fn range_on_host(
         &self,
         q: &[f32],
-        nprobe: usize,
+        probes: Probes,
         bound: f32,
         filter: Option<&Filter>,
         room: &HitRoom,
@@ -174,7 +175,7 @@ impl Index {
                     Ok(())
                 };
                 let fresh = || Within::new(bound, room);
-                self.scan_block(qb, nprobe, filter, watch, fresh, keep)?;
+                self.scan_block(qb, probes.get(), filter, watch, fresh, keep)?;
                 watch.advance(Phase::Search, qb.len() / d, nq)?;
                 Ok(out)
             })
@@ -188,7 +189,7 @@ impl Index {
         &self,
         backend: &dyn crate::backend::Backend,
         q: &[f32],
-        nprobe: usize,
+        probes: Probes,
         bound: f32,
         filter: Option<&Filter>,
         room: &HitRoom,
@@ -209,7 +210,7 @@ impl Index {
             };
             let (most, poll) = (room.hits(), || watch.poll());
             let found =
-                backend.range_lists(cb, lists, q, nprobe, bound, allow.as_deref(), most, &poll)?;
+                backend.range_lists(cb, lists, q, probes, bound, allow.as_deref(), most, &poll)?;
             if found.is_none() {
                 watch.fell_back(Fallbacks::DEVICE_DECLINED);
             }

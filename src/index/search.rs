@@ -11,7 +11,7 @@ pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
 use super::scan::{prefetch, scan, scan4_blocks, List};
 pub(crate) use super::tables::Tables;
 use super::{fastscan, probe, Filter, Index};
-use crate::backend::{Backend, DeviceRerank};
+use crate::backend::{Backend, DeviceRerank, Probes};
 use crate::check::check_finite;
 use crate::context::watching;
 use crate::error::{raw_not_finite, try_vec, Error, Result};
@@ -173,12 +173,27 @@ impl Index {
         watch: &Watch,
     ) -> Result<SearchResults> {
         let own = self.refined();
-        let raw = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
+        let (probes, raw) = self.check_search(queries, p, self.raw_or_refined(raw, &own))?;
+        self.search_checked(backend, queries, p, probes, raw, filter, watch)
+    }
+
+    /// `search_on` once the parameters and queries are checked.
+    #[allow(clippy::too_many_arguments)]
+    fn search_checked(
+        &self,
+        backend: &dyn Backend,
+        queries: &[f32],
+        p: &SearchParams,
+        probes: Probes,
+        raw: Option<&dyn RawVectors>,
+        filter: Option<&Filter>,
+        watch: &Watch,
+    ) -> Result<SearchResults> {
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let k = p.k;
         let want = self.candidates(p);
-        self.fit_search(nq, p.nprobe, k, want, filter)?;
+        self.fit_search(nq, probes, k, want, filter)?;
         let q = prepare(queries, d, self.cb.metric);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
         let on_device = self.with_views(|cb, lists| {
@@ -191,14 +206,14 @@ impl Index {
             };
             let poll = || watch.poll();
             let found =
-                backend.search_lists(cb, lists, &q, p.nprobe, want, allow.as_deref(), &poll)?;
+                backend.search_lists(cb, lists, &q, probes, want, allow.as_deref(), &poll)?;
             if found.is_none() {
                 watch.fell_back(Fallbacks::DEVICE_DECLINED);
             }
             Ok(found)
         })?;
         match on_device {
-            None => self.scan_host(&q, p, raw, filter, (watch, nq), &mut ids, &mut dist)?,
+            None => self.scan_host(&q, p, probes, raw, filter, (watch, nq), &mut ids, &mut dist)?,
             // The device's candidates, re-ranked and cut to k here.
             Some((cid, cdist)) => {
                 let out = (&mut ids[..], &mut dist[..]);
@@ -246,25 +261,25 @@ impl Index {
         n: usize,
         watch: &Watch,
     ) -> Result<SearchResults> {
-        // Bad parameters are named before the backend's answer; the queries are checked once,
-        // by whichever search runs.
+        // Bad parameters are named before the backend's answer.
         p.validate()?;
         crate::backend::need_device_memory(backend, "re-ranking against device memory")?;
+        self.check_queries(queries)?;
+        let probes = self.probes(p);
         if p.rerank == 0 {
-            return self.search_on(backend, queries, p, None, None, watch);
+            return self.search_checked(backend, queries, p, probes, None, None, watch);
         }
-        self.check_queries(queries, p)?;
         let d = self.cb.dim();
         let nq = queries.len() / d;
         let (k, want) = (p.k, self.candidates(p));
-        self.fit_search(nq, p.nprobe, k, want, None)?;
+        self.fit_search(nq, probes, k, want, None)?;
         let q = prepare(queries, d, self.cb.metric);
         let raw = DeviceRerank { at, n, k };
         // SAFETY (both calls): as the caller vouches.
         let poll = || watch.poll();
         let device = |cands: Option<&[u64]>| {
             self.with_views(|cb, lists| unsafe {
-                backend.rerank_device(cb, lists, &q, p.nprobe, want, cands, raw, &poll)
+                backend.rerank_device(cb, lists, &q, probes, want, cands, raw, &poll)
             })
         };
         let (cid, cdist) = match device(None)? {
@@ -284,7 +299,8 @@ impl Index {
                     rerank: 0,
                 };
                 let (mut cid, mut cdist) = self.empty_results(nq, want)?;
-                self.scan_host(&q, &cands, None, None, (watch, nq), &mut cid, &mut cdist)?;
+                let w = (watch, nq);
+                self.scan_host(&q, &cands, probes, None, None, w, &mut cid, &mut cdist)?;
                 device(Some(&cid))?
                     .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
             }
@@ -300,13 +316,16 @@ impl Index {
         p.k.max(p.rerank).min(self.len().max(1))
     }
 
-    /// The host scan of the prepared queries `q` into their `p.k` result slots, re-ranked
-    /// against `raw` where given: one coarse GEMM per block of queries, each block reported
-    /// to `watch` as it ends (as part of `total` queries of the call).
+    /// The host scan of the prepared queries `q` into their `p.k` result slots over their
+    /// `probes` nearest lists, re-ranked against `raw` where given: one coarse GEMM per block
+    /// of queries, each block reported to `watch` as it ends (as part of `total` queries of
+    /// the call).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn scan_host(
         &self,
         q: &[f32],
         p: &SearchParams,
+        probes: Probes,
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
         (watch, total): (&Watch, usize),
@@ -320,7 +339,7 @@ impl Index {
             .zip(ids.par_chunks_mut(block * k))
             .zip(dist.par_chunks_mut(block * k))
             .map(|((qb, ib), db)| {
-                self.search_block(qb, p, want, raw, filter, watch, ib, db)?;
+                self.search_block(qb, p.k, probes, want, raw, filter, watch, ib, db)?;
                 watch.advance(Phase::Search, qb.len() / d.max(1), total)
             })
             .collect()
@@ -359,25 +378,32 @@ impl Index {
         watch.advance(Phase::Search, nq, nq)
     }
 
-    /// The checks of the parameters and queries every search makes.
-    fn check_queries(&self, queries: &[f32], p: &SearchParams) -> Result<()> {
-        p.validate()?;
+    /// The checks of the queries every search makes.
+    fn check_queries(&self, queries: &[f32]) -> Result<()> {
         crate::check::whole_rows(queries.len(), self.cb.dim(), "query values")?;
         check_finite(queries, "queries")?;
         crate::check::check_norms(queries, self.cb.dim(), "queries")
     }
 
-    /// The checks every search with host raw vectors makes; returns the raw vectors to
-    /// re-rank against, if any.
+    /// The lists each query of a search with `p` probes: the one clamp of `p.nprobe`
+    /// (validated), which every scan and device then reads.
+    pub(super) fn probes(&self, p: &SearchParams) -> Probes {
+        Probes::of(p.nprobe, self.nlist())
+    }
+
+    /// The checks every search with host raw vectors makes, the one validation of its
+    /// parameters; returns the lists each query probes and the raw vectors to re-rank
+    /// against, if any.
     pub(super) fn check_search<'r>(
         &self,
         queries: &[f32],
         p: &SearchParams,
         raw: Option<&'r dyn RawVectors>,
-    ) -> Result<Option<&'r dyn RawVectors>> {
-        self.check_queries(queries, p)?;
+    ) -> Result<(Probes, Option<&'r dyn RawVectors>)> {
+        p.validate()?;
+        self.check_queries(queries)?;
         let d = self.cb.dim();
-        match (p.rerank, raw) {
+        let raw = match (p.rerank, raw) {
             (0, _) => Ok(None),
             (r, None) => Err(Error::InvalidArgument(format!(
                 "rerank = {r} needs raw vectors, and none were given"
@@ -387,7 +413,8 @@ impl Index {
                 r.dim()
             ))),
             (_, Some(r)) => Ok(Some(r)),
-        }
+        }?;
+        Ok((self.probes(p), raw))
     }
 
     /// Result arrays with every slot missing: id `u64::MAX`, distance NaN.
@@ -457,7 +484,8 @@ impl Index {
     fn search_block(
         &self,
         qb: &[f32],
-        p: &SearchParams,
+        k: usize,
+        probes: Probes,
         want: usize,
         raw: Option<&dyn RawVectors>,
         filter: Option<&Filter>,
@@ -465,10 +493,10 @@ impl Index {
         ids: &mut [u64],
         dist: &mut [f32],
     ) -> Result<()> {
-        let (d, k) = (self.cb.dim(), p.k);
+        let d = self.cb.dim();
         self.scan_block(
             qb,
-            p.nprobe,
+            probes.get(),
             filter,
             watch,
             || TopK::new(want),

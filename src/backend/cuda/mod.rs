@@ -8,8 +8,8 @@
 
 use super::{
     AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, DeviceRerank,
-    KmeansSession, KmeansShape, ListsView, PqAssignShape, Resident, RowsView, SearchShape, Shape,
-    Transfers,
+    KmeansSession, KmeansShape, ListsView, PqAssignShape, Probes, Resident, RowsView, SearchShape,
+    Shape, Transfers,
 };
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -512,12 +512,12 @@ impl Backend for CudaBackend {
         cb: &CodebookView,
         lists: &ListsView,
         q: &[f32],
-        nprobe: usize,
+        probes: Probes,
         want: usize,
         allow: Option<&[u32]>,
         poll: super::Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        self.scan(cb, lists, q, nprobe, want, None, allow, poll)
+        self.scan(cb, lists, q, probes.get(), want, None, allow, poll)
     }
 
     fn range_lists(
@@ -525,13 +525,13 @@ impl Backend for CudaBackend {
         cb: &CodebookView,
         lists: &ListsView,
         q: &[f32],
-        nprobe: usize,
+        probes: Probes,
         radius: f32,
         allow: Option<&[u32]>,
         most_hits: usize,
         poll: super::Poll,
     ) -> Result<Option<super::RangeHits>> {
-        self.range(cb, lists, q, nprobe, radius, allow, most_hits, poll)
+        self.range(cb, lists, q, probes.get(), radius, allow, most_hits, poll)
     }
 
     unsafe fn rerank_device(
@@ -539,7 +539,7 @@ impl Backend for CudaBackend {
         cb: &CodebookView,
         lists: &ListsView,
         q: &[f32],
-        nprobe: usize,
+        probes: Probes,
         want: usize,
         cands: Option<&[u64]>,
         raw: DeviceRerank,
@@ -562,7 +562,7 @@ impl Backend for CudaBackend {
             self.device_rows(raw.at, raw.n, d, "raw vectors")?;
         }
         let Some(cands) = cands else {
-            return self.scan(cb, lists, q, nprobe, want, Some(raw), None, poll);
+            return self.scan(cb, lists, q, probes.get(), want, Some(raw), None, poll);
         };
         self.bind()?;
         let dev = self.lock();

@@ -211,8 +211,7 @@ impl CudaBackend {
         let (mut ids, mut dist) = (Vec::new(), Vec::new());
         for batch in q.chunks(cb.d * QUERY_BATCH) {
             poll()?;
-            let (qd, cid, cd) =
-                self.search_batch(dev, dc, dl, batch, nprobe.min(dl.m), want, allow)?;
+            let (qd, cid, cd) = self.search_batch(dev, dc, dl, batch, nprobe, want, allow)?;
             let (i, v) = match &mut rerank {
                 None => (self.down(s, &cid)?, self.down(s, &cd)?),
                 Some((r, bad)) => self.rerank_batch(dev, cb, &qd, &cid, want, *r, bad)?,
@@ -246,9 +245,9 @@ impl CudaBackend {
             let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
             for batch in q.chunks(cb.d * QUERY_BATCH) {
                 poll()?;
-                let n = nprobe.min(dl.m);
                 let most = most_hits - ids.len();
-                let (c, i, v) = self.range_batch(dev, dc, dl, batch, n, radius, allow, most)?;
+                let (c, i, v) =
+                    self.range_batch(dev, dc, dl, batch, nprobe, radius, allow, most)?;
                 counts.extend(c);
                 ids.extend(i);
                 dist.extend(v);

@@ -386,12 +386,12 @@ impl Backend for WgpuBackend {
         cb: &CodebookView,
         lists: &ListsView,
         q: &[f32],
-        nprobe: usize,
+        probes: crate::backend::Probes,
         want: usize,
         allow: Option<&[u32]>,
         poll: crate::backend::Poll,
     ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        search::search_lists(self, cb, lists, q, nprobe, want, allow, poll)
+        search::search_lists(self, cb, lists, q, probes.get(), want, allow, poll)
     }
     fn set_memory_cap(&self, bytes: usize) {
         self.memory_cap.store(bytes, Ordering::Relaxed);

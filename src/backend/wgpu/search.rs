@@ -186,8 +186,7 @@ pub(super) fn search_lists(
     let mut dist = Vec::with_capacity(nq * want);
     for chunk in q.chunks(batch * d) {
         poll()?;
-        let n = nprobe.min(dl.m);
-        let (i, s) = search_batch(b, &pipes, dc, dl, cb, chunk, n, want, allow)?;
+        let (i, s) = search_batch(b, &pipes, dc, dl, cb, chunk, nprobe, want, allow)?;
         ids.extend(i);
         dist.extend(s);
     }
