@@ -107,7 +107,8 @@ fn plan() -> common::parity::Plan {
     }
 }
 
-parity_tests!(gpu, plan);
+// Every CUDA test holds the device alone.
+parity_tests!(gpu, gpu, plan);
 
 #[test]
 fn contexts_free_their_device_memory() {

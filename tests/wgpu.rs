@@ -23,9 +23,37 @@ fn open_with(opts: WgpuOptions) -> Result<Context, Error> {
     Context::with_options(BackendKind::Wgpu, 0, 0, &opts)
 }
 
-fn gpu() -> Option<Arc<Context>> {
-    match open_with(WgpuOptions::default()) {
-        Ok(c) => Some(Arc::new(c)),
+/// The adapter, shared with other tests, or held alone by a test that measures its memory
+/// (adapters report their allocations whole, so another test's buffers would count).
+struct Gpu {
+    ctx: Arc<Context>,
+    _shared: Option<std::sync::RwLockReadGuard<'static, ()>>,
+    _alone: Option<std::sync::RwLockWriteGuard<'static, ()>>,
+}
+
+impl std::ops::Deref for Gpu {
+    type Target = Arc<Context>;
+    fn deref(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+static DEVICE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn opened(r: Result<Context, Error>, alone: bool) -> Option<Gpu> {
+    let (_alone, _shared) = match alone {
+        true => (
+            Some(DEVICE.write().unwrap_or_else(|e| e.into_inner())),
+            None,
+        ),
+        false => (None, Some(DEVICE.read().unwrap_or_else(|e| e.into_inner()))),
+    };
+    match r {
+        Ok(c) => Some(Gpu {
+            ctx: Arc::new(c),
+            _shared,
+            _alone,
+        }),
         Err(e)
             if std::env::var_os("CI").is_some()
                 || std::env::var_os("VLCC_REQUIRE_WGPU").is_some() =>
@@ -39,10 +67,22 @@ fn gpu() -> Option<Arc<Context>> {
     }
 }
 
-/// `gpu()` opened with `opts`, and describing itself with `says`.
-fn gpu_with(opts: WgpuOptions, says: &str) -> Option<Arc<Context>> {
+fn gpu() -> Option<Gpu> {
+    opened(open_with(WgpuOptions::default()), false)
+}
+
+/// `gpu()` alone on the adapter: for tests that measure its memory.
+fn gpu_alone() -> Option<Gpu> {
+    opened(open_with(WgpuOptions::default()), true)
+}
+
+/// `gpu_alone()` opened with `opts`, and describing itself with `says`.
+fn gpu_with(opts: WgpuOptions, says: &str) -> Option<Gpu> {
     let asked = format!("{opts:?}");
-    let g = open_with(opts).ok().map(Arc::new).or_else(gpu)?;
+    let g = match open_with(opts.clone()) {
+        Ok(c) => opened(Ok(c), true)?,
+        Err(_) => gpu_alone()?,
+    };
     let what = g.backend().describe();
     assert!(what.contains(says), "{asked}: {what}");
     Some(g)
@@ -131,7 +171,7 @@ fn plan() -> common::parity::Plan {
     }
 }
 
-parity_tests!(gpu, plan);
+parity_tests!(gpu, gpu_alone, plan);
 
 #[test]
 fn uploads_larger_than_a_piece_arrive_whole() {
@@ -369,10 +409,10 @@ fn encoding_checks_its_input_on_the_way_up() {
 /// the one they pass.
 #[test]
 fn device_caps_hold() {
-    if let Some(g) = gpu() {
+    if let Some(g) = gpu_alone() {
         // Training's peak is one k-means session: at a quarter of it, not even a streamed
         // one fits.
-        caps_hold(g, 20_000, &[3.0, 0.5, 0.25, 0.05], 0.5);
+        caps_hold(&g, 20_000, &[3.0, 0.5, 0.25, 0.05], 0.5);
     }
 }
 
@@ -386,7 +426,7 @@ fn device_caps_hold_with_cooperative_matrices() {
         ..WgpuOptions::default()
     };
     if let Some(g) = gpu_with(opts, "cooperative matrices (emulated)") {
-        caps_hold(g, 12_000, &[0.5, 0.05], 0.5);
+        caps_hold(&g, 12_000, &[0.5, 0.05], 0.5);
     }
 }
 
@@ -401,13 +441,13 @@ fn device_caps_hold_without_allocator_report() {
         ..WgpuOptions::default()
     };
     if let Some(g) = gpu_with(opts, "counted from its buffers") {
-        caps_hold(g, 20_000, &[0.5, 0.05], 0.25);
+        caps_hold(&g, 20_000, &[0.5, 0.05], 0.25);
     }
 }
 
 /// `device_caps_hold` on `n` points, under caps at `fracs` of the uncapped peaks: training and
 /// adding succeed down to `fits`.
-fn caps_hold(g: Arc<Context>, n: usize, fracs: &[f64], fits: f64) {
+fn caps_hold(g: &Arc<Context>, n: usize, fracs: &[f64], fits: f64) {
     let b = g.backend();
     if b.memory_usage(true).is_none() {
         eprintln!("skipped: this adapter's allocator does not report its memory");
