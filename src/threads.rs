@@ -3,18 +3,17 @@
 //! thread's state outlives the free (which leak checkers at process exit saw as leaked).
 
 use crate::error::{Error, Result};
-use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 pub(crate) struct Threads {
     pool: Option<rayon::ThreadPool>,
-    handles: Mutex<Vec<JoinHandle<()>>>,
+    handles: Vec<JoinHandle<()>>,
 }
 
 impl Threads {
     /// `threads` threads (0: one per core), named `vlcc-<i>`.
     pub fn new(threads: usize) -> Result<Threads> {
-        let handles = Mutex::new(Vec::new());
+        let mut handles = Vec::new();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .spawn_handler(|t| {
@@ -23,7 +22,7 @@ impl Threads {
                     b = b.stack_size(size);
                 }
                 let h = b.spawn(|| t.run())?;
-                handles.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+                handles.push(h);
                 Ok(())
             })
             .build()
@@ -52,8 +51,7 @@ impl Drop for Threads {
         if inside {
             return;
         }
-        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
-        for h in handles {
+        for h in self.handles.drain(..) {
             // A thread that panicked has ended too: nothing to report at a drop.
             let _ = h.join();
         }
