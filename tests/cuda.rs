@@ -11,38 +11,9 @@ use vlc_compress::{
 };
 
 /// The device, one test at a time: one test fills its memory on purpose.
-struct Gpu {
-    ctx: Arc<Context>,
-    _alone: std::sync::MutexGuard<'static, ()>,
-}
-
-impl std::ops::Deref for Gpu {
-    type Target = Arc<Context>;
-    fn deref(&self) -> &Arc<Context> {
-        &self.ctx
-    }
-}
-
-/// Held by every test that touches the device, so that the memory counts of one are not
-/// moved by another's allocations.
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ALONE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn gpu() -> Option<Gpu> {
-    let alone = alone();
-    match Context::new(BackendKind::Cuda, 0, 0) {
-        Ok(c) => Some(Gpu {
-            ctx: Arc::new(c),
-            _alone: alone,
-        }),
-        Err(e) if std::env::var_os("VLCC_REQUIRE_CUDA").is_some() => panic!("no CUDA: {e}"),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
+fn gpu() -> Option<common::Gpu> {
+    let required = std::env::var_os("VLCC_REQUIRE_CUDA").is_some();
+    common::device(true, required, || Context::new(BackendKind::Cuda, 0, 0))
 }
 
 /// The whole demo set, the CUDA backend's slack: its sessions give the CPU's bits, streamed
@@ -193,7 +164,7 @@ fn bad_devices_and_inputs_are_errors() {
 
 #[test]
 fn auto_picks_cuda_when_it_can_and_the_cpu_otherwise() {
-    let _alone = alone();
+    let _alone = common::device_alone();
     let auto = Context::new(BackendKind::Auto, 0, 1).unwrap();
     match Context::new(BackendKind::Cuda, 0, 1) {
         Ok(_) => assert_eq!(auto.backend().kind(), BackendKind::Cuda),
@@ -639,7 +610,7 @@ fn device_caps_give_the_same_codebook_or_out_of_memory() {
     let (n, d) = (300_000, 128);
     let x = common::clustered(n, d, 500, 4);
     let p = common::small_params(1024, 32);
-    let mut free = vlc_compress::Compressor::new(g.ctx.clone(), p.clone());
+    let mut free = vlc_compress::Compressor::new(Arc::clone(&g), p.clone());
     let want = free
         .estimate_memory(vlc_compress::Work::Train, n, d)
         .unwrap()
@@ -650,7 +621,7 @@ fn device_caps_give_the_same_codebook_or_out_of_memory() {
     for frac in [0.5, 0.25, 0.05] {
         let cap = (want as f64 * frac) as usize;
         g.set_device_memory_cap(cap);
-        let mut c = vlc_compress::Compressor::new(g.ctx.clone(), p.clone());
+        let mut c = vlc_compress::Compressor::new(Arc::clone(&g), p.clone());
         let (peak, r) = device_peak(|| c.train(&x, d).map(|_| ()));
         match r {
             Ok(()) => {
@@ -668,7 +639,7 @@ fn device_caps_give_the_same_codebook_or_out_of_memory() {
     eprintln!("estimate {want} B; {outcomes:?}");
     // Below one block of points beside the assignment buffers: refused, nothing allocated.
     g.set_device_memory_cap(16 * n);
-    let mut c = vlc_compress::Compressor::new(g.ctx.clone(), p.clone());
+    let mut c = vlc_compress::Compressor::new(Arc::clone(&g), p.clone());
     let (peak, r) = device_peak(|| c.train(&x, d).map(|_| ()));
     assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
     assert!(peak < 1 << 20, "a refused training took {peak} bytes");

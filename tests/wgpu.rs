@@ -4,6 +4,7 @@
 //! driver runs every kernel on two CPU cores.
 
 mod common;
+use common::Gpu;
 use std::sync::Arc;
 #[cfg(feature = "test-hooks")]
 use vlc_compress::backend::Cooperative;
@@ -23,66 +24,24 @@ fn open_with(opts: WgpuOptions) -> Result<Context, Error> {
     Context::with_options(BackendKind::Wgpu, 0, 0, &opts)
 }
 
-/// The adapter, shared with other tests, or held alone by a test that measures its memory
-/// (adapters report their allocations whole, so another test's buffers would count).
-struct Gpu {
-    ctx: Arc<Context>,
-    _shared: Option<std::sync::RwLockReadGuard<'static, ()>>,
-    _alone: Option<std::sync::RwLockWriteGuard<'static, ()>>,
-}
-
-impl std::ops::Deref for Gpu {
-    type Target = Arc<Context>;
-    fn deref(&self) -> &Arc<Context> {
-        &self.ctx
-    }
-}
-
-static DEVICE: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-fn opened(r: Result<Context, Error>, alone: bool) -> Option<Gpu> {
-    let (_alone, _shared) = match alone {
-        true => (
-            Some(DEVICE.write().unwrap_or_else(|e| e.into_inner())),
-            None,
-        ),
-        false => (None, Some(DEVICE.read().unwrap_or_else(|e| e.into_inner()))),
-    };
-    match r {
-        Ok(c) => Some(Gpu {
-            ctx: Arc::new(c),
-            _shared,
-            _alone,
-        }),
-        Err(e)
-            if std::env::var_os("CI").is_some()
-                || std::env::var_os("VLCC_REQUIRE_WGPU").is_some() =>
-        {
-            panic!("no WGPU adapter: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
+/// Whether this run must have an adapter (CI installs a software one).
+fn required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("VLCC_REQUIRE_WGPU").is_some()
 }
 
 fn gpu() -> Option<Gpu> {
-    opened(open_with(WgpuOptions::default()), false)
+    common::device(false, required(), || open_with(WgpuOptions::default()))
 }
 
 /// `gpu()` alone on the adapter: for tests that measure its memory.
 fn gpu_alone() -> Option<Gpu> {
-    opened(open_with(WgpuOptions::default()), true)
+    common::device(true, required(), || open_with(WgpuOptions::default()))
 }
 
 /// `gpu_alone()` opened with `opts`, and describing itself with `says`.
 fn gpu_with(opts: WgpuOptions, says: &str) -> Option<Gpu> {
     let asked = format!("{opts:?}");
-    let g = match open_with(opts.clone()) {
-        Ok(c) => opened(Ok(c), true)?,
-        Err(_) => gpu_alone()?,
-    };
+    let g = common::device(true, false, || open_with(opts)).or_else(gpu_alone)?;
     let what = g.backend().describe();
     assert!(what.contains(says), "{asked}: {what}");
     Some(g)

@@ -7,6 +7,55 @@ pub mod parity;
 use std::sync::Arc;
 use vlc_compress::{vecio, BackendKind, Compressor, Context, Index, TrainParams};
 
+/// A device context for a test: shared with other tests, or held alone by one that measures
+/// its memory (devices report their allocations whole, so another test's buffers would
+/// count). Tests take the device through `device` before they open anything on it.
+pub struct Gpu {
+    ctx: Arc<Context>,
+    _shared: Option<std::sync::RwLockReadGuard<'static, ()>>,
+    _alone: Option<std::sync::RwLockWriteGuard<'static, ()>>,
+}
+
+impl std::ops::Deref for Gpu {
+    type Target = Arc<Context>;
+    fn deref(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+static DEVICE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The device to this test alone until the guard drops (for tests that open contexts
+/// themselves).
+pub fn device_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    DEVICE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `open()` with the device held as `alone` says; where it fails, the test skips (`None`),
+/// or panics where `required` (a run that must have the device).
+pub fn device(
+    alone: bool,
+    required: bool,
+    open: impl FnOnce() -> vlc_compress::Result<Context>,
+) -> Option<Gpu> {
+    let (_alone, _shared) = match alone {
+        true => (Some(device_alone()), None),
+        false => (None, Some(DEVICE.read().unwrap_or_else(|e| e.into_inner()))),
+    };
+    match open() {
+        Ok(c) => Some(Gpu {
+            ctx: Arc::new(c),
+            _shared,
+            _alone,
+        }),
+        Err(e) if required => panic!("no device: {e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
 /// The rows of `x` (n x d) as training reads a sample where it lies: picked by `pick` and
 /// made unit length.
 pub fn sample_view<'a>(
