@@ -126,6 +126,16 @@ pub(crate) fn unit_rows<'a>(x: impl Into<Cow<'a, [f32]>>, d: usize) -> Cow<'a, [
 
 pub(crate) use crate::linalg::unit_row;
 
+/// Sub-code `j` of one code (8 bits: byte j; 4 bits: nibble j, low nibble first).
+#[inline]
+pub fn get_code(code: &[u8], j: usize, bits: u32) -> u8 {
+    if bits == 8 {
+        code[j]
+    } else {
+        (code[j / 2] >> ((j & 1) * 4)) & 0xf
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::source_column;

@@ -7,6 +7,7 @@
 
 mod cpu;
 pub mod cuda;
+pub(crate) mod filter;
 pub(crate) mod host;
 pub(crate) mod layout;
 mod options;
@@ -19,6 +20,7 @@ pub mod wgpu;
 
 pub use crate::fallbacks::Fallbacks;
 pub use crate::linalg::{Poll, RowsView};
+pub(crate) use cpu::search as host_scan;
 pub use cpu::CpuBackend;
 pub use options::{BackendOptions, Cooperative, ShaderChecks, TraceSink, WgpuOptions};
 pub use shape::{KmeansShape, PqAssignShape, SearchShape, Shape};

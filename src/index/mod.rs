@@ -3,26 +3,20 @@
 //! once; `add`/`remove` take `&mut self`.
 
 mod bounds;
-pub(crate) mod coarse8;
-mod fastscan;
-mod filter;
 mod ids;
-mod keep;
 pub(crate) mod memory;
-pub(crate) mod probe;
 mod range;
 mod raw;
 mod refine;
-mod scan;
 mod search;
-mod tables;
 
+pub use crate::backend::filter::{Filter, Predicate};
 pub use bounds::BoundedResults;
-pub use filter::{Filter, Predicate};
 pub use range::RangeResults;
 pub use refine::Refine;
 pub use search::{DenseRaw, FetchRaw, RawVectors, SearchResults};
 
+use crate::backend::host_scan::{fastscan, Packed, Tables, MAX_TERM_BYTES};
 use crate::backend::{CodebookView, ListsView};
 use crate::context::watching;
 use crate::context::Context;
@@ -105,7 +99,7 @@ pub struct Index {
     refine: Refine,
     /// Lookup-table terms derived from the codebook (never stored in files), built by the
     /// first search: an index that is only filled costs none of their memory.
-    tables: OnceLock<search::Tables>,
+    tables: OnceLock<Tables>,
     /// Held while the tables are built, so that concurrent first searches build them once.
     tables_build: std::sync::Mutex<()>,
     /// Unique to this index and its contents: renewed by every change, so a device copy of
@@ -113,7 +107,7 @@ pub struct Index {
     pub(crate) stamp: u64,
     /// 4-bit lists in fast-scan blocks, made at the first search that scans them and
     /// dropped by every change.
-    packed4: OnceLock<fastscan::Packed>,
+    packed4: OnceLock<Packed>,
     /// Where each id sits (`ids`), built by the first call that needs it and kept by changes.
     id_map: OnceLock<IdMap>,
     /// The largest error bound held (`bounds`), found when first needed, dropped by changes.
@@ -128,9 +122,6 @@ static STAMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(
 fn next_stamp() -> u64 {
     STAMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
-
-/// Precomputed tables above this size are skipped (they are then built per probed list).
-pub(crate) const MAX_TERM_BYTES: usize = 512 << 20;
 
 impl Index {
     /// An empty index on a trained codebook, adding and searching on `ctx`. Its search
@@ -321,22 +312,21 @@ impl Index {
     /// lists are scanned code by code, with the same results). On one thread: searches call
     /// this from rayon tasks, and a parallel build there could pick up another search task on
     /// the building thread, which would wait on itself.
-    pub(crate) fn packed4(&self) -> Option<&fastscan::Packed> {
+    pub(crate) fn packed4(&self) -> Option<&Packed> {
         if self.packed4.get().is_none() && self.ctx.memory_cap() > 0 {
             return None;
         }
         Some(self.build_packed4())
     }
 
-    fn build_packed4(&self) -> &fastscan::Packed {
-        self.packed4.get_or_init(|| {
-            fastscan::Packed::new(self.nlist(), self.cb.pq.code_fields(), |j| self.list(j).1)
-        })
+    fn build_packed4(&self) -> &Packed {
+        self.packed4
+            .get_or_init(|| Packed::new(self.nlist(), self.cb.pq.code_fields(), |j| self.list(j).1))
     }
 
     /// Whether this index's searches scan fast-scan blocks (4-bit codes within their reach).
     pub(crate) fn scans_blocks(&self) -> bool {
-        self.cb.pq.bits == 4 && self.cb.pq.code_fields() <= fastscan::MAX_NSUB
+        fastscan::takes(&self.cb.view())
     }
 
     /// Runs `f` with this index's codebook and lists as devices read them.
@@ -361,25 +351,22 @@ impl Index {
     /// makes light ones in `light` instead (no per-list terms: each probed list's are made as
     /// needed) rather than wait: the build runs rayon tasks, and a thread waiting inside one
     /// may be the very thread whose stolen task the build needs, so waiting could hang.
-    pub(crate) fn tables<'a>(
-        &'a self,
-        light: &'a mut Option<search::Tables>,
-    ) -> Result<&'a search::Tables> {
+    pub(crate) fn tables<'a>(&'a self, light: &'a mut Option<Tables>) -> Result<&'a Tables> {
         if let Some(t) = self.tables.get() {
             return Ok(t);
         }
         // Under a memory cap only `fit_search` builds them, where they fit.
         if self.ctx.memory_cap() > 0 {
-            return Ok(light.insert(search::Tables::new(&self.cb, 0)?));
+            return Ok(light.insert(Tables::new(&self.cb.view(), 0)?));
         }
         match self.build_tables()? {
             Some(t) => Ok(t),
-            None => Ok(light.insert(search::Tables::new(&self.cb, 0)?)),
+            None => Ok(light.insert(Tables::new(&self.cb.view(), 0)?)),
         }
     }
 
     /// Builds the search tables unless built; `None` while another thread builds them.
-    fn build_tables(&self) -> Result<Option<&search::Tables>> {
+    fn build_tables(&self) -> Result<Option<&Tables>> {
         if let Some(t) = self.tables.get() {
             return Ok(Some(t));
         }
@@ -393,7 +380,7 @@ impl Index {
         if let Some(t) = self.tables.get() {
             return Ok(Some(t));
         }
-        let t = search::Tables::new(&self.cb, MAX_TERM_BYTES)?;
+        let t = Tables::new(&self.cb.view(), MAX_TERM_BYTES)?;
         Ok(Some(self.tables.get_or_init(|| t)))
     }
 
@@ -430,8 +417,8 @@ impl Index {
             id_bytes: n * 8,
             refine_bytes: n * self.refine.row_bytes(self.cb.dim()),
             id_map_bytes: self.id_map.get().map_or(0, IdMap::heap_bytes),
-            table_bytes: self.tables.get().map_or(0, search::Tables::heap_bytes),
-            fast_scan_bytes: self.packed4.get().map_or(0, fastscan::Packed::heap_bytes),
+            table_bytes: self.tables.get().map_or(0, Tables::heap_bytes),
+            fast_scan_bytes: self.packed4.get().map_or(0, Packed::heap_bytes),
             memory_mapped: self.lists.is_mapped(),
             lists_in_memory: self.lists.held_count(),
         }

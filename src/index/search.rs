@@ -6,12 +6,11 @@
 //! centroid), the last only on the query, so a list's table is one add per entry.
 //! Inner product needs no per-list term: `<q, a + R^T y> = <q, a> + <Rq, y>`.
 
-pub(super) use super::keep::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
 pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
-use super::scan::{prefetch, scan, scan4_blocks, List};
-pub(crate) use super::tables::Tables;
-use super::{fastscan, probe, Filter, Index};
-use crate::backend::{Backend, DeviceRerank, Probes};
+use super::{Filter, Index};
+use crate::backend::host_scan::HostSearcher;
+pub(super) use crate::backend::host_scan::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
+use crate::backend::{Backend, DeviceRerank, ListsView, Probes};
 use crate::check::check_finite;
 use crate::context::watching;
 use crate::error::{raw_not_finite, try_vec, Error, Result};
@@ -509,7 +508,8 @@ impl Index {
     }
 
     /// Scans the lists each query of `qb` probes into a fresh `K` (`fresh`), given to `done`
-    /// with the query's number: AVX2 code where the CPU has it.
+    /// with the query's number: the host scan over this index's views and tables, asking
+    /// `watch` between queries.
     pub(super) fn scan_block<K: Keep>(
         &self,
         qb: &[f32],
@@ -519,157 +519,26 @@ impl Index {
         fresh: impl Fn() -> K,
         done: impl FnMut(usize, K) -> Result<()>,
     ) -> Result<()> {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.scan_block_avx2(qb, nprobe, filter, watch, fresh, done) };
-        }
-        self.scan_block_any(qb, nprobe, filter, watch, fresh, done)
-    }
-
-    /// The same code compiled for AVX2 (no FMA: results equal the baseline build's).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn scan_block_avx2<K: Keep>(
-        &self,
-        qb: &[f32],
-        nprobe: usize,
-        filter: Option<&Filter>,
-        watch: &Watch,
-        fresh: impl Fn() -> K,
-        done: impl FnMut(usize, K) -> Result<()>,
-    ) -> Result<()> {
-        self.scan_block_any(qb, nprobe, filter, watch, fresh, done)
-    }
-
-    #[inline(always)]
-    fn scan_block_any<K: Keep>(
-        &self,
-        qb: &[f32],
-        nprobe: usize,
-        filter: Option<&Filter>,
-        watch: &Watch,
-        fresh: impl Fn() -> K,
-        mut done: impl FnMut(usize, K) -> Result<()>,
-    ) -> Result<()> {
-        let cb = &*self.cb;
-        let (d, m, dp) = (cb.d, cb.anchors(), cb.pq.dim());
-        let (nsub, ks) = (cb.pq.nsub, cb.pq.ksub());
-        let r = qb.len() / d;
         let mut light = None;
         let tables = self.tables(&mut light)?;
-        let anorm = &tables.anchor_norms;
-        // Bounds that leave a few anchors to score in full: from the queries on the anchors'
-        // axes (`probe`) or from their products in integers (`coarse8`), where one serves this
-        // nprobe; else every anchor's product with each query in f32.
-        let probe = tables.probe.as_ref().filter(|p| p.serves(nprobe));
-        let probe = probe.map(|p| (p, p.block(qb, d)));
-        let ints = tables
-            .coarse8
-            .as_ref()
-            .filter(|c| probe.is_none() && c.serves(nprobe));
-        let ints = ints.map(|c| (c, c.block(qb, d)));
-        let bounded = probe.is_some() || ints.is_some();
-        let mut bound = vec![0f32; if bounded { m } else { 0 }];
-        let mut dots = vec![0f32; if bounded { 0 } else { r * m }];
-        if !bounded {
-            linalg::dot_block(qb, &cb.anchors, d, &mut dots);
-        }
-        let qy = tables.rotated_queries(cb, qb, self.ctx.exact_rotation());
-        let l2 = cb.metric == Metric::L2;
-        let mut coarse = vec![0f32; m];
-        let mut probes = Vec::new();
-        // The query's own table, built right before its probes so it stays in cache:
-        // -2 <Rq_j, c> for L2 (added to the list's terms), -<Rq_j, c> for inner product.
-        let mut qci = vec![0f32; nsub * ks];
-        // Codes with an error level (L2 only) end in one more sub-code, whose row of the
-        // table is the levels themselves: no query moves them.
-        let levels = &cb.pq.levels;
-        let rows = cb.pq.code_fields();
-        let mut lut = vec![0f32; rows * ks];
-        lut[nsub * ks..].copy_from_slice(levels);
-        let (mut fly, mut fly_anchor) = if tables.l2_terms.is_none() && l2 {
-            (vec![0f32; nsub * ks], vec![0f32; dp])
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        let mut pair = Vec::new();
-        let scale = if l2 { -2.0 } else { -1.0 };
-        // 4-bit codes within the byte sums' reach are scanned in blocks (`fastscan`).
         let packed = self.scans_blocks().then(|| self.packed4()).flatten();
-        let mut bytes = fastscan::ByteTable::new(rows);
-        // List a's precomputed L2 terms, where they are kept.
-        let per = nsub * ks;
-        let terms_of = |a: usize| tables.l2_terms.as_ref().map(|t| &t[a * per..(a + 1) * per]);
-        for i in 0..r {
-            // Between queries: a cancel or a deadline is heard within one query.
-            watch.poll()?;
-            let qv = &qb[i * d..(i + 1) * d];
-            let qn = linalg::dot(qv, qv);
-            let terms = match (&probe, &ints) {
-                (Some((p, blk)), _) => Some(p.bounds(blk, i, (qv, qn, l2), &mut bound)),
-                (None, Some((c, blk))) => Some(c.bounds(blk, i, (qv, qn, l2), anorm, &mut bound)),
-                (None, None) => None,
-            };
-            match terms {
-                Some(terms) => {
-                    let slack = probe::slack(terms, qn, tables.max_anchor_norm);
-                    let out = (&mut coarse[..], &mut probes);
-                    probe::settle(&bound, (qv, qn, l2), &cb.anchors, anorm, nprobe, slack, out);
-                }
-                None => {
-                    for j in 0..m {
-                        coarse[j] = probe::coarse_score(dots[i * m + j], qn, anorm[j], l2);
-                    }
-                    linalg::smallest_k(&coarse, nprobe, &mut probes);
-                }
-            }
-            let y = &qy[i * dp..(i + 1) * dp];
-            let ds = cb.pq.dsub;
-            tables.query_table(y, ds, ks, scale, &mut qci);
-            let mut top = fresh();
-            for (pi, &a) in probes.iter().enumerate() {
-                let a = a as usize;
-                let (lids, lcodes) = self.list(a);
-                if lids.is_empty() {
-                    continue;
-                }
-                // The next list's terms are a stream from memory the hardware prefetcher
-                // only finds after its first misses: asked for now, they arrive while this
-                // list is scanned.
-                if let Some(next) = probes.get(pi + 1).and_then(|&n| terms_of(n as usize)) {
-                    for line in next.iter().step_by(16) {
-                        prefetch(line);
-                    }
-                }
-                if l2 {
-                    let terms: &[f32] = match terms_of(a) {
-                        Some(t) => t,
-                        None => {
-                            tables.fly_terms(cb, a, &mut fly_anchor, &mut fly);
-                            &fly
-                        }
-                    };
-                    for ((l, t), c) in lut.iter_mut().zip(terms).zip(&qci) {
-                        *l = t + c;
-                    }
-                }
-                let table = if l2 { &lut } else { &qci };
-                let list = List {
-                    base: coarse[a],
-                    ids: lids,
-                    codes: lcodes,
-                };
-                match packed {
-                    Some(p) => {
-                        scan4_blocks(&list, table, rows, p.list(a), &mut bytes, filter, &mut top)?
-                    }
-                    None => scan(&list, table, cb.pq.bits, rows, &mut pair, filter, &mut top)?,
-                }
-            }
-            done(i, top)?;
-        }
-        Ok(())
+        let list = |j: usize| self.list(j);
+        let lists = ListsView {
+            key: self.stamp,
+            nlist: self.nlist(),
+            len: self.len(),
+            list: &list,
+            l2_terms: tables.l2_terms.as_deref(),
+        };
+        let searcher = HostSearcher {
+            cb: &self.cb.view(),
+            lists: &lists,
+            tables,
+            packed,
+            exact_rotation: self.ctx.exact_rotation(),
+        };
+        let poll = || watch.poll();
+        searcher.scan_block(qb, nprobe, filter, &poll, fresh, done)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Product quantization of (rotated, padded) residuals: M sub-spaces of `dsub` dimensions, each
 //! with 2^bits centroids trained by the same k-means engine as the anchors.
 
+pub(crate) use crate::backend::layout::get_code;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::params::AnchorParams;
@@ -220,16 +221,6 @@ pub(crate) fn fit_levels(errs: &mut [f32], count: usize) -> Vec<f32> {
         levels[i] = levels[i].max(levels[i - 1]);
     }
     levels
-}
-
-/// Sub-code `j` of one code (8 bits: byte j; 4 bits: nibble j, low nibble first).
-#[inline]
-pub(crate) fn get_code(code: &[u8], j: usize, bits: u32) -> u8 {
-    if bits == 8 {
-        code[j]
-    } else {
-        (code[j / 2] >> ((j & 1) * 4)) & 0xf
-    }
 }
 
 #[inline]

@@ -2,6 +2,8 @@
 //! scores from queries rotated in integers.
 
 use super::*;
+use crate::backend::host_scan::scan::{scan, scan4_blocks, List};
+use crate::backend::host_scan::{coarse8, fastscan};
 use crate::backend::layout;
 
 /// A seeded stream of values in [0, 1).
@@ -130,7 +132,7 @@ fn glove_demo_wide(metric: Metric) -> (Index, Vec<f32>) {
 
 #[test]
 fn scores_from_queries_rotated_in_integers_stay_within_their_slack() {
-    if !super::super::coarse8::supported() {
+    if !coarse8::supported() {
         return;
     }
     for metric in [Metric::L2, Metric::InnerProduct] {
@@ -193,7 +195,7 @@ fn queries_rotate_as_padded_queries_do() {
     let tables = ix.tables(&mut light).unwrap();
     let rows = tables.query_rotation_rows(d);
     assert_eq!(rows, d, "the padding's rows are passed over");
-    let got = tables.rotated_queries(cb, &query, false);
+    let got = tables.rotated_queries(&cb.view(), &query, false);
     let padded = layout::pad_rows(&query, d, cb.pq.dsub, dp);
     let want = layout::rotate(&cb.rot, &padded, dp);
     for (i, (g, w)) in got.chunks_exact(dp).zip(want.chunks_exact(dp)).enumerate() {
@@ -233,7 +235,7 @@ fn the_block_scan_keeps_what_the_plain_scan_keeps_on_real_data() {
     let mut light = None;
     let tables = ix.tables(&mut light).unwrap();
     let terms = tables.l2_terms.as_ref().unwrap();
-    let qy = tables.rotated_queries(cb, &query, false);
+    let qy = tables.rotated_queries(&cb.view(), &query, false);
     let mut table = fastscan::ByteTable::new(nsub);
     for y in qy.chunks_exact(dp).take(40) {
         let mut qci = vec![0f32; nsub * ks];

@@ -453,9 +453,10 @@ mod tests {
         }
         // GloVe demo vectors, two rows joined into one of 100 dimensions (the kernel's
         // minimum is 64): 512 anchors, 64 queries.
-        let base =
-            crate::vecio::parse_fvecs(include_bytes!("../../tests/data/glove-demo/base.fvecs"))
-                .unwrap();
+        let base = crate::vecio::parse_fvecs(include_bytes!(
+            "../../../../tests/data/glove-demo/base.fvecs"
+        ))
+        .unwrap();
         let d = 2 * base.cols;
         let (m, nq) = (512, 64);
         let x = &base.data[..(m + nq) * d];

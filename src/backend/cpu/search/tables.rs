@@ -2,11 +2,10 @@
 
 use super::coarse8::{self, Coarse8};
 use super::probe::Probe;
-use crate::backend::layout;
+use crate::backend::{layout, CodebookView};
 use crate::error::{try_vec, Result};
 use crate::linalg;
 use crate::params::Metric;
-use crate::quant::Codebook;
 use rayon::prelude::*;
 
 /// Tables derived from the codebook once per index. Each is allocated fallibly and bounded by
@@ -35,6 +34,9 @@ pub(crate) struct Tables {
     /// The rotation as a query meets it (None without a rotation).
     rot_in: Option<QueryRotation>,
 }
+
+/// Precomputed tables above this size are skipped (they are then built per probed list).
+pub(crate) const MAX_TERM_BYTES: usize = 512 << 20;
 
 /// The widest rotation (its smaller side) whose spectral norms are bounded for
 /// `Coarse8::error_norm`: Fashion-MNIST's 784 is within it, 4,096-d embeddings are not.
@@ -96,7 +98,7 @@ impl Tables {
     /// from zero: each entry is `((0 + y_0 c_0) + y_1 c_1) + ...`. Inlined, so that the scan's
     /// AVX2 build (`scan_block_avx2`) holds them in vector registers.
     #[inline(always)]
-    pub(super) fn query_table(&self, y: &[f32], ds: usize, ks: usize, scale: f32, out: &mut [f32]) {
+    pub(crate) fn query_table(&self, y: &[f32], ds: usize, ks: usize, scale: f32, out: &mut [f32]) {
         const L: usize = 16;
         for (j, row) in out.chunks_exact_mut(ks).enumerate() {
             let cols = &self.cent_t[j * ds * ks..(j + 1) * ds * ks];
@@ -117,8 +119,8 @@ impl Tables {
         }
     }
 
-    pub fn new(cb: &Codebook, cap_bytes: usize) -> Result<Tables> {
-        let (d, dp, m) = (cb.d, cb.pq.dim(), cb.anchors());
+    pub fn new(cb: &CodebookView, cap_bytes: usize) -> Result<Tables> {
+        let (d, dp, m) = (cb.d, cb.dp(), cb.m());
         let fits = |n: usize| n.checked_mul(4).is_some_and(|b| b <= cap_bytes);
         let rot_anchors = if fits(m.saturating_mul(dp)) {
             let mut t = try_vec(m * dp, 0f32, "rotated anchors")?;
@@ -129,7 +131,7 @@ impl Tables {
         } else {
             None
         };
-        let per = cb.pq.nsub * cb.pq.ksub();
+        let per = cb.nsub * cb.ksub();
         let l2_terms = match (
             cb.metric == Metric::L2 && fits(m.saturating_mul(per)),
             &rot_anchors,
@@ -143,10 +145,10 @@ impl Tables {
             }
             _ => None,
         };
-        let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
-        let mut cent_t = try_vec(cb.pq.centroids.len(), 0f32, "transposed centroids")?;
-        for j in 0..cb.pq.nsub {
-            for (c, v) in cb.pq.sub(j).chunks_exact(ds).enumerate() {
+        let (ks, ds) = (cb.ksub(), cb.dsub);
+        let mut cent_t = try_vec(cb.books.len(), 0f32, "transposed centroids")?;
+        for j in 0..cb.nsub {
+            for (c, v) in sub(cb, j).chunks_exact(ds).enumerate() {
                 for t in 0..ds {
                     cent_t[(j * ds + t) * ks + c] = v[t];
                 }
@@ -155,16 +157,16 @@ impl Tables {
         // No larger than the rotation already held: made under any cap, so that a search
         // rotates its queries alike with or without room for the larger tables (and so
         // gives the same bits).
-        let rot_in = if !cb.rot.is_empty() {
+        let rot_in = if !cb.rotation.is_empty() {
             Some(QueryRotation::new(cb)?)
         } else {
             None
         };
         // m values: no larger than the anchors already held.
-        let anchor_norms = linalg::row_norms(&cb.anchors, d);
+        let anchor_norms = linalg::row_norms(cb.anchors, d);
         Ok(Tables {
-            probe: Probe::new(&cb.anchors, d, cap_bytes),
-            coarse8: Coarse8::new(&cb.anchors, d),
+            probe: Probe::new(cb.anchors, d, cap_bytes),
+            coarse8: Coarse8::new(cb.anchors, d),
             rot_in,
             l2_terms,
             rot_anchors,
@@ -176,10 +178,10 @@ impl Tables {
 
     /// The queries `qb` (r x d) padded to the sub-spaces' layout and rotated (r x dp).
     /// With `exact`, in f32 products even where the rotation is held in integers.
-    pub(super) fn rotated_queries(&self, cb: &Codebook, qb: &[f32], exact: bool) -> Vec<f32> {
-        let (d, dp) = (cb.d, cb.pq.dim());
+    pub(crate) fn rotated_queries(&self, cb: &CodebookView, qb: &[f32], exact: bool) -> Vec<f32> {
+        let (d, dp) = (cb.d, cb.dp());
         let Some(rot) = &self.rot_in else {
-            return layout::pad_rows(qb, d, cb.pq.dsub, dp);
+            return layout::pad_rows(qb, d, cb.dsub, dp);
         };
         let nq = qb.len() / d.max(1);
         let rows = rot.r.len() / d.max(1);
@@ -224,14 +226,20 @@ impl Tables {
 
     /// Rows of the rotation a query is multiplied by (0 without one).
     #[cfg(test)]
-    pub(super) fn query_rotation_rows(&self, d: usize) -> usize {
+    pub(crate) fn query_rotation_rows(&self, d: usize) -> usize {
         self.rot_in.as_ref().map_or(0, |q| q.r.len() / d.max(1))
     }
 
     /// List `a`'s terms into `out` (M x ksub), from the stored rotated anchor or one made now
     /// in `scratch` (dp values).
-    pub(super) fn fly_terms(&self, cb: &Codebook, a: usize, scratch: &mut [f32], out: &mut [f32]) {
-        let dp = cb.pq.dim();
+    pub(crate) fn fly_terms(
+        &self,
+        cb: &CodebookView,
+        a: usize,
+        scratch: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let dp = cb.dp();
         let ra = match &self.rot_anchors {
             Some(t) => &t[a * dp..(a + 1) * dp],
             None => {
@@ -247,12 +255,12 @@ impl QueryRotation {
     /// From the codebook's rotation: no larger than it, so made under any cap (a search
     /// rotates its queries alike with or without room for the larger tables, and so gives
     /// the same bits).
-    fn new(cb: &Codebook) -> Result<QueryRotation> {
-        let (d, dp) = (cb.d, cb.pq.dim());
+    fn new(cb: &CodebookView) -> Result<QueryRotation> {
+        let (d, dp) = (cb.d, cb.dp());
         let mut r = try_vec(dp * d, 0f32, "rotation")?;
         for p in 0..dp {
-            if let Some(c) = layout::source_column(p, d, cb.pq.dsub, dp) {
-                for (row, rot) in r.chunks_exact_mut(d).zip(cb.rot.chunks_exact(dp)) {
+            if let Some(c) = layout::source_column(p, d, cb.dsub, dp) {
+                for (row, rot) in r.chunks_exact_mut(d).zip(cb.rotation.chunks_exact(dp)) {
                     row[c] = rot[p];
                 }
             }
@@ -273,16 +281,16 @@ impl QueryRotation {
             Some(at)
         };
         // Rounded up a part in a thousand, for the float sums that take it.
-        let code_norm = (0..cb.pq.nsub)
+        let code_norm = (0..cb.nsub)
             .map(|j| {
-                let sub = cb.pq.sub(j).chunks_exact(cb.pq.dsub);
+                let sub = sub(cb, j).chunks_exact(cb.dsub);
                 sub.map(|c| f64::from(linalg::dot(c, c)))
                     .fold(0f64, f64::max)
             })
             .sum::<f64>()
             .sqrt()
             * 1.001;
-        let mut ints = coarse8::rotates(cb.residual_code_size(), d)
+        let mut ints = coarse8::rotates(cb.code_bytes(), d)
             .then(|| Coarse8::new(&r, d))
             .flatten();
         // The spectral bounds' Gram matrix takes the smaller side squared times the larger
@@ -304,25 +312,31 @@ impl QueryRotation {
 }
 
 /// Anchor `a` (d values) padded to the sub-space layout and rotated, into `out` (dp values).
-fn rotated_anchor(cb: &Codebook, a: &[f32], out: &mut [f32]) {
-    let (d, dp) = (cb.d, cb.pq.dim());
-    let padded = layout::pad_rows(a, d, cb.pq.dsub, dp);
-    if cb.rot.is_empty() {
+fn rotated_anchor(cb: &CodebookView, a: &[f32], out: &mut [f32]) {
+    let (d, dp) = (cb.d, cb.dp());
+    let padded = layout::pad_rows(a, d, cb.dsub, dp);
+    if cb.rotation.is_empty() {
         out.copy_from_slice(&padded);
     } else {
-        out.copy_from_slice(&layout::rotate(&cb.rot, &padded, dp));
+        out.copy_from_slice(&layout::rotate(cb.rotation, &padded, dp));
     }
 }
 
 /// `|c|^2 + 2 <ra_j, c>` for every sub-space j and centroid c.
-fn list_terms(cb: &Codebook, ra: &[f32], out: &mut [f32]) {
-    let (ks, ds) = (cb.pq.ksub(), cb.pq.dsub);
-    for j in 0..cb.pq.nsub {
-        let cents = cb.pq.sub(j);
+fn list_terms(cb: &CodebookView, ra: &[f32], out: &mut [f32]) {
+    let (ks, ds) = (cb.ksub(), cb.dsub);
+    for j in 0..cb.nsub {
+        let cents = sub(cb, j);
         let a = &ra[j * ds..(j + 1) * ds];
         for c in 0..ks {
             let cv = &cents[c * ds..(c + 1) * ds];
             out[j * ks + c] = linalg::dot(cv, cv) + 2.0 * linalg::dot(a, cv);
         }
     }
+}
+
+/// Sub-space `j`'s codewords (ksub x dsub).
+fn sub<'a>(cb: &CodebookView<'a>, j: usize) -> &'a [f32] {
+    let n = cb.ksub() * cb.dsub;
+    &cb.books[j * n..(j + 1) * n]
 }

@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 
 /// Candidate ordered by (distance, id): the heap's top is the worst kept.
 #[derive(Clone, Copy, PartialEq)]
-pub(super) struct Cand(pub(super) f32, pub(super) u64);
+pub(crate) struct Cand(pub(crate) f32, pub(crate) u64);
 impl Eq for Cand {}
 impl PartialOrd for Cand {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
@@ -20,7 +20,7 @@ impl Ord for Cand {
 }
 
 /// Where a scan's scored vectors go: the best k (`TopK`), or all within a radius (`Within`).
-pub(super) trait Keep {
+pub(crate) trait Keep {
     /// Scores above this are not kept (smaller is better).
     fn bound(&self) -> f32;
     /// Offers a score no larger than `bound()`.
@@ -40,19 +40,19 @@ impl Keep for TopK {
 
 /// Host bytes a range search's hits may take, shared by all its queries: what the memory
 /// cap leaves beside its working memory (`usize::MAX` without a cap).
-pub(super) struct HitRoom(std::sync::atomic::AtomicUsize);
+pub(crate) struct HitRoom(std::sync::atomic::AtomicUsize);
 
 /// What a hit costs while the call runs: its candidate (16 bytes), then its id and distance
 /// in the results (12), made before the candidates go.
-pub(super) const HIT_BYTES: usize = 28;
+pub(crate) const HIT_BYTES: usize = 28;
 
 impl HitRoom {
-    pub(super) fn new(bytes: usize) -> HitRoom {
+    pub(crate) fn new(bytes: usize) -> HitRoom {
         HitRoom(bytes.into())
     }
 
     /// Hits that fit.
-    pub(super) fn hits(&self) -> usize {
+    pub(crate) fn hits(&self) -> usize {
         self.0.load(std::sync::atomic::Ordering::Relaxed) / HIT_BYTES
     }
 
@@ -72,7 +72,7 @@ impl HitRoom {
 /// Every scored vector within `radius` (a range search's sink). Room for more hits comes
 /// from the call's `HitRoom` as the list grows; where it or an allocation runs out, the
 /// keeping stops and `hits` reports it.
-pub(super) struct Within<'a> {
+pub(crate) struct Within<'a> {
     radius: f32,
     hits: Vec<Cand>,
     room: &'a HitRoom,
@@ -80,7 +80,7 @@ pub(super) struct Within<'a> {
 }
 
 impl<'a> Within<'a> {
-    pub(super) fn new(radius: f32, room: &'a HitRoom) -> Within<'a> {
+    pub(crate) fn new(radius: f32, room: &'a HitRoom) -> Within<'a> {
         Within {
             radius,
             hits: Vec::new(),
@@ -90,7 +90,7 @@ impl<'a> Within<'a> {
     }
 
     /// What was kept, or `OutOfMemory` where it did not fit.
-    pub(super) fn hits(self) -> Result<Vec<Cand>> {
+    pub(crate) fn hits(self) -> Result<Vec<Cand>> {
         if self.full {
             return Err(Error::OutOfMemory(format!(
                 "range search: more hits than fit in memory or under the context's memory \
@@ -124,14 +124,14 @@ impl Keep for Within<'_> {
     }
 }
 
-pub(super) struct TopK {
+pub(crate) struct TopK {
     k: usize,
     heap: BinaryHeap<Cand>,
-    pub(super) worst: f32,
+    pub(crate) worst: f32,
 }
 
 impl TopK {
-    pub(super) fn new(k: usize) -> Self {
+    pub(crate) fn new(k: usize) -> Self {
         TopK {
             k,
             heap: BinaryHeap::with_capacity(k + 1),
@@ -139,7 +139,7 @@ impl TopK {
         }
     }
     #[inline]
-    pub(super) fn push(&mut self, d: f32, id: u64) {
+    pub(crate) fn push(&mut self, d: f32, id: u64) {
         if d > self.worst {
             return;
         }
@@ -156,10 +156,10 @@ impl TopK {
             self.worst = self.heap.peek().unwrap().0;
         }
     }
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }
-    pub(super) fn sorted(self) -> Vec<Cand> {
+    pub(crate) fn sorted(self) -> Vec<Cand> {
         self.heap.into_sorted_vec()
     }
 }

@@ -1,5 +1,7 @@
 //! The CPU reference: rayon over fixed row blocks, faer GEMM inside each block, so results are
-//! bit-identical whatever the thread count.
+//! bit-identical whatever the thread count. Its searcher, the host scan, is `search`.
+
+pub(crate) mod search;
 
 use super::{
     host, layout, AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView,

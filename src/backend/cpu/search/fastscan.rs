@@ -10,13 +10,19 @@
 //! one all zeros), 16 bytes; byte t holds the code of vector t in its low nibble and that of
 //! vector t + 16 in its high nibble.
 
-use crate::quant::pq::get_code;
+use crate::backend::layout::get_code;
 
 /// Vectors per block.
 pub(crate) const BLOCK: usize = 32;
 
 /// The most sub-quantizers the u16 sums hold without overflow (255 per sub-code).
 pub(crate) const MAX_NSUB: usize = 256;
+
+/// Whether searches of codes under `cb` scan fast-scan blocks: 4-bit codes within the byte
+/// sums' reach.
+pub(crate) fn takes(cb: &crate::backend::CodebookView) -> bool {
+    cb.bits == 4 && cb.row_bytes() <= MAX_NSUB
+}
 
 /// Sub-quantizers as blocks hold them: rounded up to even.
 fn padded(nsub: usize) -> usize {

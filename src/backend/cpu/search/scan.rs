@@ -3,12 +3,12 @@
 
 use super::fastscan;
 use super::keep::Keep;
-use super::Filter;
+use crate::backend::filter::Filter;
 use crate::error::Result;
 
 /// One probed list as the scans read it: its coarse distance (added to every code's sum),
 /// ids and codes.
-pub(super) struct List<'a> {
+pub(crate) struct List<'a> {
     pub base: f32,
     pub ids: &'a [u64],
     pub codes: &'a [u8],
@@ -25,7 +25,7 @@ fn offer(top: &mut impl Keep, d: f32, id: u64, filter: Option<&Filter>) -> Resul
 
 /// `scan` for 4-bit codes through their blocks (`packed`): the byte sums skip every vector
 /// whose bound cannot beat the worst kept, the rest are scored as `scan` scores them.
-pub(super) fn scan4_blocks(
+pub(crate) fn scan4_blocks(
     list: &List,
     lut: &[f32],
     nsub: usize,
@@ -85,7 +85,7 @@ pub(super) fn scan4_blocks(
 
 /// Asks the CPU to bring `x`'s cache line in, without waiting for it.
 #[inline(always)]
-pub(super) fn prefetch<T>(x: &T) {
+pub(crate) fn prefetch<T>(x: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch has no effect but on caches; SSE is in every x86-64 CPU.
     unsafe {
@@ -132,7 +132,7 @@ fn sum_bytes(base: f32, nbytes: usize, term: impl Fn(usize) -> f32) -> f32 {
 
 /// Sums table entries over each code of one list and offers the totals to the heap.
 #[inline(always)]
-pub(super) fn scan(
+pub(crate) fn scan(
     list: &List,
     lut: &[f32],
     bits: u32,
