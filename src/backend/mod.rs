@@ -11,6 +11,7 @@ pub(crate) mod filter;
 pub(crate) mod host;
 pub(crate) mod layout;
 mod options;
+pub(crate) mod session;
 mod shape;
 #[cfg(not(feature = "wgpu"))]
 mod unavailable;
@@ -23,6 +24,7 @@ pub use crate::linalg::{Poll, RowsView};
 pub(crate) use cpu::search as host_scan;
 pub use cpu::CpuBackend;
 pub use options::{BackendOptions, Cooperative, ShaderChecks, TraceSink, WgpuOptions};
+pub use session::{declines, SearchJob, Searcher, Session};
 pub use shape::{KmeansShape, PqAssignShape, SearchShape, Shape};
 pub use view::{Caps, CodebookView, ListsView, Probes};
 
@@ -66,7 +68,8 @@ impl BackendKind {
     }
 }
 
-/// Raw vectors in CUDA device memory for [`Backend::rerank_device`]: `n` rows of the index's
+/// Raw vectors in CUDA device memory for [`Searcher::top_k_reranked`] and
+/// [`Backend::rerank_device`]: `n` rows of the index's
 /// dimension at address `at` (row i holds the vector of id i), and the results kept per query.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceRerank {
@@ -136,7 +139,7 @@ pub trait KmeansSession {
     fn assignment_with_distances(&mut self) -> Result<(Vec<u32>, Vec<f32>)>;
 }
 
-/// A device range search's answer: hits per query, then their ids and scores.
+/// A device range search's answer (`Searcher::range`): hits per query, then their ids and scores.
 pub type RangeHits = (Vec<usize>, Vec<u64>, Vec<f32>);
 
 /// A compute device.
@@ -262,68 +265,36 @@ pub trait Backend: Send + Sync {
     fn checks_input(&self) -> bool {
         false
     }
-    /// Index search on the device: for each query of `q` (nq x d, prepared for the metric),
-    /// the `want` best candidates (ids, then scores: squared L2, or minus the inner product;
-    /// sorted, missing ones with id `u64::MAX`) over the `probes` nearest of `lists`. With
-    /// `allow`, only vectors whose bit is set there are candidates: bit `i % 32` of word
-    /// `i / 32` for the vector at position i of the lists back to back (`ListsView::flatten`'s
-    /// order). Called where `Caps::scans` says yes; `None` (no room on the device, say) leaves
-    /// the search to the host, which is what backends without device search answer. `poll`
-    /// is asked between batches of queries: its error (a cancel, a deadline) stops the search.
-    fn search_lists(
-        &self,
-        _cb: &CodebookView,
+    /// The searcher of one search over these lists (`session`): a device's, with the
+    /// codebook and lists made resident (uploaded where their keys changed) before it is
+    /// returned, or the host scan with the reasons a device leaves `job` there (`declines`,
+    /// and `DEVICE_DECLINED` where they do not fit its memory, its cap or a binding limit).
+    /// Backends without a device scan answer the host, with no reasons.
+    fn searcher<'a>(
+        &'a self,
+        _cb: &CodebookView<'a>,
         _lists: &ListsView,
-        _q: &[f32],
-        _probes: Probes,
-        _want: usize,
-        _allow: Option<&[u32]>,
-        _poll: Poll,
-    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        Ok(None)
+        _job: SearchJob,
+    ) -> Result<Session<'a>> {
+        Ok(Session::Host(crate::fallbacks::Fallbacks::NONE))
     }
-    /// Range search on the device: for each query of `q` (prepared), every vector of its
-    /// `probes` nearest lists scoring at most `radius` (squared L2, or minus the inner
-    /// product), `allow` as for `search_lists`. Returns each query's hit count, then the ids
-    /// and scores query after query, unordered within a query; more than `most_hits` in all
-    /// is an `OutOfMemory`, found before they are copied to the host (the caller's memory cap
-    /// sets it). `None` leaves it to the host, which is what backends without device range
-    /// search answer. `poll` as for `search_lists`.
-    fn range_lists(
-        &self,
-        _cb: &CodebookView,
-        _lists: &ListsView,
-        _q: &[f32],
-        _probes: Probes,
-        _radius: f32,
-        _allow: Option<&[u32]>,
-        _most_hits: usize,
-        _poll: Poll,
-    ) -> Result<Option<RangeHits>> {
-        Ok(None)
-    }
-    /// Exact re-rank on the device against raw vectors in device memory: for each query of
-    /// `q` (prepared, as for `search_lists`), its `want` candidates re-scored against their
-    /// rows in `raw` and cut to the `raw.k` best, in `search_lists`'s order and form. The
-    /// candidates are `cands` (nq x want ids from a host scan, missing ones `u64::MAX`), or,
-    /// when `cands` is `None`, those of `search_lists(cb, lists, q, probes, want)`, which then
-    /// never leave the device; `None` says the device cannot scan these lists, and the caller
-    /// scans on the host and calls again with its candidates. Backends without
-    /// `Caps::device_pointers` answer `BackendUnavailable`. `poll` as for `search_lists`.
+    /// Exact re-rank on the device of candidates the host found: for each query of `q`
+    /// (prepared), its `want` candidates in `cands` (nq x want ids, missing ones `u64::MAX`)
+    /// re-scored against their rows in `raw` and cut to the `raw.k` best, in
+    /// `Searcher::top_k`'s order and form. Backends without `Caps::device_pointers` answer
+    /// `BackendUnavailable`. `poll` as for a searcher.
     ///
     /// # Safety
     /// Nothing writes the rows at `raw.at` while the call runs.
     unsafe fn rerank_device(
         &self,
         _cb: &CodebookView,
-        _lists: &ListsView,
         _q: &[f32],
-        _probes: Probes,
+        _cands: &[u64],
         _want: usize,
-        _cands: Option<&[u64]>,
         _raw: DeviceRerank,
         _poll: Poll,
-    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
         Err(crate::error::Error::BackendUnavailable(format!(
             "re-ranking against device memory needs the CUDA backend; this context runs on {}",
             self.kind().name()
@@ -364,6 +335,11 @@ impl<T> Resident<T> {
             self.0 = Some((key, upload()?));
         }
         Ok(&self.0.as_ref().expect("the copy was just uploaded").1)
+    }
+
+    /// The copy held for `key`, if any.
+    pub fn held(&self, key: u64) -> Option<&T> {
+        self.0.as_ref().filter(|(k, _)| *k == key).map(|(_, t)| t)
     }
 
     /// As `get`, with `None` where the device has no room for the copy: the caller does the

@@ -3,12 +3,11 @@
 
 use super::search::{query_block, Cand, HitRoom, Within, HIT_BYTES};
 use super::{Filter, Index, RawVectors};
-use crate::backend::Probes;
+use crate::backend::{Probes, SearchJob, Session};
 use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
 use crate::progress::{Control, Phase, Watch};
 use crate::quant::prepare;
-use crate::report::Fallbacks;
 use rayon::prelude::*;
 
 /// Range-search results: query i's hits are `ids[offsets[i]..offsets[i + 1]]` with their
@@ -195,26 +194,28 @@ impl Index {
         room: &HitRoom,
         watch: &Watch,
     ) -> Result<Option<Vec<Vec<Cand>>>> {
-        let caps = backend.caps();
-        if caps.list_search && !caps.range_search {
-            watch.fell_back(Fallbacks::NO_RANGE_SCAN);
-            return Ok(None);
-        }
-        let found = self.with_views(|cb, lists| {
-            if !super::search::device_takes(caps, cb, lists, 1, filter, watch) {
-                return Ok(None);
+        let job = SearchJob {
+            probes,
+            want: 1,
+            range: true,
+            host_filter: !filter.is_none_or(Filter::on_device),
+            rerank: None,
+        };
+        let found = self.with_views(|cb, lists| match backend.searcher(cb, lists, job)? {
+            Session::Host(why) => {
+                watch.fell_back(why);
+                Ok(None)
             }
-            let allow = match filter {
-                Some(f) => Some(f.positions(&lists.flatten_ids())?),
-                None => None,
-            };
-            let (most, poll) = (room.hits(), || watch.poll());
-            let found =
-                backend.range_lists(cb, lists, q, probes, bound, allow.as_deref(), most, &poll)?;
-            if found.is_none() {
-                watch.fell_back(Fallbacks::DEVICE_DECLINED);
+            Session::Device(mut searcher) => {
+                let allow = match filter {
+                    Some(f) => Some(f.positions(&lists.flatten_ids())?),
+                    None => None,
+                };
+                let (most, poll) = (room.hits(), || watch.poll());
+                searcher
+                    .range(q, bound, allow.as_deref(), most, &poll)
+                    .map(Some)
             }
-            Ok(found)
         })?;
         let Some((counts, ids, scores)) = found else {
             return Ok(None);

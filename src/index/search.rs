@@ -10,7 +10,7 @@ pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
 use super::{Filter, Index};
 use crate::backend::host_scan::HostSearcher;
 pub(super) use crate::backend::host_scan::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
-use crate::backend::{Backend, DeviceRerank, ListsView, Probes};
+use crate::backend::{Backend, DeviceRerank, ListsView, Probes, SearchJob, Session};
 use crate::check::check_finite;
 use crate::context::watching;
 use crate::error::{raw_not_finite, try_vec, Error, Result};
@@ -18,7 +18,6 @@ use crate::linalg;
 use crate::params::{Metric, SearchParams};
 use crate::progress::{Control, Phase, Watch};
 use crate::quant::prepare;
-use crate::report::Fallbacks;
 use rayon::prelude::*;
 
 /// `k` results per query, best first. Distances are squared L2 for `Metric::L2` and inner
@@ -67,28 +66,6 @@ fn results(k: usize, ids: Vec<u64>, distances: Vec<f32>) -> Result<SearchResults
 /// search), small enough to give every thread several tasks.
 pub(super) fn query_block(nq: usize) -> usize {
     nq.div_ceil(4 * rayon::current_num_threads()).clamp(16, 128)
-}
-
-/// Whether a device with `caps` scans these lists for a search keeping `want` candidates
-/// under `filter`; where a device scan exists but does not take them, the reasons go to the
-/// call's report.
-pub(super) fn device_takes(
-    caps: crate::backend::Caps,
-    cb: &crate::backend::CodebookView,
-    lists: &crate::backend::ListsView,
-    want: usize,
-    filter: Option<&Filter>,
-    watch: &Watch,
-) -> bool {
-    if !caps.list_search {
-        return false;
-    }
-    let mut why = caps.declines(cb, lists, want);
-    if !filter.is_none_or(Filter::on_device) {
-        why = why | Fallbacks::PREDICATE_FILTER;
-    }
-    watch.fell_back(why);
-    why.is_empty()
 }
 
 impl Index {
@@ -195,21 +172,26 @@ impl Index {
         self.fit_search(nq, probes, k, want, filter)?;
         let q = prepare(queries, d, self.cb.metric);
         let (mut ids, mut dist) = self.empty_results(nq, k)?;
-        let on_device = self.with_views(|cb, lists| {
-            if !device_takes(backend.caps(), cb, lists, want, filter, watch) {
-                return Ok(None);
+        let job = SearchJob {
+            probes,
+            want,
+            range: false,
+            host_filter: !filter.is_none_or(Filter::on_device),
+            rerank: None,
+        };
+        let on_device = self.with_views(|cb, lists| match backend.searcher(cb, lists, job)? {
+            Session::Host(why) => {
+                watch.fell_back(why);
+                Ok(None)
             }
-            let allow = match filter {
-                Some(f) => Some(f.positions(&lists.flatten_ids())?),
-                None => None,
-            };
-            let poll = || watch.poll();
-            let found =
-                backend.search_lists(cb, lists, &q, probes, want, allow.as_deref(), &poll)?;
-            if found.is_none() {
-                watch.fell_back(Fallbacks::DEVICE_DECLINED);
+            Session::Device(mut searcher) => {
+                let allow = match filter {
+                    Some(f) => Some(f.positions(&lists.flatten_ids())?),
+                    None => None,
+                };
+                let poll = || watch.poll();
+                searcher.top_k(&q, allow.as_deref(), &poll).map(Some)
             }
-            Ok(found)
         })?;
         match on_device {
             None => self.scan_host(&q, p, probes, raw, filter, (watch, nq), &mut ids, &mut dist)?,
@@ -274,24 +256,24 @@ impl Index {
         self.fit_search(nq, probes, k, want, None)?;
         let q = prepare(queries, d, self.cb.metric);
         let raw = DeviceRerank { at, n, k };
-        // SAFETY (both calls): as the caller vouches.
-        let poll = || watch.poll();
-        let device = |cands: Option<&[u64]>| {
-            self.with_views(|cb, lists| unsafe {
-                backend.rerank_device(cb, lists, &q, probes, want, cands, raw, &poll)
-            })
+        let job = SearchJob {
+            probes,
+            want,
+            range: false,
+            host_filter: false,
+            rerank: Some(raw),
         };
-        let (cid, cdist) = match device(None)? {
-            Some(r) => r,
+        let poll = || watch.poll();
+        // SAFETY (both calls): as the caller vouches.
+        let on_device = self.with_views(|cb, lists| match backend.searcher(cb, lists, job)? {
+            Session::Device(mut searcher) => unsafe { searcher.top_k_reranked(&q, &poll) }.map(Ok),
+            Session::Host(why) => Ok(Err(why)),
+        })?;
+        let (cid, cdist) = match on_device {
+            Ok(r) => r,
             // Lists the device does not scan: the host's candidates, re-ranked there.
-            None => {
-                let why =
-                    self.with_views(|cb, lists| Ok(backend.caps().declines(cb, lists, want)))?;
-                watch.fell_back(if why.is_empty() {
-                    Fallbacks::DEVICE_DECLINED
-                } else {
-                    why
-                });
+            Err(why) => {
+                watch.fell_back(why);
                 let cands = SearchParams {
                     k: want,
                     nprobe: p.nprobe,
@@ -300,8 +282,8 @@ impl Index {
                 let (mut cid, mut cdist) = self.empty_results(nq, want)?;
                 let w = (watch, nq);
                 self.scan_host(&q, &cands, probes, None, None, w, &mut cid, &mut cdist)?;
-                device(Some(&cid))?
-                    .ok_or_else(|| Error::Device("the device re-rank gave no results".into()))?
+                let cb = self.cb.view();
+                unsafe { backend.rerank_device(&cb, &q, &cid, want, raw, &poll) }?
             }
         };
         let (mut ids, mut dist) = self.empty_results(nq, k)?;

@@ -8,8 +8,8 @@
 
 use super::{
     AssignStats, Backend, BackendKind, BackendOptions, Caps, CodebookView, DeviceRerank,
-    KmeansSession, KmeansShape, ListsView, PqAssignShape, Probes, Resident, RowsView, SearchShape,
-    Shape, Transfers,
+    KmeansSession, KmeansShape, ListsView, PqAssignShape, Resident, RowsView, SearchShape, Shape,
+    Transfers,
 };
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -507,63 +507,26 @@ impl Backend for CudaBackend {
         super::host::encode_in_steps(self, cb, &x)
     }
 
-    fn search_lists(
-        &self,
-        cb: &CodebookView,
+    fn searcher<'a>(
+        &'a self,
+        cb: &CodebookView<'a>,
         lists: &ListsView,
-        q: &[f32],
-        probes: Probes,
-        want: usize,
-        allow: Option<&[u32]>,
-        poll: super::Poll,
-    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        self.scan(cb, lists, q, probes.get(), want, None, allow, poll)
-    }
-
-    fn range_lists(
-        &self,
-        cb: &CodebookView,
-        lists: &ListsView,
-        q: &[f32],
-        probes: Probes,
-        radius: f32,
-        allow: Option<&[u32]>,
-        most_hits: usize,
-        poll: super::Poll,
-    ) -> Result<Option<super::RangeHits>> {
-        self.range(cb, lists, q, probes.get(), radius, allow, most_hits, poll)
+        job: super::SearchJob,
+    ) -> Result<super::Session<'a>> {
+        self.open_searcher(cb, lists, job)
     }
 
     unsafe fn rerank_device(
         &self,
         cb: &CodebookView,
-        lists: &ListsView,
         q: &[f32],
-        probes: Probes,
+        cands: &[u64],
         want: usize,
-        cands: Option<&[u64]>,
         raw: DeviceRerank,
         poll: super::Poll,
-    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
         let d = cb.d;
-        if want > MAX_WANT {
-            return Err(Error::InvalidArgument(format!(
-                "re-ranking on the device takes up to {MAX_WANT} candidates per query, not {want}"
-            )));
-        }
-        if raw.k == 0 || raw.k > want {
-            return Err(Error::InvalidArgument(format!(
-                "{} results per query from {want} candidates",
-                raw.k
-            )));
-        }
-        // No rows: any candidate fails as an id without a row, and there is no range to check.
-        if raw.n > 0 {
-            self.device_rows(raw.at, raw.n, d, "raw vectors")?;
-        }
-        let Some(cands) = cands else {
-            return self.scan(cb, lists, q, probes.get(), want, Some(raw), None, poll);
-        };
+        self.check_rerank(d, want, raw)?;
         self.bind()?;
         let dev = self.lock();
         let s = &dev.stream;
@@ -580,7 +543,7 @@ impl Backend for CudaBackend {
             dist.extend(v);
         }
         self.rerank_errors(s, &bad)?;
-        Ok(Some((ids, dist)))
+        Ok((ids, dist))
     }
 
     fn transfers(&self) -> Transfers {

@@ -1,6 +1,9 @@
 //! List scans and exact re-rank on the device, with the codebook and lists kept resident.
 
 use super::*;
+use crate::backend::{Poll, RangeHits, SearchJob, Searcher, Session};
+use crate::fallbacks::Fallbacks;
+use std::sync::MutexGuard;
 
 /// One index's lists on the device, back to back, with what its search needs.
 pub(super) struct DeviceLists {
@@ -139,123 +142,175 @@ pub(super) struct Probed {
     qt: CudaSlice<f32>,
 }
 
-impl CudaBackend {
-    /// `search_lists`, with the candidates re-ranked on the device against `raw` when given
-    /// (`raw.k` results per query, else `want`); `None` where the device does not scan.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn scan(
-        &self,
-        cb: &CodebookView,
-        lists: &ListsView,
-        q: &[f32],
-        nprobe: usize,
-        want: usize,
-        raw: Option<DeviceRerank>,
-        allow: Option<&[u32]>,
-        poll: crate::backend::Poll,
-    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        if !self.caps().scans(cb, lists, want) {
-            return Ok(None);
-        }
-        self.resident(cb, lists, allow, |dev, dc, dl, allow| {
-            self.scan_resident(dev, dc, dl, cb, q, nprobe, want, raw, allow, poll)
-        })
-    }
+/// A search session on the device (`Backend::searcher`): the device, with the codebook and
+/// lists resident, held for the session's life.
+pub(super) struct CudaSearcher<'a> {
+    b: &'a CudaBackend,
+    cb: CodebookView<'a>,
+    job: SearchJob,
+    keys: (u64, u64),
+    lists: MutexGuard<'a, Resident<DeviceLists>>,
+    codebook: MutexGuard<'a, Resident<DeviceCodebook>>,
+    dev: MutexGuard<'a, Device>,
+}
 
-    /// Runs `f` with the device, the codebook and lists resident there (uploaded where they
-    /// changed) and the allowed positions uploaded once for the call; `None` where the lists
-    /// stay on the host.
-    fn resident<R>(
-        &self,
-        cb: &CodebookView,
+impl CudaBackend {
+    /// `Backend::searcher`: the host where the device scan does not take `job` or the lists
+    /// do not fit; else the codebook and lists uploaded where they changed, and the device
+    /// held by the searcher. A device re-rank's range and depth are checked first.
+    pub(super) fn open_searcher<'a>(
+        &'a self,
+        cb: &CodebookView<'a>,
         lists: &ListsView,
-        allow: Option<&[u32]>,
-        f: impl FnOnce(&Device, &DeviceCodebook, &DeviceLists, Option<&CudaSlice<u32>>) -> Result<R>,
-    ) -> Result<Option<R>> {
+        job: SearchJob,
+    ) -> Result<Session<'a>> {
+        if let Some(raw) = job.rerank {
+            self.check_rerank(cb.d, job.want, raw)?;
+        }
+        let why = crate::backend::declines(self.caps(), cb, lists, &job);
+        if !why.is_empty() {
+            return Ok(Session::Host(why));
+        }
         self.bind()?;
         let mut resident = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        let mut slot = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
-        let dc = slot.get(cb.key, || DeviceCodebook::upload(self, cb))?;
+        let mut codebook = self.codebook.lock().unwrap_or_else(|e| e.into_inner());
+        codebook.get(cb.key, || DeviceCodebook::upload(self, cb))?;
         let dev = self.lock();
         let upload = || DeviceLists::upload(self, &dev, cb, lists);
-        let Some(dl) = resident.get_or_host(lists.key, upload)? else {
-            return Ok(None);
-        };
-        let allow = match allow {
-            Some(a) => Some(self.up(&dev.stream, a)?),
-            None => None,
-        };
-        f(&dev, dc, dl, allow.as_ref()).map(Some)
+        if resident.get_or_host(lists.key, upload)?.is_none() {
+            return Ok(Session::Host(Fallbacks::DEVICE_DECLINED));
+        }
+        Ok(Session::Device(Box::new(CudaSearcher {
+            b: self,
+            cb: *cb,
+            job,
+            keys: (cb.key, lists.key),
+            lists: resident,
+            codebook,
+            dev,
+        })))
     }
 
-    /// `scan` on the resident lists.
-    #[allow(clippy::too_many_arguments)]
-    fn scan_resident(
+    /// `BackendUnavailable`-free checks of a device re-rank: its depth within the scan's,
+    /// results within its candidates, and its rows device memory this context reads.
+    pub(super) fn check_rerank(&self, d: usize, want: usize, raw: DeviceRerank) -> Result<()> {
+        if want > MAX_WANT {
+            return Err(Error::InvalidArgument(format!(
+                "re-ranking on the device takes up to {MAX_WANT} candidates per query, not {want}"
+            )));
+        }
+        if raw.k == 0 || raw.k > want {
+            return Err(Error::InvalidArgument(format!(
+                "{} results per query from {want} candidates",
+                raw.k
+            )));
+        }
+        // No rows: any candidate fails as an id without a row, and there is no range to check.
+        if raw.n > 0 {
+            self.device_rows(raw.at, raw.n, d, "raw vectors")?;
+        }
+        Ok(())
+    }
+}
+
+impl CudaSearcher<'_> {
+    /// The resident codebook and lists.
+    fn resident(&self) -> (&DeviceCodebook, &DeviceLists) {
+        let dc = self.codebook.held(self.keys.0);
+        let dl = self.lists.held(self.keys.1);
+        (
+            dc.expect("the session holds its codebook"),
+            dl.expect("the session holds its lists"),
+        )
+    }
+
+    /// The allowed positions on the device, once per call.
+    fn allowed(&self, allow: Option<&[u32]>) -> Result<Option<CudaSlice<u32>>> {
+        self.dev.bind()?;
+        allow.map(|a| self.b.up(&self.dev.stream, a)).transpose()
+    }
+
+    /// The scan, batch by batch, with the candidates re-ranked on the device against `raw`
+    /// when given (`raw.k` results per query, else the job's `want`).
+    fn scan(
         &self,
-        dev: &Device,
-        dc: &DeviceCodebook,
-        dl: &DeviceLists,
-        cb: &CodebookView,
         q: &[f32],
-        nprobe: usize,
-        want: usize,
         raw: Option<DeviceRerank>,
-        allow: Option<&CudaSlice<u32>>,
-        poll: crate::backend::Poll,
+        allow: Option<&[u32]>,
+        poll: Poll,
     ) -> Result<(Vec<u64>, Vec<f32>)> {
+        let allow = self.allowed(allow)?;
+        let (b, dev, cb) = (self.b, &*self.dev, &self.cb);
+        let (dc, dl) = self.resident();
+        let (nprobe, want) = (self.job.probes.get(), self.job.want);
         let s = &dev.stream;
         let mut rerank = match raw {
-            Some(r) => Some((r, self.rerank_flags(s)?)),
+            Some(r) => Some((r, b.rerank_flags(s)?)),
             None => None,
         };
         let (mut ids, mut dist) = (Vec::new(), Vec::new());
         for batch in q.chunks(cb.d * QUERY_BATCH) {
             poll()?;
-            let (qd, cid, cd) = self.search_batch(dev, dc, dl, batch, nprobe, want, allow)?;
+            let (qd, cid, cd) = b.search_batch(dev, dc, dl, batch, nprobe, want, allow.as_ref())?;
             let (i, v) = match &mut rerank {
-                None => (self.down(s, &cid)?, self.down(s, &cd)?),
-                Some((r, bad)) => self.rerank_batch(dev, cb, &qd, &cid, want, *r, bad)?,
+                None => (b.down(s, &cid)?, b.down(s, &cd)?),
+                Some((r, bad)) => b.rerank_batch(dev, cb, &qd, &cid, want, *r, bad)?,
             };
             ids.extend(i);
             dist.extend(v);
         }
         if let Some((_, bad)) = &rerank {
-            self.rerank_errors(s, bad)?;
+            b.rerank_errors(s, bad)?;
         }
         Ok((ids, dist))
     }
+}
 
-    /// `range_lists`: batches of queries through `range_batch`; `None` where the device does
-    /// not scan these lists.
-    pub(super) fn range(
-        &self,
-        cb: &CodebookView,
-        lists: &ListsView,
+impl Searcher for CudaSearcher<'_> {
+    fn top_k(
+        &mut self,
         q: &[f32],
-        nprobe: usize,
+        allow: Option<&[u32]>,
+        poll: Poll,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        self.scan(q, None, allow, poll)
+    }
+
+    fn range(
+        &mut self,
+        q: &[f32],
         radius: f32,
         allow: Option<&[u32]>,
         most_hits: usize,
-        poll: crate::backend::Poll,
-    ) -> Result<Option<crate::backend::RangeHits>> {
-        if !self.caps().scans(cb, lists, 1) {
-            return Ok(None);
+        poll: Poll,
+    ) -> Result<RangeHits> {
+        let allow = self.allowed(allow)?;
+        let (b, dev, cb) = (self.b, &*self.dev, &self.cb);
+        let (dc, dl) = self.resident();
+        let nprobe = self.job.probes.get();
+        let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
+        for batch in q.chunks(cb.d * QUERY_BATCH) {
+            poll()?;
+            let most = most_hits - ids.len();
+            let (c, i, v) =
+                b.range_batch(dev, dc, dl, batch, nprobe, radius, allow.as_ref(), most)?;
+            counts.extend(c);
+            ids.extend(i);
+            dist.extend(v);
         }
-        self.resident(cb, lists, allow, |dev, dc, dl, allow| {
-            let (mut counts, mut ids, mut dist) = (Vec::new(), Vec::new(), Vec::new());
-            for batch in q.chunks(cb.d * QUERY_BATCH) {
-                poll()?;
-                let most = most_hits - ids.len();
-                let (c, i, v) =
-                    self.range_batch(dev, dc, dl, batch, nprobe, radius, allow, most)?;
-                counts.extend(c);
-                ids.extend(i);
-                dist.extend(v);
-            }
-            Ok((counts, ids, dist))
-        })
+        Ok((counts, ids, dist))
     }
 
+    unsafe fn top_k_reranked(&mut self, q: &[f32], poll: Poll) -> Result<(Vec<u64>, Vec<f32>)> {
+        let raw = self
+            .job
+            .rerank
+            .ok_or_else(|| crate::backend::session::not_opened_for("a device re-rank"))?;
+        self.scan(q, Some(raw), None, poll)
+    }
+}
+
+impl CudaBackend {
     /// The re-rank's error words for one call (`bad` in search.cu), none set: the smallest
     /// id without a row, then the smallest whose score is not finite.
     pub(super) fn rerank_flags(&self, s: &Arc<CudaStream>) -> Result<CudaSlice<u64>> {

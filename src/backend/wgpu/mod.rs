@@ -381,17 +381,13 @@ impl Backend for WgpuBackend {
     fn encode_residuals(&self, cb: &CodebookView, x: &[f32]) -> Result<(Vec<u32>, Vec<u8>)> {
         encode::encode_residuals(self, cb, x)
     }
-    fn search_lists(
-        &self,
-        cb: &CodebookView,
+    fn searcher<'a>(
+        &'a self,
+        cb: &CodebookView<'a>,
         lists: &ListsView,
-        q: &[f32],
-        probes: crate::backend::Probes,
-        want: usize,
-        allow: Option<&[u32]>,
-        poll: crate::backend::Poll,
-    ) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
-        search::search_lists(self, cb, lists, q, probes.get(), want, allow, poll)
+        job: crate::backend::SearchJob,
+    ) -> Result<crate::backend::Session<'a>> {
+        search::open_searcher(self, cb, lists, job)
     }
     fn set_memory_cap(&self, bytes: usize) {
         self.memory_cap.store(bytes, Ordering::Relaxed);

@@ -3,9 +3,13 @@
 
 use super::encode::{residuals, rotated, DeviceCodebook};
 use super::{Buf, Params, Trace, WgpuBackend, MAX_GROUPS, TILE};
-use crate::backend::{CodebookView, ListsView};
+use crate::backend::session::not_opened_for;
+use crate::backend::{
+    Backend, CodebookView, ListsView, Poll, RangeHits, Resident, SearchJob, Searcher, Session,
+};
 use crate::error::Result;
-use std::sync::Arc;
+use crate::fallbacks::Fallbacks;
+use std::sync::{Arc, MutexGuard};
 
 /// Most candidates per query the device scan keeps (the largest `WANT` built).
 pub(super) const MAX_WANT: usize = 128;
@@ -135,18 +139,33 @@ impl WgpuBackend {
     }
 }
 
-pub(super) fn search_lists(
-    b: &WgpuBackend,
-    cb: &CodebookView,
+/// A search session on the device (`Backend::searcher`): the codebook and lists resident,
+/// held for the session's life, and the pipelines for its table size and candidates.
+pub(super) struct WgpuSearcher<'a> {
+    b: &'a WgpuBackend,
+    cb: CodebookView<'a>,
+    job: SearchJob,
+    keys: (u64, u64),
+    pipes: Arc<Pipes>,
+    lists: MutexGuard<'a, Resident<DeviceLists>>,
+    codebook: MutexGuard<'a, Resident<DeviceCodebook>>,
+}
+
+/// `Backend::searcher`: the host where the device scan does not take `job`, the lists pass a
+/// binding or workgroup limit, or they do not fit; else the codebook and lists uploaded where
+/// they changed.
+pub(super) fn open_searcher<'a>(
+    b: &'a WgpuBackend,
+    cb: &CodebookView<'a>,
     lists: &ListsView,
-    q: &[f32],
-    nprobe: usize,
-    want: usize,
-    allow: Option<&[u32]>,
-    poll: crate::backend::Poll,
-) -> Result<Option<(Vec<u64>, Vec<f32>)>> {
+    job: SearchJob,
+) -> Result<Session<'a>> {
+    let why = crate::backend::declines(b.caps(), cb, lists, &job);
+    if !why.is_empty() {
+        return Ok(Session::Host(why));
+    }
     let lut = cb.nsub * cb.ksub();
-    let want_built = want.max(1).next_power_of_two();
+    let want_built = job.want.max(1).next_power_of_two();
     let m = lists.nlist;
     let room = b.limits.max_compute_workgroup_storage_size as usize;
     // A table beyond workgroup memory is read from the query tables in storage.
@@ -155,42 +174,85 @@ pub(super) fn search_lists(
         && (lists.len * cb.code_bytes()) as u64 <= b.max_binding()
         && m.div_ceil(TILE) <= MAX_GROUPS as usize;
     if !fits {
-        return Ok(None);
+        return Ok(Session::Host(Fallbacks::DEVICE_DECLINED));
     }
     let pipes = b.search_pipes(if staged { lut as u32 } else { 0 }, want_built as u32)?;
     let mut resident = b.lists.lock().unwrap_or_else(|e| e.into_inner());
-    let mut slot = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
-    let dc = slot.get(cb.key, || DeviceCodebook::upload(b, cb))?;
-    let Some(dl) = resident.get_or_host(lists.key, || DeviceLists::upload(b, cb, lists))? else {
-        return Ok(None);
-    };
-    let d = cb.d;
-    let nq = q.len() / d;
-    // Coarse scores (batch x m) must fit one binding too.
-    let batch = QUERY_BATCH.min(b.rows_per_block(m)).max(1);
-    // The allowed positions, once per call (a word, unread, without a filter).
-    let filter = match allow {
-        Some(a) if !a.is_empty() => Some(b.upload(a, "allowed positions")?),
-        Some(_) => Some(b.zeros(4, "allowed positions")?),
-        None => None,
-    };
-    let unfiltered;
-    let allow = match &filter {
-        Some(f) => (f, true),
-        None => {
-            unfiltered = b.zeros(4, "allowed positions")?;
-            (&unfiltered, false)
-        }
-    };
-    let mut ids = Vec::with_capacity(nq * want);
-    let mut dist = Vec::with_capacity(nq * want);
-    for chunk in q.chunks(batch * d) {
-        poll()?;
-        let (i, s) = search_batch(b, &pipes, dc, dl, cb, chunk, nprobe, want, allow)?;
-        ids.extend(i);
-        dist.extend(s);
+    let mut codebook = b.codebook.lock().unwrap_or_else(|e| e.into_inner());
+    codebook.get(cb.key, || DeviceCodebook::upload(b, cb))?;
+    let upload = || DeviceLists::upload(b, cb, lists);
+    if resident.get_or_host(lists.key, upload)?.is_none() {
+        return Ok(Session::Host(Fallbacks::DEVICE_DECLINED));
     }
-    Ok(Some((ids, dist)))
+    Ok(Session::Device(Box::new(WgpuSearcher {
+        b,
+        cb: *cb,
+        job,
+        keys: (cb.key, lists.key),
+        pipes,
+        lists: resident,
+        codebook,
+    })))
+}
+
+impl Searcher for WgpuSearcher<'_> {
+    fn top_k(
+        &mut self,
+        q: &[f32],
+        allow: Option<&[u32]>,
+        poll: Poll,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        let (b, cb) = (self.b, &self.cb);
+        let dc = self.codebook.held(self.keys.0);
+        let dc = dc.expect("the session holds its codebook");
+        let dl = self.lists.held(self.keys.1);
+        let dl = dl.expect("the session holds its lists");
+        let (nprobe, want) = (self.job.probes.get(), self.job.want);
+        let d = cb.d;
+        let nq = q.len() / d;
+        // Coarse scores (batch x m) must fit one binding too.
+        let batch = QUERY_BATCH.min(b.rows_per_block(dl.m)).max(1);
+        // The allowed positions, once per call (a word, unread, without a filter).
+        let filter = match allow {
+            Some(a) if !a.is_empty() => Some(b.upload(a, "allowed positions")?),
+            Some(_) => Some(b.zeros(4, "allowed positions")?),
+            None => None,
+        };
+        let unfiltered;
+        let allow = match &filter {
+            Some(f) => (f, true),
+            None => {
+                unfiltered = b.zeros(4, "allowed positions")?;
+                (&unfiltered, false)
+            }
+        };
+        let mut ids = Vec::with_capacity(nq * want);
+        let mut dist = Vec::with_capacity(nq * want);
+        for chunk in q.chunks(batch * d) {
+            poll()?;
+            let (i, s) = search_batch(b, &self.pipes, dc, dl, cb, chunk, nprobe, want, allow)?;
+            ids.extend(i);
+            dist.extend(s);
+        }
+        Ok((ids, dist))
+    }
+
+    fn range(
+        &mut self,
+        _q: &[f32],
+        _radius: f32,
+        _allow: Option<&[u32]>,
+        _most_hits: usize,
+        _poll: Poll,
+    ) -> Result<RangeHits> {
+        // `Caps::range_search` is off: `declines` sends range searches to the host.
+        Err(not_opened_for("a range search"))
+    }
+
+    unsafe fn top_k_reranked(&mut self, _q: &[f32], _poll: Poll) -> Result<(Vec<u64>, Vec<f32>)> {
+        // No `Caps::device_pointers`: device re-ranks are refused before a session opens.
+        Err(not_opened_for("a device re-rank"))
+    }
 }
 
 /// One batch of queries (nb x d, prepared): coarse products and probe selection, the query
