@@ -10,7 +10,7 @@ pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
 use super::{Filter, Index};
 use crate::backend::host_scan::HostSearcher;
 pub(super) use crate::backend::host_scan::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
-use crate::backend::{Backend, DeviceRerank, ListsView, Probes, SearchJob, Session};
+use crate::backend::{Backend, DeviceRerank, Probes, SearchJob, Session};
 use crate::check::check_finite;
 use crate::context::watching;
 use crate::error::{raw_not_finite, try_vec, Error, Result};
@@ -504,17 +504,9 @@ impl Index {
         let mut light = None;
         let tables = self.tables(&mut light)?;
         let packed = self.scans_blocks().then(|| self.packed4()).flatten();
-        let list = |j: usize| self.list(j);
-        let lists = ListsView {
-            key: self.stamp,
-            nlist: self.nlist(),
-            len: self.len(),
-            list: &list,
-            l2_terms: tables.l2_terms.as_deref(),
-        };
         let searcher = HostSearcher {
             cb: &self.cb.view(),
-            lists: &lists,
+            list: |j: usize| self.list(j),
             tables,
             packed,
             exact_rotation: self.ctx.exact_rotation(),

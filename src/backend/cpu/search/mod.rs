@@ -18,25 +18,26 @@ pub(crate) use keep::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
 pub(crate) use tables::{Tables, MAX_TERM_BYTES};
 
 use crate::backend::filter::Filter;
-use crate::backend::{CodebookView, ListsView, Poll};
+use crate::backend::{CodebookView, Poll};
 use crate::error::Result;
 use crate::linalg;
 use crate::params::Metric;
 use scan::{prefetch, scan, scan4_blocks, List};
 
-/// A search's host searcher over an index's views: the tables made from its codebook, and its
-/// 4-bit lists in fast-scan blocks where they were made (else each code is scanned alone,
-/// with the same results).
-pub(crate) struct HostSearcher<'a> {
+/// A search's host searcher over an index's views: its codebook, its lists (`list`: list j's
+/// ids and codes, as `ListsView::list` gives them, called directly here: it is asked once per
+/// probed list), the tables made from the codebook, and its 4-bit lists in fast-scan blocks
+/// where they were made (else each code is scanned alone, with the same results).
+pub(crate) struct HostSearcher<'a, L> {
     pub cb: &'a CodebookView<'a>,
-    pub lists: &'a ListsView<'a>,
+    pub list: L,
     pub tables: &'a Tables,
     pub packed: Option<&'a Packed>,
     /// Rotate queries in f32 products even where the rotation is held in integers.
     pub exact_rotation: bool,
 }
 
-impl HostSearcher<'_> {
+impl<'a, L: Fn(usize) -> (&'a [u64], &'a [u8])> HostSearcher<'a, L> {
     /// Scans the lists each query of `qb` probes into a fresh `K` (`fresh`), given to `done`
     /// with the query's number: AVX2 code where the CPU has it. `poll` is asked between
     /// queries: its error (a cancel, a deadline) stops the scan.
@@ -155,7 +156,7 @@ impl HostSearcher<'_> {
             let mut top = fresh();
             for (pi, &a) in probes.iter().enumerate() {
                 let a = a as usize;
-                let (lids, lcodes) = (self.lists.list)(a);
+                let (lids, lcodes) = (self.list)(a);
                 if lids.is_empty() {
                     continue;
                 }
