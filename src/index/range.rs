@@ -3,7 +3,7 @@
 
 use super::search::{query_block, Cand, HitRoom, Within, HIT_BYTES};
 use super::{Filter, Index, RawVectors};
-use crate::backend::{Probes, SearchJob, Session};
+use crate::backend::{Probes, SearchJob};
 use crate::error::{Error, Result};
 use crate::params::{Metric, SearchParams};
 use crate::progress::{Control, Phase, Watch};
@@ -201,21 +201,9 @@ impl Index {
             host_filter: !filter.is_none_or(Filter::on_device),
             rerank: None,
         };
-        let found = self.with_views(|cb, lists| match backend.searcher(cb, lists, job)? {
-            Session::Host(why) => {
-                watch.fell_back(why);
-                Ok(None)
-            }
-            Session::Device(mut searcher) => {
-                let allow = match filter {
-                    Some(f) => Some(f.positions(&lists.flatten_ids())?),
-                    None => None,
-                };
-                let (most, poll) = (room.hits(), || watch.poll());
-                searcher
-                    .range(q, bound, allow.as_deref(), most, &poll)
-                    .map(Some)
-            }
+        let (most, poll) = (room.hits(), || watch.poll());
+        let found = self.on_device(backend, job, filter, watch, |searcher, allow| {
+            searcher.range(q, bound, allow, most, &poll)
         })?;
         let Some((counts, ids, scores)) = found else {
             return Ok(None);

@@ -10,7 +10,7 @@ pub use super::raw::{DenseRaw, FetchRaw, RawVectors};
 use super::{Filter, Index};
 use crate::backend::host_scan::HostSearcher;
 pub(super) use crate::backend::host_scan::{Cand, HitRoom, Keep, TopK, Within, HIT_BYTES};
-use crate::backend::{Backend, DeviceRerank, Probes, SearchJob, Session};
+use crate::backend::{Backend, DeviceRerank, Probes, SearchJob, Searcher, Session};
 use crate::check::check_finite;
 use crate::context::watching;
 use crate::error::{raw_not_finite, try_vec, Error, Result};
@@ -179,19 +179,9 @@ impl Index {
             host_filter: !filter.is_none_or(Filter::on_device),
             rerank: None,
         };
-        let on_device = self.with_views(|cb, lists| match backend.searcher(cb, lists, job)? {
-            Session::Host(why) => {
-                watch.fell_back(why);
-                Ok(None)
-            }
-            Session::Device(mut searcher) => {
-                let allow = match filter {
-                    Some(f) => Some(f.positions(&lists.flatten_ids())?),
-                    None => None,
-                };
-                let poll = || watch.poll();
-                searcher.top_k(&q, allow.as_deref(), &poll).map(Some)
-            }
+        let poll = || watch.poll();
+        let on_device = self.on_device(backend, job, filter, watch, |searcher, allow| {
+            searcher.top_k(&q, allow, &poll)
         })?;
         match on_device {
             None => self.scan_host(&q, p, probes, raw, filter, (watch, nq), &mut ids, &mut dist)?,
@@ -202,6 +192,32 @@ impl Index {
             }
         }
         results(k, ids, dist)
+    }
+
+    /// Opens the backend's searcher for `job` once: on a device, `f` runs with it and the
+    /// positions `filter` allows (a mask over the lists back to back, made for the call);
+    /// `None` where the host scans, with the reasons in the call's report.
+    pub(super) fn on_device<R>(
+        &self,
+        backend: &dyn Backend,
+        job: SearchJob,
+        filter: Option<&Filter>,
+        watch: &Watch,
+        f: impl FnOnce(&mut dyn Searcher, Option<&[u32]>) -> Result<R>,
+    ) -> Result<Option<R>> {
+        self.with_views(|cb, lists| match backend.searcher(cb, lists, job)? {
+            Session::Host(why) => {
+                watch.fell_back(why);
+                Ok(None)
+            }
+            Session::Device(mut searcher) => {
+                let allow = match filter {
+                    Some(f) => Some(f.positions(&lists.flatten_ids())?),
+                    None => None,
+                };
+                f(&mut *searcher, allow.as_deref()).map(Some)
+            }
+        })
     }
 
     /// As [`Index::search`], with the re-rank against raw vectors in CUDA device memory:
@@ -265,15 +281,13 @@ impl Index {
         };
         let poll = || watch.poll();
         // SAFETY (both calls): as the caller vouches.
-        let on_device = self.with_views(|cb, lists| match backend.searcher(cb, lists, job)? {
-            Session::Device(mut searcher) => unsafe { searcher.top_k_reranked(&q, &poll) }.map(Ok),
-            Session::Host(why) => Ok(Err(why)),
+        let on_device = self.on_device(backend, job, None, watch, |searcher, _| unsafe {
+            searcher.top_k_reranked(&q, &poll)
         })?;
         let (cid, cdist) = match on_device {
-            Ok(r) => r,
+            Some(r) => r,
             // Lists the device does not scan: the host's candidates, re-ranked there.
-            Err(why) => {
-                watch.fell_back(why);
+            None => {
                 let cands = SearchParams {
                     k: want,
                     nprobe: p.nprobe,
