@@ -426,11 +426,16 @@ impl Index {
 
     /// Every change starts here: it renews the stamp and drops what was derived from the old
     /// contents, and hands out the lists with the id map, where one was built.
-    fn changing(&mut self) -> (&mut Lists, Option<&mut IdMap>) {
+    fn changing(&mut self) -> (&mut Lists, Option<&mut IdMap>, Option<&mut Packed>) {
         self.stamp = next_stamp();
-        self.packed4 = OnceLock::new();
+        // The blocks follow the change where they were made, except under a memory cap: there
+        // only `fit_search` makes them, where it finds them room.
+        if self.ctx.memory_cap() > 0 {
+            self.packed4 = OnceLock::new();
+        }
         self.max_bound = OnceLock::new();
-        (&mut self.lists, self.id_map.get_mut())
+        let packed = self.packed4.get_mut();
+        (&mut self.lists, self.id_map.get_mut(), packed)
     }
 
     /// Bytes of code and of refinement row per vector.
@@ -544,13 +549,16 @@ impl Index {
         for &a in anchor {
             grown[a as usize] += 1;
         }
-        let (lists, mut map) = self.changing();
-        // Every list that grows is held in memory with its room, every insert into the map has
-        // its room and every row its 32 bits, before anything changes.
+        let (lists, mut map, mut packed) = self.changing();
+        // Every list that grows is held in memory with its room (its blocks' too), every
+        // insert into the map has its room and every row its 32 bits, before anything changes.
         for (j, &g) in grown.iter().enumerate().filter(|(_, &g)| g > 0) {
             let len = lists.list_mut(j, g, cs, rs)?.ids.len();
             if map.is_some() {
                 IdMap::loc(j, len + g - 1)?;
+            }
+            if let Some(p) = packed.as_deref_mut() {
+                p.reserve(j, len, g)?;
             }
         }
         if let Some(map) = map.as_deref_mut() {
@@ -562,8 +570,12 @@ impl Index {
                 let row = l.ids.len() as u32;
                 map.insert(id, ids::Loc { list: a, row });
             }
+            let code = &codes[i * cs..(i + 1) * cs];
+            if let Some(p) = packed.as_deref_mut() {
+                p.push(a as usize, l.ids.len(), code);
+            }
             l.ids.push(id);
-            l.codes.extend_from_slice(&codes[i * cs..(i + 1) * cs]);
+            l.codes.extend_from_slice(code);
             l.refine.extend_from_slice(&refine[i * rs..(i + 1) * rs]);
         }
         Ok(())
@@ -575,7 +587,7 @@ impl Index {
     pub fn remove(&mut self, ids: &[u64]) -> Result<usize> {
         self.id_map()?;
         let (cs, rs) = self.row_sizes();
-        let (lists, map) = self.changing();
+        let (lists, map, mut packed) = self.changing();
         let Some(map) = map else {
             return Err(Error::InvalidState("the id map went missing".into()));
         };
@@ -591,6 +603,9 @@ impl Index {
                 let (j, row) = (at.list as usize, at.row as usize);
                 let l = lists.list_mut(j, 0, cs, rs)?;
                 let last = l.ids.len() - 1;
+                if let Some(p) = packed.as_deref_mut() {
+                    p.swap_remove(j, row, last, &l.codes[last * cs..(last + 1) * cs]);
+                }
                 if row != last {
                     l.ids[row] = l.ids[last];
                     l.codes.copy_within(last * cs..(last + 1) * cs, row * cs);
@@ -669,12 +684,15 @@ impl Index {
             });
         }
         watch.report(Phase::Merge, m, m)?;
-        let (lists, map) = self.changing();
+        let (lists, map, mut packed) = self.changing();
         let grows = || theirs.iter().enumerate().filter(|(_, t)| !t.ids.is_empty());
         for (j, t) in grows() {
             let len = lists.list_mut(j, t.ids.len(), cs, rs)?.ids.len();
             if map.is_some() {
                 IdMap::loc(j, len + t.ids.len() - 1)?;
+            }
+            if let Some(p) = packed.as_deref_mut() {
+                p.reserve(j, len, t.ids.len())?;
             }
         }
         if let Some(map) = map {
@@ -698,6 +716,11 @@ impl Index {
             .filter(|(_, t)| !t.ids.is_empty())
         {
             let l = lists.list_mut(j, 0, cs, rs)?;
+            if let Some(p) = packed.as_deref_mut() {
+                for (r, code) in t.codes.chunks_exact(cs).enumerate() {
+                    p.push(j, l.ids.len() + r, code);
+                }
+            }
             l.ids.extend(t.ids);
             l.codes.extend(t.codes);
             l.refine.extend(t.refine);

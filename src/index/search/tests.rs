@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::backend::host_scan::scan::{scan, scan4_blocks, List};
-use crate::backend::host_scan::{coarse8, fastscan};
+use crate::backend::host_scan::{coarse8, fastscan, Packed};
 use crate::backend::layout;
 
 /// A seeded stream of values in [0, 1).
@@ -259,4 +259,44 @@ fn the_block_scan_keeps_what_the_plain_scan_keeps_on_real_data() {
             }
         }
     }
+}
+
+/// Adds, removes and merges change the 4-bit blocks where they are held: after each, every
+/// list's blocks are those a fresh pack of the lists gives, and the searches those of a
+/// fresh index of the same contents (ids and distances to the bit).
+#[test]
+fn blocks_follow_adds_removes_and_merges() {
+    let (mut ix, base, query) = glove_demo_4bit();
+    let d = ix.cb.dim();
+    let n = base.len() / d;
+    let p = SearchParams {
+        k: 10,
+        nprobe: 8,
+        rerank: 0,
+    };
+    let check = |ix: &Index, what: &str| {
+        let held = ix.packed4.get().expect("the blocks are held");
+        let fresh = Packed::new(ix.nlist(), ix.cb.pq.code_fields(), |j| ix.list(j).1);
+        for j in 0..ix.nlist() {
+            assert_eq!(held.list(j), fresh.list(j), "{what}: list {j}");
+        }
+        let again = Index::from_bytes(ix.ctx.clone(), &ix.to_bytes()).unwrap();
+        let (a, b) = (ix.search(&query, &p, None), again.search(&query, &p, None));
+        assert!(a.unwrap() == b.unwrap(), "{what}: searches differ");
+    };
+    ix.search(&query, &p, None).unwrap();
+    check(&ix, "built");
+    // Ids past the demo's, one vector at a time and in a batch, some landing in full blocks.
+    ix.add(&base[..d], &[n as u64]).unwrap();
+    check(&ix, "one added");
+    let more: Vec<u64> = (0..200).map(|i| (n + 1 + i) as u64).collect();
+    ix.add(&base[d..201 * d], &more).unwrap();
+    check(&ix, "200 added");
+    // Removals from the middle and the ends of lists, emptying blocks.
+    let gone: Vec<u64> = (0..n as u64).step_by(3).collect();
+    assert_eq!(ix.remove(&gone).unwrap(), gone.len());
+    check(&ix, "a third removed");
+    let other = Index::from_bytes(ix.ctx.clone(), &ix.to_bytes()).unwrap();
+    ix.merge_from(&other).unwrap();
+    check(&ix, "merged with itself");
 }

@@ -73,38 +73,94 @@ pub(crate) fn code_at(block: &[u8], t: usize, j: usize) -> u8 {
     }
 }
 
-/// Every list's codes in blocks, in one allocation (one per list left the allocator's
-/// overhead per list unaccounted for).
+/// Every list's codes in blocks, each list in its own allocation so that a change to the
+/// index changes only the lists it touches: a vector added goes into its list's last block
+/// (a new block where that one is full), a vector removed takes the last one's place.
 #[derive(Debug)]
 pub(crate) struct Packed {
-    bytes: Vec<u8>,
-    /// List j's blocks are `bytes[start[j]..start[j + 1]]`.
-    start: Vec<usize>,
+    nsub: usize,
+    lists: Vec<Vec<u8>>,
 }
+
+/// What the allocator keeps beside each list's allocation, for `heap_bytes`.
+pub(crate) const LIST_OVERHEAD: usize = std::mem::size_of::<Vec<u8>>() + 16;
 
 impl Packed {
     /// The lists' codes, list j's from `codes(j)`.
     pub(crate) fn new<'a>(nlist: usize, nsub: usize, codes: impl Fn(usize) -> &'a [u8]) -> Self {
         let nbytes = nsub.div_ceil(2).max(1);
-        let mut start = Vec::with_capacity(nlist + 1);
-        start.push(0);
-        for j in 0..nlist {
-            start.push(start[j] + packed_len(codes(j).len() / nbytes, nsub));
-        }
-        let mut bytes = vec![0u8; start[nlist]];
-        for j in 0..nlist {
-            pack_into(codes(j), nsub, &mut bytes[start[j]..start[j + 1]]);
-        }
-        Packed { bytes, start }
+        let lists = (0..nlist)
+            .map(|j| {
+                let c = codes(j);
+                let mut out = vec![0u8; packed_len(c.len() / nbytes, nsub)];
+                pack_into(c, nsub, &mut out);
+                out
+            })
+            .collect();
+        Packed { nsub, lists }
     }
 
     /// List j's blocks.
     pub(crate) fn list(&self, j: usize) -> &[u8] {
-        &self.bytes[self.start[j]..self.start[j + 1]]
+        &self.lists[j]
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.bytes.len() + self.start.len() * std::mem::size_of::<usize>()
+        let held: usize = self.lists.iter().map(Vec::capacity).sum();
+        held + self.lists.len() * LIST_OVERHEAD
+    }
+
+    /// Room for list j's next `n` vectors after its first `len`, taken fallibly.
+    pub(crate) fn reserve(&mut self, j: usize, len: usize, n: usize) -> crate::error::Result<()> {
+        let more = packed_len(len + n, self.nsub) - packed_len(len, self.nsub);
+        self.lists[j].try_reserve_exact(more).map_err(|_| {
+            crate::error::Error::OutOfMemory(format!("fast-scan blocks: {more} bytes"))
+        })
+    }
+
+    /// Writes `code` as vector `row` of list j, the list's vectors after it being unset: a new
+    /// block where `row` starts one.
+    pub(crate) fn push(&mut self, j: usize, row: usize, code: &[u8]) {
+        let bb = block_bytes(self.nsub);
+        let l = &mut self.lists[j];
+        if row.is_multiple_of(BLOCK) {
+            l.resize(l.len() + bb, 0);
+        }
+        set_slot(
+            &mut l[(row / BLOCK) * bb..],
+            row % BLOCK,
+            self.nsub,
+            Some(code),
+        );
+    }
+
+    /// Vector `last` of list j (its last) takes the place of vector `row`, as the lists' own
+    /// removal does; the last slot is cleared, and its block dropped once empty.
+    pub(crate) fn swap_remove(&mut self, j: usize, row: usize, last: usize, code_of_last: &[u8]) {
+        let bb = block_bytes(self.nsub);
+        let l = &mut self.lists[j];
+        if row != last {
+            set_slot(
+                &mut l[(row / BLOCK) * bb..],
+                row % BLOCK,
+                self.nsub,
+                Some(code_of_last),
+            );
+        }
+        set_slot(&mut l[(last / BLOCK) * bb..], last % BLOCK, self.nsub, None);
+        if last.is_multiple_of(BLOCK) {
+            l.truncate(l.len() - bb);
+        }
+    }
+}
+
+/// Slot `t` of a block: `code`'s sub-codes, or zeros.
+fn set_slot(block: &mut [u8], t: usize, nsub: usize, code: Option<&[u8]>) {
+    let (base, shift) = (t % 16, if t < 16 { 0 } else { 4 });
+    for j in 0..nsub {
+        let v = code.map_or(0, |c| get_code(c, j, 4));
+        let b = &mut block[base + j * 16];
+        *b = (*b & !(0xF << shift)) | (v << shift);
     }
 }
 

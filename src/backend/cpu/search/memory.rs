@@ -26,13 +26,14 @@ pub(crate) fn tables_bytes(s: &Shape, cap: usize) -> usize {
 }
 
 /// Bytes of the fast-scan blocks of a 4-bit index of `n` vectors: 32 codes a block, at most
-/// one block's padding per list, and each list's offset. 0 for 8-bit codes.
+/// one block's padding per list, and what the allocator keeps beside each list's blocks. 0
+/// for 8-bit codes.
 pub(crate) fn fast_scan_bytes(s: &Shape, n: usize) -> usize {
     if s.ksub != 16 {
         return 0;
     }
     let per_vector = s.nsub.div_ceil(2);
-    n * per_vector + s.anchors * (32 * per_vector + 8)
+    n * per_vector + s.anchors * (32 * per_vector + super::fastscan::LIST_OVERHEAD)
 }
 
 /// Bytes a search of `nq` queries with `want` candidates each allocates besides the tables and
