@@ -40,7 +40,8 @@ pub(crate) struct BenchArgs {
     queries: usize,
     #[arg(long, default_value_t = 16)]
     nprobe: usize,
-    /// Stages to run: train, encode, search.
+    /// Stages to run: train, encode, search, add (the first search after adding one vector,
+    /// then 1% of them, against a warm search before and on an index built whole).
     #[arg(long, value_delimiter = ',', default_value = "train,encode,search")]
     stages: Vec<String>,
     #[arg(long, default_value_t = 3)]
@@ -78,6 +79,66 @@ fn best<T>(repeat: usize, mut f: impl FnMut() -> AnyResult<T>) -> AnyResult<(f64
         out = Some(v);
     }
     Ok((best, out.expect("at least one run")))
+}
+
+/// The median of `v` (not empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The add stage: an index of all but the last 1% (and `repeat` more) of `x`, searched warm
+/// (`queries` queries, median of `repeat` runs); then one vector added before each of
+/// `repeat` searches (the first after it), then the rest of the 1% added and searched once;
+/// against the warm search of an index built whole from the same vectors.
+fn add_stage(a: &BenchArgs, c: &Compressor, x: &[f32], d: usize) -> AnyResult<serde_json::Value> {
+    let n = x.len() / d;
+    let reps = a.repeat.max(1);
+    let tail = (n / 100).max(1);
+    if n < tail + reps + 1 {
+        return Err(format!("the add stage needs more than {} vectors", tail + reps).into());
+    }
+    let n0 = n - tail - reps;
+    let nq = a.queries.min(n).max(1);
+    let q = &x[..nq * d];
+    let p = SearchParams {
+        k: 10,
+        nprobe: a.nprobe,
+        rerank: 0,
+    };
+    let timed = |ix: &vlc_compress::Index| -> AnyResult<f64> {
+        let t = Instant::now();
+        ix.search(q, &p, None)?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let ids = |r: std::ops::Range<usize>| r.map(|i| i as u64).collect::<Vec<u64>>();
+    let mut ix = c.new_index()?;
+    ix.add(&x[..n0 * d], &ids(0..n0))?;
+    timed(&ix)?;
+    let warm = median((0..reps).map(|_| timed(&ix)).collect::<AnyResult<_>>()?);
+    let mut after_one = Vec::new();
+    for r in n0..n0 + reps {
+        ix.add(&x[r * d..(r + 1) * d], &ids(r..r + 1))?;
+        after_one.push(timed(&ix)?);
+    }
+    let after_one = median(after_one);
+    let (from, t) = (n0 + reps, Instant::now());
+    ix.add(&x[from * d..], &ids(from..n))?;
+    let add_secs = t.elapsed().as_secs_f64();
+    let after_tail = timed(&ix)?;
+    let mut whole = c.new_index()?;
+    whole.add(x, &ids(0..n))?;
+    timed(&whole)?;
+    let fresh = median((0..reps).map(|_| timed(&whole)).collect::<AnyResult<_>>()?);
+    Ok(serde_json::json!({
+        "stage": "add", "bytes": a.bytes, "bits": a.bits, "queries": nq, "nprobe": a.nprobe,
+        "warm_seconds": warm, "after_one_seconds": after_one,
+        "after_one_over_warm": after_one / warm,
+        "added": n - from, "add_seconds": add_secs, "adds_per_second": (n - from) as f64 / add_secs,
+        "after_one_percent_seconds": after_tail, "fresh_warm_seconds": fresh,
+        "after_one_percent_over_fresh": after_tail / fresh,
+        "seconds": after_one, "qps": nq as f64 / after_one,
+    }))
 }
 
 pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
@@ -125,7 +186,7 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             "gflops": 2.0 * (r.points * a.anchors * d * (r.iterations + 1)) as f64 / secs / 1e9,
         })));
     }
-    if has("encode") || has("search") {
+    if has("encode") || has("search") || has("add") {
         let mut params = TrainParams {
             bytes_per_vector: a.bytes,
             bits: a.bits,
@@ -176,6 +237,9 @@ pub(crate) fn bench(a: &BenchArgs) -> AnyResult {
             })?;
             let raw_at = if xd.is_some() { "device" } else { "host" };
             rows.push(with(serde_json::json!({"stage": "search", "bytes": a.bytes, "bits": a.bits, "queries": nq, "nprobe": a.nprobe, "rerank": a.rerank, "raw": raw_at, "seconds": secs, "qps": nq as f64 / secs})));
+        }
+        if has("add") {
+            rows.push(with(add_stage(a, &c, &x, d)?));
         }
     }
     if a.run.json {
