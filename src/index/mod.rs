@@ -105,8 +105,8 @@ pub struct Index {
     /// Unique to this index and its contents: renewed by every change, so a device copy of
     /// the lists knows when it is stale.
     pub(crate) stamp: u64,
-    /// 4-bit lists in fast-scan blocks, made at the first search that scans them and
-    /// dropped by every change.
+    /// 4-bit lists in fast-scan blocks, made at the first search that scans them; adds,
+    /// removes and merges change the lists they touch (under a memory cap they drop them).
     packed4: OnceLock<Packed>,
     /// Where each id sits (`ids`), built by the first call that needs it and kept by changes.
     id_map: OnceLock<IdMap>,
