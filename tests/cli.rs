@@ -409,6 +409,19 @@ fn bench_times_small_runs_and_refuses_device_input_without_cuda() {
     assert!(ok, "{err}");
     let row: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert_eq!((&row["stage"], &row["bits"]), (&"search".into(), &4.into()));
+    let mut add = small.to_vec();
+    add.extend(["--bits", "4", "--stages", "add"]);
+    let (ok, out, err) = vlc(&add, &dir);
+    assert!(ok, "{err}");
+    let row: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!((&row["stage"], &row["added"]), (&"add".into(), &20.into()));
+    for key in [
+        "warm_seconds",
+        "after_one_seconds",
+        "after_one_percent_seconds",
+    ] {
+        assert!(row[key].as_f64().unwrap() > 0.0, "{key}: {row}");
+    }
     let mut odd = small.to_vec();
     odd.extend(["--bits", "5"]);
     let (ok, _, err) = vlc(&odd, &dir);
