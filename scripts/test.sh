@@ -130,7 +130,7 @@ step_install() {
   # this tree's binding, no proxy, built against the staged library through pkg-config.
   cp -r tests/consumers/go "$tmp/go-consumer"
   (cd "$tmp/go-consumer" \
-    && export GOPROXY=off GOSUMDB=off GOFLAGS="-mod=mod -modcacherw" GOMODCACHE=$tmp/gomodcache \
+    && export GOPROXY=off GOSUMDB=off GOFLAGS="-mod=mod -modcacherw" GOMODCACHE=$tmp/gomodcache GOCACHE=$tmp/gocache \
        PKG_CONFIG_PATH="$inst/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage" \
     && go mod edit -require=vlc-compress.dev/vlccompress@v0.0.0 \
          -replace=vlc-compress.dev/vlccompress="$root/bindings/go" \
