@@ -191,7 +191,7 @@ impl CudaBackend {
         })))
     }
 
-    /// `BackendUnavailable`-free checks of a device re-rank: its depth within the scan's,
+    /// The checks of a device re-rank, before any work: its depth within the scan's,
     /// results within its candidates, and its rows device memory this context reads.
     pub(super) fn check_rerank(&self, d: usize, want: usize, raw: DeviceRerank) -> Result<()> {
         if want > MAX_WANT {
